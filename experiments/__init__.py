@@ -1,0 +1,1 @@
+"""Training harness composing `mr2_jax` and `reweight_jax`: data, models, train, evaluate, configs."""

@@ -1,0 +1,44 @@
+"""mr2_jax: MR2 margin regularization (ICLR 2026) as pure JAX functions.
+
+Spec: MR2.md. Class statistics are an explicit pytree (`ClassStats`) for the train state.
+"""
+
+from mr2_jax.class_stats import ClassStats
+from mr2_jax.class_stats import init_class_stats
+from mr2_jax.class_stats import lp_sq_norm
+from mr2_jax.class_stats import update_class_stats
+from mr2_jax.evaluation import accuracy_from_counts
+from mr2_jax.evaluation import class_accuracy_std
+from mr2_jax.evaluation import difficulty_tertiles
+from mr2_jax.evaluation import group_accuracy
+from mr2_jax.evaluation import per_class_accuracy
+from mr2_jax.evaluation import per_class_correct
+from mr2_jax.evaluation import worst_class_accuracy
+from mr2_jax.heads import CosineClassifier
+from mr2_jax.heads import l2_normalize
+from mr2_jax.margins import class_margins
+from mr2_jax.margins import margin_cross_entropy
+from mr2_jax.objective import mr2_loss
+from mr2_jax.representation_margin import mean_class_deviation
+from mr2_jax.representation_margin import representation_margin_loss
+
+__all__ = [
+    "ClassStats",
+    "CosineClassifier",
+    "accuracy_from_counts",
+    "class_accuracy_std",
+    "class_margins",
+    "difficulty_tertiles",
+    "group_accuracy",
+    "init_class_stats",
+    "l2_normalize",
+    "lp_sq_norm",
+    "margin_cross_entropy",
+    "mean_class_deviation",
+    "mr2_loss",
+    "per_class_accuracy",
+    "per_class_correct",
+    "representation_margin_loss",
+    "update_class_stats",
+    "worst_class_accuracy",
+]

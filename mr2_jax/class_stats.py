@@ -1,0 +1,133 @@
+"""Per-class feature statistics of MR2, carried as explicit train-state (MR2 spec, 'Per-class statistics').
+
+For class k with batch class mean m_k (over the global batch):
+    a_k = ‖m_k‖_p²,    v_k = mean_{i: y_i = k} ‖φ_i − m_k‖_p²,
+tracked as exponential moving averages A_k, V_k; the first time a class is seen A_k ← a_k, V_k ← v_k;
+classes absent from the batch keep their values. Computed without gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from mr2_jax import class_sums
+from mr2_jax import validation
+
+Array = Any
+
+
+@chex.dataclass(frozen=True)
+class ClassStats:
+  """MR2 class statistics: a registered pytree for the train state (sharded and checkpointed like params).
+
+  Attributes:
+    sq_mean_norm: float32 [K], A_k, EMA of ‖μ_k‖_p² (squared L_p norm of the class feature mean).
+    mean_sq_deviation: float32 [K], V_k, EMA of mean ‖φ − μ_k‖_p² (trace of the class covariance, p = 2).
+    seen: bool [K], whether class k has been seen since initialisation.
+  """
+  sq_mean_norm: jax.Array
+  mean_sq_deviation: jax.Array
+  seen: jax.Array
+
+  @property
+  def num_classes(self) -> int:
+    return self.seen.shape[-1]
+
+
+def init_class_stats(num_classes: int) -> ClassStats:
+  """Empty statistics for K classes: A = V = 0, nothing seen."""
+  num_classes = validation.check_num_classes(num_classes)
+  zeros = jnp.zeros((num_classes,), jnp.float32)
+  return ClassStats(sq_mean_norm=zeros, mean_sq_deviation=zeros,
+                    seen=jnp.zeros((num_classes,), bool))
+
+
+def lp_sq_norm(x: Array, p: float) -> jax.Array:
+  """‖x‖_p² = (Σ_j |x_j|^p)^{2/p} over the last axis; for p = 2, Σ_j x_j² exactly."""
+  if p == 2.0:
+    return jnp.sum(jnp.square(x), axis=-1)
+  # Scale by max|x| first so |x|^p cannot overflow in f32 for large p or large features.
+  scale = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
+  safe_scale = jnp.where(scale > 0, scale, 1.0)
+  norm = safe_scale[..., 0] * jnp.sum(jnp.abs(x / safe_scale) ** p, axis=-1) ** (1.0 / p)
+  return jnp.square(norm)
+
+
+def check_stats_inputs(features: Array, labels: Array, num_classes: int,
+                       where: Array | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels, valid)."""
+  features = validation.check_floating(features, 2, "features")
+  in_range = validation.check_labels(labels, num_classes, "labels")
+  validation.check_batch_dim(features, labels.shape[0], "features")
+  mask = validation.check_where(where, labels.shape[0])
+  return features, jnp.asarray(labels), in_range & mask
+
+
+def batch_class_moments(features: Array, labels: Array, valid: Array, num_classes: int, *,
+                        p: float = 2.0, axis_name: str | None = None):
+  """Global-batch class means and the spec's (a_k, v_k), per slot (see `class_sums`).
+
+  Two passes, both reduced as sums and counts: m_k = Σ_i φ_i / n_k, then
+  v_k = Σ_i ‖φ_i − m_k‖_p² / n_k; a_k = ‖m_k‖_p². Each slot's result depends only on its own
+  class's rows, so a non-finite row cannot change another class.
+
+  Returns:
+    (slots, class_means [S, d], a [S], v [S]); slots with no example have zeros.
+  """
+  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
+  zero_masked = jnp.where(valid[:, None], features, 0.0)
+  sums = class_sums.slot_sum(zero_masked, slots, axis_name=axis_name)
+  counts = jnp.maximum(slots.counts, 1.0)[:, None].astype(features.dtype)
+  class_means = sums / counts
+  deviation = lp_sq_norm(features - class_means[slots.slot], p)
+  deviation = jnp.where(valid, deviation, 0.0)
+  dev_sums = class_sums.slot_sum(deviation, slots, axis_name=axis_name)
+  return slots, class_means, lp_sq_norm(class_means, p), dev_sums / counts[:, 0]
+
+
+def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, decay: float = 0.9,
+                       p: float = 2.0, axis_name: str | None = None,
+                       where: Array | None = None) -> ClassStats:
+  """EMA update of the class statistics with one (global) batch. MR2 spec, 'Per-class statistics'.
+
+  For each class k present in the batch (a_k, v_k as in the module docstring):
+      A_k ← decay·A_k + (1 − decay)·a_k   if k was seen before, else A_k ← a_k;   V_k likewise.
+  Absent classes keep their values. Cost O(B·d + K), no Python loop over classes, no one-hot product.
+
+  Args:
+    stats: current `ClassStats` with K classes.
+    features: float [B, d] penultimate features φ (gradient is stopped here).
+    labels: int [B] in [0, K).
+    decay: EMA decay (0.9 in the reference's CIFAR setting, 0.999 for ImageNet/CLIP).
+    p: norm order of the statistics (2 for linear classifiers; ≠ 2, e.g. 5, for L2-normalised
+      features, where ‖μ_k‖₂² + v_k is the same for every class).
+    axis_name: pmap/shard_map axis of the data-parallel batch; sums and counts are reduced over it, so
+      the result equals one device seeing the global batch.
+    where: optional bool [B]; False rows (padding) are ignored.
+
+  Returns:
+    The updated `ClassStats` (identical on every device under `axis_name`).
+  """
+  if not 0.0 <= decay < 1.0:
+    raise ValueError(f"decay: expected 0 <= decay < 1, got {decay}.")
+  features, labels, valid = check_stats_inputs(features, labels, stats.num_classes, where)
+  features = jax.lax.stop_gradient(features)
+  slots, _, batch_a, batch_v = batch_class_moments(
+      features, labels, valid, stats.num_classes, p=p, axis_name=axis_name)
+  present = slots.counts > 0
+  seen_before = class_sums.gather_from_classes(stats.seen, slots)
+
+  def ema(old_per_class, batch_value):
+    old = class_sums.gather_from_classes(old_per_class, slots)
+    new = jnp.where(seen_before, decay * old + (1.0 - decay) * batch_value, batch_value)
+    return class_sums.scatter_to_classes(old_per_class, new.astype(old_per_class.dtype), slots,
+                                         present)
+
+  return ClassStats(
+      sq_mean_norm=ema(stats.sq_mean_norm, batch_a),
+      mean_sq_deviation=ema(stats.mean_sq_deviation, batch_v),
+      seen=class_sums.scatter_to_classes(stats.seen, present, slots, present))

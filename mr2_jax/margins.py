@@ -1,0 +1,73 @@
+"""MR2 logit margin: class-dependent temperature cross-entropy (MR2 spec, 'Logit margin')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from mr2_jax import validation
+from mr2_jax.class_stats import ClassStats
+
+Array = Any
+
+
+def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 1e-6) -> jax.Array:
+  """Per-class margins γ [K] from the class statistics. MR2 spec, 'Logit margin'.
+
+      γ_k = c̄ · K_seen · (A_k + V_k)^{1/3} / Σ_{j seen} (A_j + V_j)^{1/3}     for seen classes k,
+      γ_k = c̄                                                                for unseen classes,
+
+  so the mean of γ over seen classes is c̄ and equal statistics give γ ≡ c̄ (plain cross-entropy for
+  c̄ = 1). The 1/3 power minimises Σ_k (A_k + V_k)/γ_k² subject to Σ_k γ_k = K·c̄. Normalising over
+  the classes seen so far (not all K with zeros, as the released code does) keeps γ unbiased early in
+  training. γ is a constant for back-propagation (stop-gradient). A class whose statistics are exactly
+  zero would get γ = 0 and infinite logits; γ is floored at `min_margin`·c̄ for that case only.
+
+  Args:
+    stats: `ClassStats` with K classes.
+    c_bar: the mean margin c̄ > 0.
+
+  Returns:
+    float32 [K] margins.
+  """
+  if not c_bar > 0:
+    raise ValueError(f"c_bar: expected a positive mean margin, got {c_bar}.")
+  stats = jax.lax.stop_gradient(stats)
+  seen = stats.seen
+  cube_root = jnp.cbrt(jnp.maximum(stats.sq_mean_norm + stats.mean_sq_deviation, 0.0))
+  cube_root = jnp.where(seen, cube_root, 0.0)
+  total = jnp.sum(cube_root)
+  num_seen = jnp.sum(seen).astype(cube_root.dtype)
+  gamma = c_bar * num_seen * cube_root / jnp.where(total > 0, total, 1.0)
+  gamma = jnp.maximum(gamma, min_margin * c_bar)
+  return jnp.where(seen & (total > 0), gamma, jnp.asarray(c_bar, cube_root.dtype))
+
+
+def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Array:
+  """Per-example class-dependent temperature cross-entropy. MR2 spec, 'Logit margin'.
+
+      ℓ_γ,ce(x, y) = −log softmax(z / γ_y)_y
+
+  The whole logit vector of an example is divided by the margin of its label.
+
+  Args:
+    logits: float [B, K] logits z.
+    labels: int [B] in [0, K).
+    gamma: float [K] margins from `class_margins` (treated as constants).
+
+  Returns:
+    float [B] losses; NaN for an out-of-range label under `jit` (never a clipped class).
+  """
+  logits = validation.check_floating(logits, 2, "logits")
+  num_classes = logits.shape[1]
+  in_range = validation.check_labels(labels, num_classes, "labels")
+  validation.check_batch_dim(logits, labels.shape[0], "logits")
+  gamma = validation.check_class_vector(gamma, num_classes, "gamma")
+  gamma = jax.lax.stop_gradient(gamma)
+  safe_labels = jnp.where(in_range, labels, 0)
+  scaled = logits / gamma[safe_labels][:, None].astype(logits.dtype)
+  log_probs = jax.nn.log_softmax(scaled, axis=-1)
+  loss = -jnp.take_along_axis(log_probs, safe_labels[:, None], axis=-1)[:, 0]
+  return jnp.where(in_range, loss, jnp.nan)

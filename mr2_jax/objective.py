@@ -1,0 +1,117 @@
+"""The whole MR2 objective in one call (MR2 spec, 'Objective')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from mr2_jax import class_stats as class_stats_lib
+from mr2_jax import class_sums
+from mr2_jax import margins
+from mr2_jax import representation_margin as rep_margin
+from mr2_jax import validation
+from mr2_jax.class_stats import ClassStats
+
+Array = Any
+
+FORMS = ("paper", "released")
+
+
+def _device_count(axis_name: str | None) -> int:
+  return 1 if axis_name is None else jax.lax.axis_size(axis_name)
+
+
+def _global_sum(x: Array, axis_name: str | None) -> jax.Array:
+  total = jnp.sum(x)
+  return total if axis_name is None else jax.lax.psum(total, axis_name)
+
+
+def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *,
+             lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, form: str = "paper",
+             p: float | None = None, temperature: float | None = None,
+             axis_name: str | None = None, where: Array | None = None
+             ) -> tuple[jax.Array, ClassStats, dict[str, jax.Array]]:
+  """MR2 objective: statistics update, margins, and both loss terms. MR2 spec, 'Objective'.
+
+  The class statistics are first updated with this (global) batch, then γ = class_margins(stats, c̄)
+  and s̄ = mean_k V_k are read from the updated statistics (both constants for back-propagation).
+
+  Paper form (`form='paper'`; p = 2, τ = 1):
+      L = (1/B) Σ_i [ ℓ_γ,ce(x_i, y_i) + λ · ℓ_s̄(x_i) ]
+  Released-code form (`form='released'`; p = 5, τ = 10·d):
+      L = (1/B) Σ_i ℓ_γ,ce(x_i, y_i) + λ · d/(10·K) · Σ_{c present} (1/n_c) Σ_{i: y_i = c} ℓ_s̄(x_i)
+  `p` and `temperature` override the form's defaults. B and n_c count valid (`where`) examples of
+  the global batch.
+
+  Data parallel: with `axis_name`, statistics, γ, s̄ and positives come from the global batch, and the
+  returned loss is this device's share: `lax.pmean(loss, axis_name)` equals the single-device loss on
+  the concatenated batch, and `lax.pmean` of the per-device gradients equals its gradient.
+
+  Args:
+    logits: float [B, K].
+    features: float [B, d] penultimate features (not detached: ℓ_s̄ trains the encoder).
+    labels: int [B] in [0, K).
+    stats: `ClassStats` with K classes.
+    lam: λ, weight of the representation margin (0.1; 0 gives the γ-only ablation).
+    c_bar: mean margin c̄.
+    decay: EMA decay of the statistics.
+    form: 'paper' or 'released'.
+    p: norm order of the statistics (default 2 for 'paper', 5 for 'released').
+    temperature: τ (default 1 for 'paper', 10·d for 'released').
+    axis_name: data-parallel axis name, or None.
+    where: optional bool [B] mask of real (non-padding) examples.
+
+  Returns:
+    (loss, new_stats, aux) with aux = {'gamma' [K], 's_bar', 'margin_ce', 'representation_margin'};
+    the aux losses are global-batch means (the same on every device).
+  """
+  if form not in FORMS:
+    raise ValueError(f"form: expected one of {FORMS}, got {form!r}.")
+  logits = validation.check_floating(logits, 2, "logits")
+  num_classes = logits.shape[1]
+  if stats.num_classes != num_classes:
+    raise ValueError(
+        f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")
+  features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
+  validation.check_batch_dim(logits, labels.shape[0], "logits")
+  dim = features.shape[1]
+  if p is None:
+    p = 2.0 if form == "paper" else 5.0
+  if temperature is None:
+    temperature = 1.0 if form == "paper" else 10.0 * dim
+
+  new_stats = class_stats_lib.update_class_stats(
+      stats, features, labels, decay=decay, p=p, axis_name=axis_name, where=where)
+  gamma = margins.class_margins(new_stats, c_bar)
+  s_bar = rep_margin.mean_class_deviation(new_stats)
+
+  margin_ce = margins.margin_cross_entropy(logits, labels, gamma)
+  rep = rep_margin.representation_margin_loss(
+      features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,
+      num_classes=num_classes)
+
+  mask = validation.check_where(where, labels.shape[0]).astype(logits.dtype)
+  num_valid = jnp.maximum(_global_sum(mask, axis_name), 1.0)
+  # NaN losses of out-of-range labels propagate (mask is 1 there unless `where` excludes them).
+  ce_sum = jnp.sum(jnp.where(mask > 0, margin_ce, 0.0))
+  if form == "paper":
+    rep_weight = mask
+  else:
+    slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
+    per_anchor = 1.0 / jnp.maximum(slots.counts[slots.slot], 1.0)
+    rep_weight = jnp.where(valid, per_anchor, 0.0) * num_valid * dim / (10.0 * num_classes)
+  rep_sum = jnp.sum(rep_weight * rep)
+
+  share = _device_count(axis_name) / num_valid
+  loss = share * (ce_sum + lam * rep_sum)
+  aux = {
+      "gamma": gamma,
+      "s_bar": s_bar,
+      "margin_ce": jax.lax.stop_gradient(_global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name)
+                                         / num_valid),
+      "representation_margin": jax.lax.stop_gradient(_global_sum(rep_weight * rep, axis_name)
+                                                     / num_valid),
+  }
+  return loss, new_stats, aux

@@ -1,0 +1,97 @@
+"""Input checks shared by every public function of `mr2_jax` and `reweight_jax`.
+
+Shapes, ranks and dtypes are checked at trace time and raise an error that names the argument. Label
+*values* can only be checked when they are concrete: eagerly they raise `ValueError`; under `jit` or
+`pmap` they are checked by `jax.experimental.checkify` when the caller wraps the step with
+`checkify.checkify` (a no-op otherwise), and the functions also exclude out-of-range labels from every
+class statistic and give those examples a NaN loss, so a bad label is never silently clipped into a
+valid class (plain JAX indexing would clip it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+Array = Any
+
+
+def is_concrete(x: Array) -> bool:
+  """True when `x` holds values now (not a tracer under `jit`, `pmap` or `grad`)."""
+  return not isinstance(x, jax.core.Tracer)
+
+
+def check_num_classes(num_classes: int, name: str = "num_classes") -> int:
+  """Returns `num_classes` as an int; raises if it is not a positive integer."""
+  if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)):
+    raise TypeError(f"{name}: expected a Python int, got {type(num_classes).__name__}.")
+  if num_classes < 1:
+    raise ValueError(f"{name}: expected a positive number of classes, got {num_classes}.")
+  return int(num_classes)
+
+
+def check_labels(labels: Array, num_classes: int, name: str = "labels") -> jax.Array:
+  """Checks integer class labels of shape [batch] and returns the mask of in-range labels.
+
+  Raises `ValueError`/`TypeError` naming `name` for a wrong rank or dtype, and, when the values are
+  concrete, for any label outside [0, num_classes). Under tracing, the range check is a
+  `checkify.check(..., debug=True)`: active under `checkify.checkify`, free otherwise.
+  """
+  labels = jnp.asarray(labels)
+  if labels.ndim != 1:
+    raise ValueError(f"{name}: expected rank 1 [batch], got shape {labels.shape}.")
+  if not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise TypeError(f"{name}: expected an integer dtype, got {labels.dtype}.")
+  if is_concrete(labels):
+    values = np.asarray(labels)
+    if values.size and (values.min() < 0 or values.max() >= num_classes):
+      raise ValueError(
+          f"{name}: class labels must lie in [0, {num_classes}); got values from {values.min()} "
+          f"to {values.max()}.")
+  else:
+    checkify.check(
+        jnp.all((labels >= 0) & (labels < num_classes)),
+        f"{name}: class labels must lie in [0, {num_classes}); got values from {{lo}} to {{hi}}.",
+        lo=jnp.min(labels, initial=0), hi=jnp.max(labels, initial=0), debug=True)
+  return (labels >= 0) & (labels < num_classes)
+
+
+def check_floating(x: Array, rank: int, name: str) -> jax.Array:
+  """Checks that `x` is a floating-point array of the given rank; returns it as a jax array."""
+  x = jnp.asarray(x)
+  if x.ndim != rank:
+    raise ValueError(f"{name}: expected rank {rank}, got shape {x.shape}.")
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    raise TypeError(f"{name}: expected a floating dtype, got {x.dtype}.")
+  return x
+
+
+def check_batch_dim(x: Array, batch: int, name: str, labels_name: str = "labels") -> None:
+  """Raises if the leading dimension of `x` differs from the batch size of the labels."""
+  if x.shape[0] != batch:
+    raise ValueError(
+        f"{name}: leading dimension {x.shape[0]} does not match {labels_name} batch size {batch}.")
+
+
+def check_where(where: Array | None, batch: int, name: str = "where") -> jax.Array:
+  """Returns a boolean [batch] mask (all True when `where` is None); raises on a wrong shape."""
+  if where is None:
+    return jnp.ones((batch,), dtype=bool)
+  where = jnp.asarray(where)
+  if where.shape != (batch,):
+    raise ValueError(f"{name}: expected shape ({batch},) matching the labels, got {where.shape}.")
+  if where.dtype != jnp.bool_:
+    raise TypeError(f"{name}: expected a boolean mask, got {where.dtype}.")
+  return where
+
+
+def check_class_vector(x: Array, num_classes: int, name: str) -> jax.Array:
+  """Checks a floating per-class vector of shape [num_classes]."""
+  x = check_floating(x, 1, name)
+  if x.shape[0] != num_classes:
+    raise ValueError(f"{name}: expected shape ({num_classes},), got {x.shape}.")
+  return x
