@@ -38,9 +38,13 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
   seen = stats.seen
   cube_root = jnp.cbrt(jnp.maximum(stats.sq_mean_norm + stats.mean_sq_deviation, 0.0))
   cube_root = jnp.where(seen, cube_root, 0.0)
-  total = jnp.sum(cube_root)
+  # Relative to the largest class, so that equal statistics give ratios of exactly 1 and a sum of
+  # exactly K_seen: γ ≡ c̄ bit for bit, hence plain cross-entropy.
+  largest = jnp.max(cube_root)
+  ratio = cube_root / jnp.where(largest > 0, largest, 1.0)
+  total = jnp.sum(ratio)
   num_seen = jnp.sum(seen).astype(cube_root.dtype)
-  gamma = c_bar * num_seen * cube_root / jnp.where(total > 0, total, 1.0)
+  gamma = c_bar * (ratio * (num_seen / jnp.where(total > 0, total, 1.0)))
   gamma = jnp.maximum(gamma, min_margin * c_bar)
   return jnp.where(seen & (total > 0), gamma, jnp.asarray(c_bar, cube_root.dtype))
 

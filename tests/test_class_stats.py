@@ -1,0 +1,107 @@
+"""mr2_jax.class_stats against the float64 NumPy reference written from the MR2 spec."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import parameterized
+
+import mr2_jax
+from tests import cases
+from tests.reference import numpy_mr2 as ref
+
+RTOL = 1e-5
+
+
+def _stats(a, v, seen):
+  return mr2_jax.ClassStats(sq_mean_norm=jnp.asarray(a), mean_sq_deviation=jnp.asarray(v),
+                            seen=jnp.asarray(seen))
+
+
+class UpdateClassStatsTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True, with_pmap=True)
+  @parameterized.named_parameters(*[(c[0], *c[1:]) for c in cases.CASES])
+  def test_matches_reference(self, batch, num_classes, dim, pattern):
+    for p in (2.0, 5.0):
+      features, labels, _ = cases.make_case(0, batch, num_classes, dim, pattern)
+      rng = np.random.default_rng(1)
+      a, v, seen = cases.random_stats(rng, num_classes)
+      update = self.variant(lambda s, f, y: mr2_jax.update_class_stats(s, f, y, decay=0.8, p=p))
+      out = update(_stats(a, v, seen), features, labels)
+      a_ref, v_ref, seen_ref = ref.update_class_stats(a, v, seen, features, labels, 0.8, p)
+      np.testing.assert_allclose(out.sq_mean_norm, a_ref, rtol=RTOL, atol=1e-6)
+      np.testing.assert_allclose(out.mean_sq_deviation, v_ref, rtol=RTOL, atol=1e-6)
+      np.testing.assert_array_equal(out.seen, seen_ref)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_where_masks_padding(self):
+    features, labels, _ = cases.make_case(2, 16, 6, 4, "random")
+    where = np.arange(16) < 11
+    features[~where] = np.nan  # padding content must not matter
+    out = self.variant(lambda s, f, y, w: mr2_jax.update_class_stats(s, f, y, where=w))(
+        mr2_jax.init_class_stats(6), features, labels, where)
+    z = np.zeros(6)
+    a_ref, v_ref, seen_ref = ref.update_class_stats(z, z, np.zeros(6, bool), features, labels,
+                                                    0.9, 2.0, where=where)
+    np.testing.assert_allclose(out.sq_mean_norm, a_ref, rtol=RTOL)
+    np.testing.assert_allclose(out.mean_sq_deviation, v_ref, rtol=RTOL)
+    np.testing.assert_array_equal(out.seen, seen_ref)
+
+  def test_first_sighting_replaces_and_absent_classes_keep_values(self):
+    stats = _stats(np.array([5., 0., 7.], np.float32), np.array([1., 0., 2.], np.float32),
+                   np.array([True, False, True]))
+    features = np.array([[1., 0.], [3., 0.], [0., 2.]], np.float32)
+    out = mr2_jax.update_class_stats(stats, features, np.array([1, 1, 0]), decay=0.5)
+    # class 1 first seen: mean (2, 0) → a = 4, v = 1; class 0: a = 4, v = 0, EMA with 0.5.
+    np.testing.assert_allclose(out.sq_mean_norm, [4.5, 4.0, 7.0])
+    np.testing.assert_allclose(out.mean_sq_deviation, [0.5, 1.0, 2.0])
+    np.testing.assert_array_equal(out.seen, [True, True, True])
+
+  def test_p2_identity_a_plus_v_is_mean_sq_norm(self):
+    features, labels, _ = cases.make_case(3, 40, 4, 6, "random")
+    out = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels)
+    for k in range(4):
+      expected = np.mean(np.sum(features[labels == k].astype(np.float64) ** 2, -1))
+      np.testing.assert_allclose(out.sq_mean_norm[k] + out.mean_sq_deviation[k], expected,
+                                 rtol=RTOL)
+
+  def test_no_gradient_into_statistics(self):
+    features, labels, _ = cases.make_case(4, 12, 3, 4, "random")
+
+    def total(f):
+      s = mr2_jax.update_class_stats(mr2_jax.init_class_stats(3), f, labels)
+      return jnp.sum(s.sq_mean_norm) + jnp.sum(s.mean_sq_deviation)
+
+    np.testing.assert_array_equal(jax.grad(total)(features), np.zeros_like(features))
+
+  def test_nan_row_leaves_other_classes_unchanged(self):
+    features, labels, _ = cases.make_case(5, 12, 4, 3, "random")
+    labels[:4] = [0, 1, 2, 3]
+    clean = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels)
+    features[0] = np.nan  # a class-0 row
+    dirty = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels)
+    np.testing.assert_array_equal(dirty.sq_mean_norm[1:], clean.sq_mean_norm[1:])
+    np.testing.assert_array_equal(dirty.mean_sq_deviation[1:], clean.mean_sq_deviation[1:])
+    self.assertTrue(np.isnan(dirty.sq_mean_norm[0]))
+
+  def test_large_norm_features_stay_accurate(self):
+    features, labels, _ = cases.make_case(6, 32, 4, 8, "random", scale=1e3)
+    features += 1e4  # a large common offset: the two-pass deviation must not cancel
+    out = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels)
+    z = np.zeros(4)
+    _, v_ref, _ = ref.update_class_stats(z, z, np.zeros(4, bool), features, labels, 0.9, 2.0)
+    np.testing.assert_allclose(out.mean_sq_deviation, v_ref, rtol=1e-4)
+    chex.assert_tree_all_finite(out)
+
+
+class LpNormTest(parameterized.TestCase):
+
+  @parameterized.parameters(2.0, 3.0, 5.0)
+  def test_matches_reference(self, p):
+    x = np.random.default_rng(0).normal(size=(7, 9)).astype(np.float32) * 50
+    np.testing.assert_allclose(mr2_jax.lp_sq_norm(x, p), ref.lp_sq_norm(x, p), rtol=RTOL)
+
+  def test_no_overflow_for_large_p_and_values(self):
+    x = np.full((2, 4), 1e8, np.float32)
+    chex.assert_tree_all_finite(mr2_jax.lp_sq_norm(x, 5.0))

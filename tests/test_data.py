@@ -1,0 +1,384 @@
+"""Tests for experiments/data.py: sources, long-tailed subsets, batch iterators, augmentation."""
+
+import importlib.util
+import io
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from experiments import data
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+# The published CIFAR-10-LT class sizes (Cui et al. 2019; Cao et al. 2019) for n_max = 5000.
+CIFAR10_LT_COUNTS = {
+    10: [5000, 3871, 2997, 2320, 1796, 1391, 1077, 834, 645, 500],
+    100: [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50],
+}
+
+
+def balanced_labels(per_class=5000, num_classes=10, seed=0):
+  return np.random.default_rng(seed).permutation(np.repeat(np.arange(num_classes), per_class))
+
+
+def indexed_split(num_examples, num_classes=4, channels=1):
+  """Image i is filled with the value i (< 256), so a batch tells which examples it holds."""
+  images = np.broadcast_to(np.arange(num_examples, dtype=np.uint8)[:, None, None, None],
+                           (num_examples, 2, 2, channels)).copy()
+  labels = (np.arange(num_examples) % num_classes).astype(np.int32)
+  return data.Split(images, labels, num_classes, tuple(map(str, range(num_classes))))
+
+
+def example_ids(batch_images):
+  """Inverts `normalize` for the default constants (mean = std = 0.5) of an unnamed split."""
+  pixels = np.rint((batch_images * 0.5 + 0.5) * 255).astype(np.int64)
+  assert (pixels == pixels[:, :1, :1, :1]).all()
+  return pixels[:, 0, 0, 0]
+
+
+def random_split(num_examples=64, size=8, seed=0, name=""):
+  rng = np.random.default_rng(seed)
+  images = rng.integers(0, 256, (num_examples, size, size, 3), dtype=np.uint8)
+  labels = rng.integers(0, 10, num_examples).astype(np.int32)
+  return data.Split(images, labels, 10, tuple(map(str, range(10))), name)
+
+
+def jpeg_bytes(seed=0):
+  pixels = np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+  buffer = io.BytesIO()
+  Image.fromarray(pixels).save(buffer, format="JPEG")
+  return buffer.getvalue()
+
+
+def write_jpeg_npz(path, encoded_images):
+  offsets = np.cumsum([0] + [len(e) for e in encoded_images]).astype(np.int64)
+  jpeg = np.frombuffer(b"".join(encoded_images), np.uint8)
+  np.savez(path, jpeg=jpeg, offsets=offsets, labels=np.zeros(len(encoded_images), np.int32))
+
+
+# --- Long-tailed subsets ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("imbalance_factor", [10, 100])
+def test_long_tail_counts_follow_formula(imbalance_factor):
+  labels = balanced_labels()
+  kept = data.long_tail_indices(labels, 10, imbalance_factor, seed=0)
+  counts = np.bincount(labels[kept], minlength=10)
+  np.testing.assert_array_equal(counts, CIFAR10_LT_COUNTS[imbalance_factor])
+  formula = 5000 * float(imbalance_factor) ** (-np.arange(10) / 9)
+  assert np.all((counts <= formula + 1e-6) & (counts > formula - 1))
+  assert len(np.unique(kept)) == len(kept) and np.all(np.diff(kept) > 0)
+
+
+def test_long_tail_uses_the_largest_class_as_n_max_and_caps_at_availability():
+  labels = np.concatenate([np.zeros(30, int), np.ones(100, int), np.full(5, 2)])
+  counts = np.bincount(labels[data.long_tail_indices(labels, 3, 4.0, seed=0)], minlength=3)
+  # n_max = 100: class 0 → min(100, 30), class 1 → ⌊100 / 2⌋, class 2 → min(25, 5).
+  np.testing.assert_array_equal(counts, [30, 50, 5])
+
+
+def test_long_tail_is_deterministic_per_seed():
+  labels = balanced_labels()
+  first = data.long_tail_indices(labels, 10, 100, seed=1)
+  np.testing.assert_array_equal(first, data.long_tail_indices(labels, 10, 100, seed=1))
+  other = data.long_tail_indices(labels, 10, 100, seed=2)
+  assert not np.array_equal(first, other)
+  np.testing.assert_array_equal(np.bincount(labels[first]), np.bincount(labels[other]))
+
+
+def test_imbalance_factor_one_keeps_everything():
+  labels = balanced_labels(per_class=50)
+  np.testing.assert_array_equal(data.long_tail_indices(labels, 10, 1, seed=0),
+                                np.arange(len(labels)))
+
+
+@pytest.mark.parametrize("imbalance_factor", [0.5, 0.0, -3.0, float("nan")])
+def test_imbalance_factor_below_one_raises(imbalance_factor):
+  with pytest.raises(data.DataError, match="imbalance_factor"):
+    data.long_tail_indices(balanced_labels(per_class=10), 10, imbalance_factor, seed=0)
+
+
+def test_validation_split_is_stratified_and_disjoint():
+  split = indexed_split(200, num_classes=4)
+  split = split.subset(data.long_tail_indices(split.labels, 4, 10, seed=0))  # 50, 23, 10, 5.
+  train, val = data.validation_split(split, 0.2, seed=0)
+  np.testing.assert_array_equal(val.class_counts, [10, 5, 2, 1])
+  np.testing.assert_array_equal(train.class_counts + val.class_counts, split.class_counts)
+  train_ids, val_ids = example_ids(data.normalize(train.images, "")), example_ids(
+      data.normalize(val.images, ""))
+  assert not set(train_ids) & set(val_ids)
+  assert set(train_ids) | set(val_ids) == set(example_ids(data.normalize(split.images, "")))
+  again, _ = data.validation_split(split, 0.2, seed=0)
+  np.testing.assert_array_equal(again.images, train.images)
+  with pytest.raises(data.DataError, match="fraction"):
+    data.validation_split(split, 1.0, seed=0)
+
+
+def test_many_medium_few():
+  groups = data.many_medium_few(np.array([5000, 101, 100, 20, 19, 0]))
+  np.testing.assert_array_equal(groups, [0, 0, 1, 1, 2, 2])
+  np.testing.assert_array_equal(data.many_medium_few([50, 10], many=40, few=11), [0, 2])
+
+
+# --- Training and evaluation batches -------------------------------------------------------------
+
+
+def collect_ids(split, batch_size, **kwargs):
+  batches = list(data.train_batches(split, batch_size, augment=False, **kwargs))
+  for batch in batches:
+    assert batch["image"].shape == (batch_size, 2, 2, 1) and batch["image"].dtype == np.float32
+    assert batch["label"].shape == (batch_size,) and batch["label"].dtype == np.int32
+  ids = np.concatenate([example_ids(b["image"]) for b in batches])
+  np.testing.assert_array_equal(np.concatenate([b["label"] for b in batches]),
+                                split.labels[ids])
+  return ids, len(batches)
+
+
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_train_batches_shard_the_epoch_permutation_over_processes(epoch):
+  split, batch_size = indexed_split(103), 8
+  steps = data.steps_per_epoch(split, batch_size, process_count=2)
+  assert steps == 6  # ⌊⌊103 / 2⌋ / 8⌋
+  shards = [collect_ids(split, batch_size, seed=3, epoch=epoch, process_index=p, process_count=2)
+            for p in range(2)]
+  assert [num_batches for _, num_batches in shards] == [steps, steps]
+  (ids0, _), (ids1, _) = shards
+  assert not set(ids0) & set(ids1)
+  permutation = np.random.default_rng([3, epoch]).permutation(103)
+  used = permutation[:steps * batch_size * 2]
+  np.testing.assert_array_equal(ids0, used[0::2])
+  np.testing.assert_array_equal(ids1, used[1::2])
+  assert set(ids0) | set(ids1) == set(used)
+
+
+def test_train_batches_single_process_covers_each_kept_index_once_and_reshuffle_per_epoch():
+  split = indexed_split(100)
+  ids0, steps = collect_ids(split, 16, seed=0, epoch=0)
+  assert steps == 6 and len(set(ids0)) == 96 == len(ids0)
+  ids0_again, _ = collect_ids(split, 16, seed=0, epoch=0)
+  np.testing.assert_array_equal(ids0, ids0_again)
+  ids1, _ = collect_ids(split, 16, seed=0, epoch=1)
+  assert not np.array_equal(ids0, ids1)
+
+
+def test_start_batch_resumes_exactly():
+  split = random_split(100)
+  kwargs = dict(seed=5, epoch=2, augment=True, process_index=1, process_count=2)
+  full = list(data.train_batches(split, 8, **kwargs))
+  resumed = list(data.train_batches(split, 8, start_batch=4, **kwargs))
+  assert len(full) == 6 and len(resumed) == 2
+  for expected, actual in zip(full[4:], resumed):
+    np.testing.assert_array_equal(expected["image"], actual["image"])
+    np.testing.assert_array_equal(expected["label"], actual["label"])
+
+
+def test_train_batches_reject_bad_arguments():
+  split = indexed_split(10)
+  with pytest.raises(data.DataError, match="batch"):
+    list(data.train_batches(split, 16, seed=0, epoch=0, augment=False))
+  with pytest.raises(data.DataError, match="process_index"):
+    list(data.train_batches(split, 2, seed=0, epoch=0, augment=False, process_index=2,
+                            process_count=2))
+  with pytest.raises(data.DataError, match="start_batch"):
+    list(data.train_batches(split, 2, seed=0, epoch=0, augment=False, start_batch=6))
+
+
+def test_eval_batches_cover_every_example_once_in_order_with_mask():
+  split = indexed_split(103)
+  batches = list(data.eval_batches(split, 8))
+  assert len(batches) == 13
+  for batch in batches:
+    assert batch["image"].shape == (8, 2, 2, 1) and batch["mask"].dtype == np.bool_
+    assert batch["label"].shape == (8,) and batch["mask"].shape == (8,)
+  mask = np.concatenate([b["mask"] for b in batches])
+  assert mask.sum() == 103 and mask[:103].all() and not mask[103:].any()
+  ids = np.concatenate([example_ids(b["image"]) for b in batches])[mask]
+  np.testing.assert_array_equal(ids, np.arange(103))
+  np.testing.assert_array_equal(np.concatenate([b["label"] for b in batches])[mask], split.labels)
+  assert all(b["mask"].all() for b in data.eval_batches(indexed_split(16), 8))
+
+
+# --- Augmentation ---------------------------------------------------------------------------------
+
+
+def test_random_crop_flip_is_a_padded_crop_or_its_mirror():
+  images = random_split(64).images
+  augmented = data.random_crop_flip(images, np.random.default_rng(0))
+  assert augmented.shape == images.shape and augmented.dtype == np.uint8
+  padded = np.pad(images, ((0, 0), (4, 4), (4, 4), (0, 0)))
+  flips, offsets = [], set()
+  for image, out in zip(padded, augmented):
+    matches = [(top, left, flip) for top in range(9) for left in range(9) for flip in (0, 1)
+               if np.array_equal(out, (lambda c: c[:, ::-1] if flip else c)(
+                   image[top:top + 8, left:left + 8]))]
+    assert matches, "augmented image is not a crop of the padded image"
+    flips.append(matches[0][2])
+    offsets.add(matches[0][:2])
+  assert 0 < sum(flips) < 64 and len(offsets) > 10
+
+
+def test_augmentation_is_deterministic_per_seed_epoch_batch_and_changes_images():
+  split = random_split(64, size=32, name="cifar10_jpeg")
+
+  def batches(seed, epoch, augment):
+    return list(data.train_batches(split, 16, seed=seed, epoch=epoch, augment=augment))
+
+  augmented = batches(0, 0, True)
+  plain = batches(0, 0, False)
+  for a, b, p in zip(augmented, batches(0, 0, True), plain):
+    assert a["image"].shape == p["image"].shape == (16, 32, 32, 3)
+    np.testing.assert_array_equal(a["image"], b["image"])
+    np.testing.assert_array_equal(a["label"], p["label"])
+    assert not np.array_equal(a["image"], p["image"])
+  # Two batches of one epoch draw different crops: same images in both slots → different outputs.
+  rng_batch0 = np.random.default_rng([0, 0, 0, 0])
+  rng_batch1 = np.random.default_rng([0, 0, 1, 0])
+  images = split.images[:16]
+  assert not np.array_equal(data.random_crop_flip(images, rng_batch0),
+                            data.random_crop_flip(images, rng_batch1))
+  assert not np.array_equal(batches(1, 0, True)[0]["image"], augmented[0]["image"])
+
+
+def test_normalize_uses_dataset_constants():
+  np.testing.assert_allclose(data.normalize(np.full((1, 1, 1, 1), 255, np.uint8), "mnist"),
+                             (1 - 0.1307) / 0.3081, rtol=1e-6)
+  cifar = data.normalize(np.zeros((1, 1, 1, 3), np.uint8), "tfds:cifar10")
+  np.testing.assert_allclose(cifar[0, 0, 0], -np.array([0.4914, 0.4822, 0.4465]) /
+                             np.array([0.2470, 0.2435, 0.2616]), rtol=1e-6)
+  assert data.normalize(np.zeros((1, 1, 1, 3), np.uint8), "cifar10_jpeg").dtype == np.float32
+
+
+# --- Sources ----------------------------------------------------------------------------------------
+
+
+def test_digits_load_without_external_files():
+  train, test = data.load_split("digits", "train"), data.load_split("digits", "test")
+  assert train.images.shape == (1198, 8, 8, 1) and test.images.shape == (599, 8, 8, 1)
+  assert train.images.dtype == np.uint8 and train.images.max() == 255
+  assert train.num_classes == 10 and len(train.class_names) == 10
+  assert np.abs(test.class_counts - 59.9).max() <= 2  # Stratified: 1/3 of each class.
+  np.testing.assert_array_equal(data.load_split("digits", "test").images, test.images)
+  rows = {r.tobytes() for r in train.images}
+  assert sum(r.tobytes() in rows for r in test.images) < 10  # Disjoint up to duplicate images.
+
+
+def test_source_errors_are_data_errors(tmp_path):
+  with pytest.raises(data.DataError, match="unknown dataset 'imagenet'"):
+    data.load_split("imagenet", "train")
+  with pytest.raises(data.DataError, match="unknown split 'validation'"):
+    data.load_split("digits", "validation")
+  with pytest.raises(data.DataError, match="needs data_dir"):
+    data.load_split("mnist", "train")
+  with pytest.raises(data.DataError, match="not found.*no_such_folder"):
+    data.load_split("cifar10_jpeg", "train", tmp_path / "no_such_folder")
+  with pytest.raises(data.DataError, match="test.npz"):
+    data.load_split("mnist", "test", tmp_path)
+  (tmp_path / "train.npz").write_bytes(b"not a zip file")
+  with pytest.raises(data.DataError, match="cannot read"):
+    data.load_split("mnist", "train", tmp_path)
+
+
+def test_corrupt_jpeg_names_the_index(tmp_path, monkeypatch):
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  write_jpeg_npz(tmp_path / "train.npz", [jpeg_bytes(0), jpeg_bytes(1), b"\xff\xd8garbage bytes"])
+  with pytest.raises(data.DataError, match=r"corrupt JPEG at index 2 in .*train\.npz") as error:
+    data.load_split("cifar10_jpeg", "train", tmp_path)
+  assert "\n" not in str(error.value)
+  truncated = jpeg_bytes(2)[:200]
+  write_jpeg_npz(tmp_path / "test.npz", [truncated, jpeg_bytes(0)])
+  with pytest.raises(data.DataError, match="index 0"):
+    data.load_split("cifar10_jpeg", "test", tmp_path)
+
+
+def test_jpeg_decode_is_cached_by_file_size_and_mtime(tmp_path, monkeypatch):
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  folder = tmp_path / "cifar"
+  folder.mkdir()
+  write_jpeg_npz(folder / "train.npz", [jpeg_bytes(0), jpeg_bytes(1)])
+  first = data.load_split("cifar10_jpeg", "train", folder)
+  assert first.images.shape == (2, 32, 32, 3)
+  assert len(list((tmp_path / "cache").glob("*.npy"))) == 1
+
+  def no_decoding(*args, **kwargs):
+    raise AssertionError("decoded although a cache entry exists")
+
+  monkeypatch.setattr(data, "decode_jpegs", no_decoding)
+  np.testing.assert_array_equal(data.load_split("cifar10_jpeg", "train", folder).images,
+                                first.images)
+  monkeypatch.undo()
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  write_jpeg_npz(folder / "train.npz", [jpeg_bytes(2), jpeg_bytes(3), jpeg_bytes(4)])
+  assert data.load_split("cifar10_jpeg", "train", folder).images.shape == (3, 32, 32, 3)
+
+
+def shared_folder(name):
+  folder = SHARED_DATA / name
+  if not folder.is_dir():
+    pytest.skip(f"shared data not found at {folder} (expected ../shared/data/{name} "
+                f"next to the repository)")
+  return folder
+
+
+def test_mnist_loads_from_shared_data():
+  test = data.load_split("mnist", "test", shared_folder("mnist"))
+  assert test.images.shape == (10000, 28, 28, 1) and test.images.dtype == np.uint8
+  assert test.labels.dtype == np.int32 and test.class_counts.sum() == 10000
+  np.testing.assert_array_equal(test.class_counts,
+                                [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
+
+
+def test_cifar10_jpeg_loads_from_shared_data(tmp_path, monkeypatch):
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path))
+  folder = shared_folder("cifar10_jpeg")
+  test = data.load_split("cifar10_jpeg", "test", folder)
+  assert test.images.shape == (10000, 32, 32, 3) and test.images.dtype == np.uint8
+  np.testing.assert_array_equal(test.class_counts, np.full(10, 1000))
+  assert test.class_names[0] == "airplane" and test.class_names[9] == "truck"
+  with np.load(folder / "test.npz") as npz:
+    start, stop = npz["offsets"][1234:1236]
+    encoded = npz["jpeg"][start:stop].tobytes()
+  np.testing.assert_array_equal(test.images[1234], np.asarray(Image.open(io.BytesIO(encoded))))
+  assert len(list(tmp_path.glob("cifar10_jpeg-test-*.npy"))) == 1
+
+
+def test_tfds_source_with_mock_data_without_tensorflow():
+  tfds = pytest.importorskip("tensorflow_datasets")
+  with tfds.testing.mock_data(num_examples=12):
+    cifar = data.load_split("tfds:cifar10", "train")
+    mnist = data.load_split("tfds:mnist", "test")
+  assert cifar.images.shape == (12, 32, 32, 3) and cifar.images.dtype == np.uint8
+  assert cifar.num_classes == 10 and cifar.labels.dtype == np.int32
+  assert mnist.images.shape == (12, 28, 28, 1)
+  batch = next(data.train_batches(cifar, 4, seed=0, epoch=0, augment=True))
+  assert batch["image"].shape == (4, 32, 32, 3)
+  if importlib.util.find_spec("tensorflow") is None:
+    assert "tensorflow" not in sys.modules
+  with pytest.raises(data.DataError, match="not_a_tfds_dataset"):
+    data.load_split("tfds:not_a_tfds_dataset", "train")
+
+
+# --- Utilities --------------------------------------------------------------------------------------
+
+
+def test_prefetch_preserves_order_and_reraises():
+  assert list(data.prefetch(iter(range(50)), size=3)) == list(range(50))
+
+  def failing():
+    yield 1
+    raise RuntimeError("producer failed")
+
+  stream = data.prefetch(failing())
+  assert next(stream) == 1
+  with pytest.raises(RuntimeError, match="producer failed"):
+    next(stream)
+  endless = data.prefetch(iter(lambda: 0, 1))
+  assert next(endless) == 0
+  endless.close()  # Stops the producer instead of hanging.
+
+
+def test_measure_throughput_on_digits():
+  assert data.measure_throughput(data.load_split("digits", "train"), 64, True, 20) > 0

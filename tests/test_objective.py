@@ -1,0 +1,129 @@
+"""mr2_jax.mr2_loss: the whole objective against the NumPy reference, and data-parallel exactness."""
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import parameterized
+
+import mr2_jax
+from tests import cases
+from tests.reference import numpy_mr2 as ref
+
+RTOL = 1e-5
+NUM_DEVICES = 8
+
+
+def _stats(a, v, seen):
+  return mr2_jax.ClassStats(sq_mean_norm=jnp.asarray(a), mean_sq_deviation=jnp.asarray(v),
+                            seen=jnp.asarray(seen))
+
+
+class Mr2LossTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True, with_pmap=True)
+  @parameterized.named_parameters(*[(c[0], *c[1:]) for c in cases.CASES])
+  def test_matches_reference(self, batch, num_classes, dim, pattern):
+    features, labels, logits = cases.make_case(0, batch, num_classes, dim, pattern)
+    a, v, seen = cases.random_stats(np.random.default_rng(1), num_classes)
+    for form, reference in (("paper", ref.mr2_objective_paper),
+                            ("released", ref.mr2_objective_released)):
+      loss, stats, aux = self.variant(
+          lambda z, f, y, s: mr2_jax.mr2_loss(z, f, y, s, lam=0.3, decay=0.7, form=form))(
+              logits, features, labels, _stats(a, v, seen))
+      r_loss, r_a, r_v, r_seen, r_gamma, r_sbar = reference(
+          logits, features, labels, a, v, seen, lam=0.3, decay=0.7)
+      np.testing.assert_allclose(loss, r_loss, rtol=RTOL)
+      np.testing.assert_allclose(stats.sq_mean_norm, r_a, rtol=RTOL, atol=1e-6)
+      np.testing.assert_allclose(stats.mean_sq_deviation, r_v, rtol=RTOL, atol=1e-6)
+      np.testing.assert_array_equal(stats.seen, r_seen)
+      np.testing.assert_allclose(aux["gamma"], r_gamma, rtol=RTOL)
+      np.testing.assert_allclose(aux["s_bar"], r_sbar, rtol=RTOL)
+      np.testing.assert_allclose(aux["margin_ce"] + 0.3 * aux["representation_margin"], r_loss,
+                                 rtol=RTOL)
+
+  def test_lambda_zero_equal_stats_is_plain_cross_entropy(self):
+    # One class, so every seen class has the same statistics: γ ≡ 1 and the loss is exactly CE.
+    features, labels, logits = cases.make_case(1, 12, 5, 4, "one_class")
+    loss, _, aux = mr2_jax.mr2_loss(logits, features, labels, mr2_jax.init_class_stats(5), lam=0.0)
+    ce = -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1)[:, 0]
+    np.testing.assert_array_equal(aux["gamma"], np.ones(5, np.float32))
+    np.testing.assert_allclose(loss, jnp.mean(ce), rtol=1e-7)
+
+  def test_bad_input(self):
+    features, labels, logits = cases.make_case(2, 6, 3, 4, "random")
+    stats = mr2_jax.init_class_stats(3)
+    with self.assertRaisesRegex(ValueError, "form"):
+      mr2_jax.mr2_loss(logits, features, labels, stats, form="nope")
+    with self.assertRaisesRegex(ValueError, "stats: has 4 classes"):
+      mr2_jax.mr2_loss(logits, features, labels, mr2_jax.init_class_stats(4))
+    with self.assertRaisesRegex(ValueError, "labels"):
+      mr2_jax.mr2_loss(logits, features, np.array([0, 1, 2, 3, 0, 1]), stats)
+    with self.assertRaisesRegex(ValueError, "features: leading dimension"):
+      mr2_jax.mr2_loss(logits, features[:5], labels, stats)
+    with self.assertRaisesRegex(TypeError, "features: expected a floating"):
+      mr2_jax.mr2_loss(logits, features.astype(np.int32), labels, stats)
+    with self.assertRaisesRegex(ValueError, "decay"):
+      mr2_jax.mr2_loss(logits, features, labels, stats, decay=1.0)
+
+  def test_out_of_range_label_under_jit_gives_nan_loss(self):
+    features, labels, logits = cases.make_case(2, 6, 3, 4, "random")
+    labels[2] = 3
+    loss, _, _ = jax.jit(mr2_jax.mr2_loss)(logits, features, labels, mr2_jax.init_class_stats(3))
+    self.assertTrue(np.isnan(loss))
+
+
+def _model(params, x):
+  features = jnp.tanh(x @ params["encoder"])
+  return features @ params["head"], features
+
+
+class DataParallelTest(parameterized.TestCase):
+  """pmap over 8 fake CPU devices equals one device on the concatenated batch."""
+
+  @parameterized.named_parameters(
+      ("k_le_global_batch_paper", 6, 4, "paper", False),
+      ("k_gt_global_batch_paper", 50, 2, "paper", False),
+      ("k_gt_global_batch_released", 50, 2, "released", False),
+      ("padding_mask", 6, 4, "paper", True),
+  )
+  def test_pmap_equals_single_device(self, num_classes, local_batch, form, use_where):
+    self.assertEqual(jax.local_device_count(), NUM_DEVICES)
+    rng = np.random.default_rng(0)
+    global_batch = NUM_DEVICES * local_batch
+    x = rng.normal(size=(global_batch, 5)).astype(np.float32)
+    labels = rng.integers(0, min(num_classes, 7), global_batch).astype(np.int32)
+    labels[:3] = 0  # make sure some class spans devices
+    where = rng.random(global_batch) < 0.7 if use_where else np.ones(global_batch, bool)
+    params = {"encoder": rng.normal(size=(5, 3)).astype(np.float32),
+              "head": rng.normal(size=(3, num_classes)).astype(np.float32)}
+    a, v, seen = cases.random_stats(rng, num_classes)
+    stats = _stats(a, v, seen)
+
+    def loss_fn(params, x, y, w, stats, axis_name):
+      logits, features = _model(params, x)
+      loss, new_stats, aux = mr2_jax.mr2_loss(logits, features, y, stats, form=form,
+                                              axis_name=axis_name, where=w)
+      return loss, (new_stats, aux)
+
+    single = jax.jit(jax.value_and_grad(functools.partial(loss_fn, axis_name=None), has_aux=True))
+    (loss_1, (stats_1, aux_1)), grad_1 = single(params, x, labels, where, stats)
+
+    @functools.partial(jax.pmap, axis_name="batch", in_axes=(None, 0, 0, 0, None))
+    def parallel(params, x, y, w, stats):
+      (loss, (new_stats, aux)), grad = jax.value_and_grad(
+          functools.partial(loss_fn, axis_name="batch"), has_aux=True)(params, x, y, w, stats)
+      return jax.lax.pmean(loss, "batch"), new_stats, aux, jax.lax.pmean(grad, "batch")
+
+    shard = lambda t: t.reshape(NUM_DEVICES, local_batch, *t.shape[1:])
+    loss_n, stats_n, aux_n, grad_n = parallel(params, shard(x), shard(labels), shard(where), stats)
+    # f32 sums in a different order (psum of per-device partial sums): a few ulps.
+    tol = dict(rtol=2e-5, atol=1e-6)
+    for device in range(NUM_DEVICES):
+      take = lambda t: jax.tree.map(lambda leaf: leaf[device], t)
+      np.testing.assert_allclose(loss_n[device], loss_1, **tol)
+      chex.assert_trees_all_close(take(stats_n), stats_1, **tol)
+      chex.assert_trees_all_close(take(aux_n), aux_1, **tol)
+      chex.assert_trees_all_close(take(grad_n), grad_1, **tol)

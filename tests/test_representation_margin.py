@@ -1,0 +1,84 @@
+"""mr2_jax.representation_margin against the float64 NumPy reference written from the MR2 spec."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import parameterized
+
+import mr2_jax
+from tests import cases
+from tests.reference import numpy_mr2 as ref
+
+RTOL = 1e-5
+
+
+class RepresentationMarginTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True, with_pmap=True)
+  @parameterized.named_parameters(*[(c[0], *c[1:]) for c in cases.CASES])
+  def test_matches_reference(self, batch, num_classes, dim, pattern):
+    features, labels, _ = cases.make_case(0, batch, num_classes, dim, pattern)
+    for s_bar, tau in ((0.0, 1.0), (2.5, 1.0), (1.0, 10.0 * dim)):
+      out = self.variant(lambda f, y: mr2_jax.representation_margin_loss(
+          f, y, s_bar, temperature=tau, num_classes=num_classes))(features, labels)
+      expected = ref.representation_margin_loss(features, labels, s_bar, tau)
+      np.testing.assert_allclose(out, expected, rtol=RTOL, atol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_where_masks_anchors_and_positives(self):
+    features, labels, _ = cases.make_case(1, 16, 3, 4, "random")
+    where = np.arange(16) % 4 != 0
+    features[~where] = 1e6
+    out = self.variant(lambda f, y, w: mr2_jax.representation_margin_loss(f, y, 1.0, where=w))(
+        features, labels, where)
+    np.testing.assert_allclose(
+        out, ref.representation_margin_loss(features, labels, 1.0, 1.0, where=where),
+        rtol=RTOL, atol=1e-6)
+
+  def test_gradient_matches_reference_finite_differences(self):
+    features, labels, _ = cases.make_case(2, 8, 2, 3, "random")
+    grad = jax.grad(lambda f: jnp.sum(mr2_jax.representation_margin_loss(f, labels, 0.7)))(features)
+    f64, eps = features.astype(np.float64), 1e-6
+    numeric = np.zeros_like(f64)
+    for idx in np.ndindex(*f64.shape):
+      up, down = f64.copy(), f64.copy()
+      up[idx] += eps
+      down[idx] -= eps
+      numeric[idx] = (ref.representation_margin_loss(up, labels, 0.7).sum()
+                      - ref.representation_margin_loss(down, labels, 0.7).sum()) / (2 * eps)
+    np.testing.assert_allclose(grad, numeric, rtol=2e-3, atol=1e-4)
+
+  def test_anchor_without_positive_is_zero(self):
+    features = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    out = mr2_jax.representation_margin_loss(features, np.array([0, 1, 2, 3]), 0.0)
+    np.testing.assert_array_equal(out, np.zeros(4, np.float32))
+
+  def test_finite_value_and_gradient_for_norm_1e3(self):
+    rng = np.random.default_rng(3)
+    features = rng.normal(size=(12, 16))
+    features = (1e3 * features / np.linalg.norm(features, axis=1, keepdims=True)).astype(np.float32)
+    labels = np.array([0, 1, 2] * 4)
+    loss_fn = lambda f: jnp.mean(mr2_jax.representation_margin_loss(f, labels, 0.0, temperature=1.0))
+    value, grad = jax.value_and_grad(loss_fn)(features)
+    chex.assert_tree_all_finite((value, grad))
+    expected = ref.representation_margin_loss(features, labels, 0.0, 1.0).mean()
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+
+  def test_s_bar_is_mean_over_seen(self):
+    stats = mr2_jax.ClassStats(sq_mean_norm=jnp.zeros(4), mean_sq_deviation=jnp.array([1., 2., 9., 3.]),
+                               seen=jnp.array([True, True, False, True]))
+    np.testing.assert_allclose(mr2_jax.mean_class_deviation(stats), 2.0)
+    self.assertEqual(float(mr2_jax.mean_class_deviation(mr2_jax.init_class_stats(3))), 0.0)
+
+  def test_bad_input(self):
+    with self.assertRaisesRegex(TypeError, "features: expected a floating"):
+      mr2_jax.representation_margin_loss(jnp.zeros((2, 3), int), jnp.array([0, 1]), 0.0)
+    with self.assertRaisesRegex(ValueError, "features: leading dimension"):
+      mr2_jax.representation_margin_loss(jnp.zeros((3, 3)), jnp.array([0, 1]), 0.0)
+    with self.assertRaisesRegex(ValueError, "labels"):
+      mr2_jax.representation_margin_loss(jnp.zeros((2, 3)), jnp.array([0, 5]), 0.0, num_classes=3)
+    with self.assertRaisesRegex(ValueError, "s_bar: expected a scalar"):
+      mr2_jax.representation_margin_loss(jnp.zeros((2, 3)), jnp.array([0, 1]), jnp.ones(2))
+    with self.assertRaisesRegex(ValueError, "temperature"):
+      mr2_jax.representation_margin_loss(jnp.zeros((2, 3)), jnp.array([0, 1]), 0.0, temperature=0.)
