@@ -41,8 +41,9 @@ class ClassStats:
 def init_class_stats(num_classes: int) -> ClassStats:
   """Empty statistics for K classes: A = V = 0, nothing seen."""
   num_classes = validation.check_num_classes(num_classes)
-  zeros = jnp.zeros((num_classes,), jnp.float32)
-  return ClassStats(sq_mean_norm=zeros, mean_sq_deviation=zeros,
+  # Separate buffers, so that a train state holding them can be donated to a jitted step.
+  return ClassStats(sq_mean_norm=jnp.zeros((num_classes,), jnp.float32),
+                    mean_sq_deviation=jnp.zeros((num_classes,), jnp.float32),
                     seen=jnp.zeros((num_classes,), bool))
 
 

@@ -30,6 +30,7 @@ def _global_sum(x: Array, axis_name: str | None) -> jax.Array:
 
 def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *,
              lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, form: str = "paper",
+             uniform_margin: bool = False,
              p: float | None = None, temperature: float | None = None,
              axis_name: str | None = None, where: Array | None = None
              ) -> tuple[jax.Array, ClassStats, dict[str, jax.Array]]:
@@ -58,6 +59,8 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
     c_bar: mean margin c̄.
     decay: EMA decay of the statistics.
     form: 'paper' or 'released'.
+    uniform_margin: ablation: γ_k ≡ c̄ for every class instead of the statistics' margins (with
+      c̄ = 1 and λ > 0 this is the ℓ_s̄-only ablation; the statistics are still tracked).
     p: norm order of the statistics (default 2 for 'paper', 5 for 'released').
     temperature: τ (default 1 for 'paper', 10·d for 'released').
     axis_name: data-parallel axis name, or None.
@@ -85,6 +88,8 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
   new_stats = class_stats_lib.update_class_stats(
       stats, features, labels, decay=decay, p=p, axis_name=axis_name, where=where)
   gamma = margins.class_margins(new_stats, c_bar)
+  if uniform_margin:
+    gamma = jnp.full_like(gamma, c_bar)
   s_bar = rep_margin.mean_class_deviation(new_stats)
 
   margin_ce = margins.margin_cross_entropy(logits, labels, gamma)

@@ -52,6 +52,15 @@ class Mr2LossTest(chex.TestCase):
     np.testing.assert_array_equal(aux["gamma"], np.ones(5, np.float32))
     np.testing.assert_allclose(loss, jnp.mean(ce), rtol=1e-7)
 
+  def test_uniform_margin_ablation_uses_c_bar(self):
+    features, labels, logits = cases.make_case(3, 12, 4, 3, "random")
+    stats = mr2_jax.init_class_stats(4)
+    loss, _, aux = mr2_jax.mr2_loss(logits, features, labels, stats, c_bar=2.0, uniform_margin=True)
+    np.testing.assert_array_equal(aux["gamma"], np.full(4, 2.0, np.float32))
+    ce = ref.margin_cross_entropy(logits, labels, np.full(4, 2.0)).mean()
+    rep = ref.representation_margin_loss(features, labels, float(aux["s_bar"]), 1.0).mean()
+    np.testing.assert_allclose(loss, ce + 0.1 * rep, rtol=RTOL)
+
   def test_bad_input(self):
     features, labels, logits = cases.make_case(2, 6, 3, 4, "random")
     stats = mr2_jax.init_class_stats(3)

@@ -1,0 +1,25 @@
+"""CIFAR-10-LT (REWEIGHT spec reference recipe): ResNet-32, cosine head (s = 30), 200 epochs, IF 100.
+
+Needs `--config.data_dir=../shared/data/cifar10_jpeg` (or `--config.dataset=tfds:cifar10`).
+"""
+
+from experiments.configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.dataset = "cifar10_jpeg"
+  config.imbalance_factor = 100.0
+  config.augment = True
+  config.model = "resnet32"
+  config.head = "cosine"
+  config.cosine_scale = 30.0
+  config.num_epochs = 200
+  config.batch_size = 256
+  config.learning_rate = 0.3
+  config.warmup_epochs = 10
+  config.weight_decay = 5e-4
+  config.reweight.start_epoch = 160
+  config.ldam.drw_epoch = 160
+  config.ib.start_epoch = 100
+  return config

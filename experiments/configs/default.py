@@ -1,0 +1,64 @@
+"""Default configuration: every field the trainer reads, with the reference recipe's values.
+
+Variants (digits_lt.py, cifar10_lt.py, ...) start from `get_config()` here and override fields.
+CLI overrides: `--config=experiments/configs/cifar10_lt.py --config.loss=mr2 --config.imbalance_factor=100`.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+
+  # Data. dataset: 'digits' (embedded), 'mnist', 'cifar10_jpeg' (data_dir) or 'tfds:<name>'.
+  config.dataset = "digits"
+  config.data_dir = ml_collections.config_dict.placeholder(str)
+  config.imbalance_factor = 1.0     # n_i = n_max · IF^(−i/(K−1)); 1 keeps the set balanced.
+  config.validation_fraction = 0.0  # stratified hold-out from the training set (model selection).
+  config.augment = False            # CIFAR pad-4 random crop + horizontal flip.
+
+  # Model: 'small_cnn', 'resnet32', 'wrn28_10'; head 'linear' or 'cosine'.
+  config.model = "small_cnn"
+  config.head = "linear"
+  config.cosine_scale = 30.0
+
+  # Loss: see experiments.train.LOSSES.
+  config.loss = "ce"
+  config.mr2 = ml_collections.ConfigDict(dict(
+      lam=0.1, c_bar=1.0, decay=0.9, form="paper", uniform_margin=False,
+      p=ml_collections.config_dict.placeholder(float),
+      temperature=ml_collections.config_dict.placeholder(float)))
+  config.reweight = ml_collections.ConfigDict(dict(
+      alpha=0.0, prior="uniform", gamma=1.0, max_weight=10.0, macro=True, stop_gradient=False,
+      refresh="epoch",   # β refresh cadence: 'epoch' (reference) or 'step'.
+      start_epoch=0))    # deferred (DRW-style) start; plain CE (or MR2) before it.
+  config.focal_gamma = 1.0
+  config.class_balanced_beta = 0.9999
+  config.ldam = ml_collections.ConfigDict(dict(max_margin=0.5, scale=30.0, drw_epoch=160))
+  config.logit_adjust_tau = 1.0
+  config.ib = ml_collections.ConfigDict(dict(alpha=1000.0, start_epoch=100))
+
+  # Optimisation: SGD + momentum + weight decay, linear warm-up then cosine or step decay.
+  config.num_epochs = 200
+  config.batch_size = 128           # global batch size (all devices).
+  config.learning_rate = 0.1
+  config.momentum = 0.9
+  config.weight_decay = 5e-4
+  config.warmup_epochs = 5
+  config.schedule = "cosine"        # 'cosine' or 'step'.
+  config.step_epochs = (160, 180)   # 'step': lr × 0.01 after the first, × 0.0001 after the second.
+  config.step_factor = 0.01
+
+  # Parallelism: 'none' (jit on one device) or 'pmap' (data parallel over local devices).
+  config.parallel = "none"
+
+  # Bookkeeping.
+  config.seed = 0
+  config.log_every_steps = 50
+  config.checkpoint_every_steps = 500
+  config.keep_checkpoints = 2
+  config.eval_batch_size = 256
+  config.progress_bar = True
+  config.nc_metrics = True          # NC1–NC4 and ρ on the training set at the end.
+  config.reference_summary = ml_collections.config_dict.placeholder(str)  # ERM summary.json.
+  return config

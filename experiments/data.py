@@ -1,0 +1,504 @@
+"""Input pipeline: in-memory image classification splits, long-tailed subsets, NumPy batch iterators.
+
+Every source is small enough to hold in host memory as uint8 ([N, H, W, C]), so the pipeline is plain
+NumPy: a per-epoch permutation from (seed, epoch), sharded over processes, cut into full batches, with
+random crop + flip vectorised over the batch and random numbers drawn from (seed, epoch, batch). A
+batch is therefore a pure function of (seed, epoch, batch index, process): training resumes mid-epoch
+exactly by skipping batches, without any iterator state in the checkpoint.
+
+Sources (`load_split`):
+  'digits'        scikit-learn's embedded 8x8 digits (no files needed).
+  'mnist'         `data_dir`/{train,test}.npz with `images` uint8 [N, 28, 28] and `labels`.
+  'cifar10_jpeg'  `data_dir`/{train,test}.npz of concatenated JPEG files (`jpeg`, `offsets`, `labels`);
+                  decoded once with Pillow and cached as .npy under $MR2_JAX_CACHE (~/.cache/mr2_jax).
+  'tfds:<name>'   a TFDS dataset already prepared in ArrayRecord format, read through
+                  `tfds.data_source` (random access; TensorFlow is not needed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import logging
+import os
+import pathlib
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+
+DIGITS = "digits"
+MNIST = "mnist"
+CIFAR10_JPEG = "cifar10_jpeg"
+TFDS_PREFIX = "tfds:"
+LOCAL_SPLITS = ("train", "test")
+
+CIFAR10_CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                       "ship", "truck")
+DIGIT_CLASS_NAMES = tuple(str(d) for d in range(10))
+
+# Channel mean / std of pixel values in [0, 1]. CIFAR-10: the per-channel statistics of the training
+# set (std of pixels, not the often-copied 0.2023/0.1994/0.2010, which is a mean of per-image stds).
+# Digits: statistics of all 1,797 scikit-learn images after scaling 0..16 to 0..255.
+# Datasets not listed use 0.5 / 0.5, which maps [0, 1] to [-1, 1].
+NORMALIZATION = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    CIFAR10_JPEG: ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    MNIST: ((0.1307,), (0.3081,)),
+    DIGITS: ((0.3053,), (0.3759,)),
+}
+DEFAULT_NORMALIZATION = ((0.5,), (0.5,))
+
+# Group ids returned by `many_medium_few`.
+MANY, MEDIUM, FEW = 0, 1, 2
+
+CROP_PADDING = 4
+
+log = logging.getLogger(__name__)
+
+
+class DataError(Exception):
+  """A data set cannot be loaded or a data option is invalid; the message is one line naming why."""
+
+
+def _one_line(error: BaseException) -> str:
+  return " ".join(str(error).split()) or type(error).__name__
+
+
+@dataclasses.dataclass
+class Split:
+  """One split of a classification data set, held in host memory.
+
+  Attributes:
+    images: uint8 [N, H, W, C].
+    labels: int32 [N], values in [0, num_classes).
+    num_classes: K.
+    class_names: K names, index = label.
+    name: the `load_split` source name; selects the normalisation constants.
+  """
+  images: np.ndarray
+  labels: np.ndarray
+  num_classes: int
+  class_names: tuple[str, ...]
+  name: str = ""
+
+  def __post_init__(self):
+    if self.images.dtype != np.uint8 or self.images.ndim != 4:
+      raise DataError(f"Split {self.name!r}: images must be uint8 [N, H, W, C], got "
+                      f"{self.images.dtype} {self.images.shape}")
+    if self.labels.ndim != 1 or len(self.labels) != len(self.images):
+      raise DataError(f"Split {self.name!r}: labels shape {self.labels.shape} does not match "
+                      f"{len(self.images)} images")
+    self.labels = self.labels.astype(np.int32, copy=False)
+    if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= self.num_classes):
+      raise DataError(f"Split {self.name!r}: labels must lie in [0, {self.num_classes}), got "
+                      f"[{self.labels.min()}, {self.labels.max()}]")
+    if len(self.class_names) != self.num_classes:
+      raise DataError(f"Split {self.name!r}: {len(self.class_names)} class names for "
+                      f"{self.num_classes} classes")
+
+  def __len__(self) -> int:
+    return len(self.labels)
+
+  @property
+  def class_counts(self) -> np.ndarray:
+    """int64 [K]: examples per class (zero for absent classes)."""
+    return np.bincount(self.labels, minlength=self.num_classes)
+
+  def subset(self, indices: np.ndarray) -> Split:
+    """The examples at `indices` (in that order), e.g. `split.subset(long_tail_indices(...))`."""
+    indices = np.asarray(indices, dtype=np.int64)
+    return dataclasses.replace(self, images=self.images[indices], labels=self.labels[indices])
+
+
+# ----------------------------------------------------------------------------------------------
+# Sources.
+
+
+def load_split(name: str, split: str, data_dir: str | os.PathLike | None = None) -> Split:
+  """Loads split `split` of source `name` ('digits', 'mnist', 'cifar10_jpeg' or 'tfds:<name>')."""
+  if name.startswith(TFDS_PREFIX):
+    return _load_tfds(name, split, data_dir)
+  if name not in (DIGITS, MNIST, CIFAR10_JPEG):
+    raise DataError(f"unknown dataset {name!r}; expected one of {DIGITS!r}, {MNIST!r}, "
+                    f"{CIFAR10_JPEG!r} or 'tfds:<name>'")
+  if split not in LOCAL_SPLITS:
+    raise DataError(f"unknown split {split!r} for dataset {name!r}; expected one of {LOCAL_SPLITS}")
+  if name == DIGITS:
+    return _load_digits(split)
+  path = _npz_path(name, split, data_dir)
+  if name == MNIST:
+    return _load_mnist(path, split)
+  return _load_cifar10_jpeg(path, split)
+
+
+def _npz_path(name: str, split: str, data_dir) -> pathlib.Path:
+  if data_dir is None:
+    raise DataError(f"dataset {name!r} needs data_dir (the shared copy is at "
+                    f"../shared/data/{name} relative to the repository root)")
+  folder = pathlib.Path(data_dir).expanduser()
+  if not folder.is_dir():
+    raise DataError(f"data folder for {name!r} not found: {folder}")
+  path = folder / f"{split}.npz"
+  if not path.is_file():
+    raise DataError(f"data file for {name!r} split {split!r} not found: {path}")
+  return path
+
+
+def _read_npz(path: pathlib.Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
+  try:
+    with np.load(path, allow_pickle=False) as npz:
+      missing = [k for k in keys if k not in npz.files]
+      if missing:
+        raise DataError(f"{path} lacks array(s) {missing}; it holds {npz.files}")
+      return {k: npz[k] for k in keys}
+  except DataError:
+    raise
+  except Exception as e:  # zipfile.BadZipFile, ValueError, OSError, ...
+    raise DataError(f"cannot read {path}: {_one_line(e)}") from None
+
+
+def _load_digits(split: str) -> Split:
+  """scikit-learn digits; 1/3 held out as test, stratified, seed 0 (a fixed, documented split)."""
+  from sklearn.datasets import load_digits
+  from sklearn.model_selection import train_test_split
+  digits = load_digits()
+  images = np.rint(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+  labels = digits.target.astype(np.int32)
+  train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=1 / 3,
+                                         stratify=labels, random_state=0)
+  idx = np.sort(train_idx if split == "train" else test_idx)
+  return Split(images[idx], labels[idx], 10, DIGIT_CLASS_NAMES, DIGITS)
+
+
+def _load_mnist(path: pathlib.Path, split: str) -> Split:
+  arrays = _read_npz(path, ("images", "labels"))
+  images, labels = arrays["images"], arrays["labels"]
+  if images.dtype != np.uint8 or images.ndim != 3:
+    raise DataError(f"{path}: 'images' must be uint8 [N, 28, 28], got {images.dtype} "
+                    f"{images.shape}")
+  return Split(images[..., None], labels.astype(np.int32), 10, DIGIT_CLASS_NAMES, MNIST)
+
+
+def cache_dir() -> pathlib.Path:
+  """Where decoded arrays are cached: $MR2_JAX_CACHE, else ~/.cache/mr2_jax."""
+  return pathlib.Path(os.environ.get("MR2_JAX_CACHE") or "~/.cache/mr2_jax").expanduser()
+
+
+def _load_cifar10_jpeg(path: pathlib.Path, split: str) -> Split:
+  arrays = _read_npz(path, ("jpeg", "offsets", "labels"))
+  jpeg, offsets, labels = arrays["jpeg"], arrays["offsets"], arrays["labels"]
+  if offsets.ndim != 1 or len(offsets) != len(labels) + 1:
+    raise DataError(f"{path}: {len(offsets)} offsets for {len(labels)} labels (need N + 1)")
+  images = _decode_cached(path, split, jpeg, offsets)
+  return Split(images, labels.astype(np.int32), 10, CIFAR10_CLASS_NAMES, CIFAR10_JPEG)
+
+
+def _decode_cached(path: pathlib.Path, split: str, jpeg: np.ndarray,
+                   offsets: np.ndarray) -> np.ndarray:
+  """Decodes once; the cache key is the source file's path, size and mtime, so a new file re-decodes."""
+  stat = path.stat()
+  path_hash = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+  cached = cache_dir() / (f"{CIFAR10_JPEG}-{split}-{path_hash}-{stat.st_size}-"
+                          f"{stat.st_mtime_ns}.npy")
+  expected_shape = (len(offsets) - 1, 32, 32, 3)
+  if cached.is_file():
+    try:
+      images = np.load(cached, allow_pickle=False)
+      if images.shape == expected_shape and images.dtype == np.uint8:
+        return images
+    except (OSError, ValueError):
+      pass
+    log.warning("Ignoring unusable cache file %s; decoding again.", cached)
+  start = time.perf_counter()
+  images = decode_jpegs(jpeg, offsets, source=str(path))
+  log.info("Decoded %d JPEG images from %s in %.1f s.", len(images), path,
+           time.perf_counter() - start)
+  try:
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+    with open(partial, "wb") as f:
+      np.save(f, images)
+    os.replace(partial, cached)  # Atomic: a concurrent reader sees no file or a complete one.
+  except OSError as e:
+    log.warning("Could not write decode cache %s (%s); continuing without it.", cached,
+                _one_line(e))
+  return images
+
+
+def decode_jpegs(jpeg: np.ndarray, offsets: np.ndarray, source: str = "<array>",
+                 shape: tuple[int, int, int] = (32, 32, 3)) -> np.ndarray:
+  """Decodes image i = jpeg[offsets[i]:offsets[i+1]] with Pillow into uint8 [N, *shape]."""
+  from PIL import Image
+  num_images = len(offsets) - 1
+  images = np.empty((num_images, *shape), np.uint8)
+  mode = "RGB" if shape[-1] == 3 else "L"
+  for i in range(num_images):
+    encoded = jpeg[offsets[i]:offsets[i + 1]].tobytes()
+    try:
+      with Image.open(io.BytesIO(encoded)) as image:
+        pixels = np.asarray(image.convert(mode))
+    except Exception as e:  # PIL raises OSError, SyntaxError, ValueError, ... on corrupt data.
+      raise DataError(f"corrupt JPEG at index {i} in {source}: {_one_line(e)}") from None
+    pixels = pixels.reshape(pixels.shape[:2] + (-1,))
+    if pixels.shape != shape:
+      raise DataError(f"image at index {i} in {source} has shape {pixels.shape}, expected {shape}")
+    images[i] = pixels
+  return images
+
+
+def _load_tfds(name: str, split: str, data_dir) -> Split:
+  """A TFDS dataset prepared as ArrayRecord; `download=False`, so nothing is fetched or built here."""
+  import tensorflow_datasets as tfds
+  tfds_name = name[len(TFDS_PREFIX):]
+  try:
+    source = tfds.data_source(tfds_name, split=split, data_dir=data_dir, download=False)
+  except Exception as e:
+    raise DataError(f"cannot open TFDS {tfds_name!r} split {split!r} (data_dir={data_dir}; it must "
+                    f"be prepared in array_record format): {_one_line(e).split(' Available ')[0]}"
+                    ) from None
+  features = source.dataset_info.features
+  if "image" not in features or "label" not in features:
+    raise DataError(f"TFDS {tfds_name!r} lacks 'image'/'label' features; it has "
+                    f"{list(features.keys())}")
+  label_feature = features["label"]
+  images, labels = [], []
+  for i in range(len(source)):
+    try:
+      example = source[i]
+    except Exception as e:
+      raise DataError(f"cannot read example {i} of TFDS {tfds_name!r} split {split!r}: "
+                      f"{_one_line(e)}") from None
+    image = np.asarray(example["image"])
+    images.append(image[..., None] if image.ndim == 2 else image)
+    labels.append(int(example["label"]))
+  if not images:
+    raise DataError(f"TFDS {tfds_name!r} split {split!r} is empty")
+  try:
+    images = np.stack(images).astype(np.uint8, copy=False)
+  except ValueError as e:
+    raise DataError(f"TFDS {tfds_name!r}: images differ in shape ({_one_line(e)})") from None
+  return Split(images, np.asarray(labels, np.int32), label_feature.num_classes,
+               tuple(label_feature.names), name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Subsets.
+
+
+def long_tail_counts(max_count: int, num_classes: int, imbalance_factor: float) -> np.ndarray:
+  """n_i = ⌊n_max · IF^(−i/(K−1))⌋ for class index i (Cui et al. 2019, CIFAR-LT), int64 [K].
+
+  Written as n_max · (1/IF)^(i/(K−1)), the exact float expression of the CIFAR-LT reference code, so
+  that IF = 100 gives the published counts 5000, 2997, ..., 50 on CIFAR-10.
+  """
+  if not imbalance_factor >= 1:  # Also rejects NaN.
+    raise DataError(f"imbalance_factor must be >= 1 (1 = balanced), got {imbalance_factor}")
+  if num_classes == 1:
+    return np.array([max_count], np.int64)
+  return np.array([int(max_count * (1.0 / imbalance_factor) ** (i / (num_classes - 1.0)))
+                   for i in range(num_classes)], np.int64)
+
+
+def long_tail_indices(labels: np.ndarray, num_classes: int, imbalance_factor: float,
+                      seed: int) -> np.ndarray:
+  """Sorted indices of an exponentially long-tailed subset (see `long_tail_counts`).
+
+  n_max is the count of the largest class; a class with fewer than n_i examples keeps all of them.
+  Which examples are kept is drawn from `seed`, so a subset is reproducible from (IF, seed).
+  """
+  labels = np.asarray(labels)
+  counts = np.bincount(labels, minlength=num_classes)
+  if len(counts) != num_classes:
+    raise DataError(f"labels reach {len(counts) - 1} but num_classes = {num_classes}")
+  keep = np.minimum(long_tail_counts(int(counts.max()), num_classes, imbalance_factor), counts)
+  rng = np.random.default_rng(seed)
+  kept = [rng.permutation(np.flatnonzero(labels == k))[:keep[k]] for k in range(num_classes)]
+  return np.sort(np.concatenate(kept))
+
+
+def validation_split(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+  """Holds out round(fraction · n_k) training examples of every class k for model selection.
+
+  Stratified, so a long-tailed training set gives an equally long-tailed validation set; every class
+  with at least two examples keeps at least one in each part. Never carve this from the test set.
+  """
+  if not 0 < fraction < 1:
+    raise DataError(f"validation fraction must lie in (0, 1), got {fraction}")
+  rng = np.random.default_rng(seed)
+  train_parts, val_parts = [], []
+  for k in range(split.num_classes):
+    members = rng.permutation(np.flatnonzero(split.labels == k))
+    num_val = int(np.floor(fraction * len(members) + 0.5))
+    num_val = min(max(num_val, 1), len(members) - 1) if len(members) >= 2 else 0
+    val_parts.append(members[:num_val])
+    train_parts.append(members[num_val:])
+  return (split.subset(np.sort(np.concatenate(train_parts))),
+          split.subset(np.sort(np.concatenate(val_parts))))
+
+
+def many_medium_few(train_counts: np.ndarray, many: int = 100, few: int = 20) -> np.ndarray:
+  """int32 [K]: MANY (0) if n_k > many, FEW (2) if n_k < few, else MEDIUM (1) (Liu et al. 2019)."""
+  counts = np.asarray(train_counts)
+  return np.where(counts > many, MANY, np.where(counts < few, FEW, MEDIUM)).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------------------------
+# Batches.
+
+
+def normalize(images_uint8: np.ndarray, name: str) -> np.ndarray:
+  """float32 (x / 255 − mean) / std with the channel constants of data set `name` (NORMALIZATION)."""
+  base_name = name.removeprefix(TFDS_PREFIX).split(":")[0].split("/")[0]
+  mean, std = NORMALIZATION.get(base_name, DEFAULT_NORMALIZATION)
+  mean, std = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+  return images_uint8.astype(np.float32) * (1 / (255 * std)) - mean / std
+
+
+def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
+                     padding: int = CROP_PADDING) -> np.ndarray:
+  """Zero-pad by `padding`, crop back to H x W at a random offset, flip half horizontally.
+
+  The CIFAR augmentation of He et al. (2016), one gather for the whole batch [B, H, W, C].
+  """
+  batch, height, width, _ = images.shape
+  padded = np.pad(images, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+  top = rng.integers(0, 2 * padding + 1, size=batch)
+  left = rng.integers(0, 2 * padding + 1, size=batch)
+  flip = rng.random(batch) < 0.5
+  rows = top[:, None] + np.arange(height)
+  cols = left[:, None] + np.where(flip[:, None], np.arange(width)[::-1], np.arange(width))
+  return padded[np.arange(batch)[:, None, None], rows[:, :, None], cols[:, None, :]]
+
+
+def steps_per_epoch(split: Split, batch_size: int, process_count: int = 1) -> int:
+  """Full batches per epoch and process; `batch_size` is per process."""
+  if batch_size < 1 or process_count < 1:
+    raise DataError(f"batch_size and process_count must be >= 1, got {batch_size}, {process_count}")
+  steps = len(split) // process_count // batch_size
+  if steps == 0:
+    raise DataError(f"{len(split)} examples do not fill one batch of {batch_size} on each of "
+                    f"{process_count} process(es)")
+  return steps
+
+
+def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
+  """The example order of one epoch, shared by all processes."""
+  return np.random.default_rng([seed, epoch]).permutation(num_examples)
+
+
+def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augment: bool,
+                  process_index: int = 0, process_count: int = 1,
+                  start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
+  """One epoch of full training batches for this process.
+
+  The epoch's permutation is cut to steps · batch_size · process_count examples (the remainder is
+  dropped, so every batch is full and every process runs the same number of steps) and process p
+  takes positions p, p + P, p + 2P, ... Batch b of that shard is a pure function of
+  (seed, epoch, b, process), so `start_batch=b` resumes an interrupted epoch exactly.
+
+  Yields:
+    {'image': float32 [batch_size, H, W, C] normalised, 'label': int32 [batch_size]}.
+  """
+  if not 0 <= process_index < process_count:
+    raise DataError(f"process_index {process_index} not in [0, {process_count})")
+  steps = steps_per_epoch(split, batch_size, process_count)
+  if not 0 <= start_batch <= steps:
+    raise DataError(f"start_batch {start_batch} not in [0, {steps}]")
+  order = epoch_permutation(len(split), seed, epoch)
+  shard = order[:steps * batch_size * process_count][process_index::process_count]
+  for b in range(start_batch, steps):
+    indices = shard[b * batch_size:(b + 1) * batch_size]
+    images = split.images[indices]
+    if augment:
+      images = random_crop_flip(images, np.random.default_rng([seed, epoch, b, process_index]))
+    yield {"image": normalize(images, split.name), "label": split.labels[indices]}
+
+
+def eval_batches(split: Split, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+  """All examples in order; the last batch is zero-padded to `batch_size`.
+
+  Yields:
+    {'image': float32 [batch_size, H, W, C], 'label': int32 [batch_size],
+     'mask': bool [batch_size] (False on padding; reduce metrics with it)}.
+  """
+  if batch_size < 1:
+    raise DataError(f"batch_size must be >= 1, got {batch_size}")
+  for start in range(0, len(split), batch_size):
+    images = split.images[start:start + batch_size]
+    labels = split.labels[start:start + batch_size]
+    num_real = len(labels)
+    num_pad = batch_size - num_real
+    if num_pad:
+      images = np.concatenate([images, np.zeros((num_pad, *images.shape[1:]), np.uint8)])
+      labels = np.concatenate([labels, np.zeros(num_pad, np.int32)])
+    yield {"image": normalize(images, split.name), "label": labels,
+           "mask": np.arange(batch_size) < num_real}
+
+
+def measure_throughput(split: Split, batch_size: int, augment: bool, n_batches: int) -> float:
+  """Images per second that `train_batches` alone produces (no model), over `n_batches` batches."""
+  produced = 0
+  epoch = 0
+  start = time.perf_counter()
+  while produced < n_batches:
+    for batch in train_batches(split, batch_size, seed=0, epoch=epoch, augment=augment):
+      produced += 1
+      if produced == n_batches:
+        break
+    epoch += 1
+  return n_batches * batch_size / (time.perf_counter() - start)
+
+
+_END = object()
+
+
+class _Raised:
+
+  def __init__(self, error: BaseException):
+    self.error = error
+
+
+def prefetch(iterator: Iterable, size: int = 2) -> Iterator:
+  """Runs `iterator` in a background thread, keeping up to `size` items ready.
+
+  NumPy releases the GIL in its copies and arithmetic, so batch preparation overlaps the device step.
+  An exception in the producer is re-raised in the consumer; closing the returned generator stops the
+  producer.
+  """
+  items: queue.Queue = queue.Queue(maxsize=size)
+  stop = threading.Event()
+
+  def put(item) -> bool:
+    while not stop.is_set():
+      try:
+        items.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        continue
+    return False
+
+  def produce():
+    try:
+      for item in iterator:
+        if not put(item):
+          return
+      put(_END)
+    except BaseException as e:  # Handed to the consumer, which re-raises it.
+      put(_Raised(e))
+
+  thread = threading.Thread(target=produce, daemon=True, name="prefetch")
+  thread.start()
+  try:
+    while True:
+      item = items.get()
+      if item is _END:
+        return
+      if isinstance(item, _Raised):
+        raise item.error
+      yield item
+  finally:
+    stop.set()

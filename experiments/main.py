@@ -1,0 +1,40 @@
+"""Train and evaluate one configuration.
+
+    python -m experiments.main --config=experiments/configs/cifar10_lt.py \
+        --config.data_dir=../shared/data/cifar10_jpeg --config.loss=mr2 --workdir=workdirs/c10lt_mr2
+
+A bad configuration or data set ends with one line naming the problem and exit status 2, before any
+file of the workdir is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from experiments import cli_errors
+from experiments import train
+
+_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
+                                          "Training configuration (a Python file).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output folder; resumes from its checkpoints.")
+_MAX_STEPS = flags.DEFINE_integer("max_steps", None, "Stop after this many steps (tests).")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not _WORKDIR.value:
+    cli_errors.fail("--workdir is required")
+  with cli_errors.one_line_errors():
+    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, max_steps=_MAX_STEPS.value)
+  print(json.dumps({k: summary[k] for k in ("loss", "overall_accuracy", "worst_class_accuracy",
+                                            "steps")}))
+
+
+if __name__ == "__main__":
+  cli_errors.run_app(main, sys.argv)

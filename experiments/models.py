@@ -1,0 +1,174 @@
+"""Image classifiers (flax.linen) returning (logits, penultimate features).
+
+Every model: `model.apply(variables, x, train=..., mutable=['batch_stats'] if train else False)`
+with x float32 [B, H, W, C] → (logits [B, K], features [B, d]); `features` are the globally pooled
+penultimate activations that the MR2 statistics and Neural Collapse metrics are computed on. The head
+is 'linear' (Dense) or 'cosine' (`mr2_jax.heads.CosineClassifier`). BatchNorm statistics live in the
+'batch_stats' collection; with `axis_name` set (e.g. 'batch' under pmap) they are averaged across
+devices.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from mr2_jax.heads import CosineClassifier
+
+HEADS = ("linear", "cosine")
+
+# He et al. (2015) normal initialisation (fan-in), as in the PyTorch CIFAR ResNet / WRN references.
+conv_init = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+
+
+def _batch_norm(train: bool, axis_name: str | None, **kwargs) -> nn.BatchNorm:
+  # momentum 0.9 / epsilon 1e-5 are PyTorch's BatchNorm defaults (its momentum 0.1 = 1 − 0.9 here).
+  return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                      axis_name=axis_name, **kwargs)
+
+
+def _classify(features: jax.Array, head: str, num_classes: int, cosine_scale: float) -> jax.Array:
+  """Builds the head as a submodule of the calling (compact) module, named 'head'."""
+  if head == "linear":
+    return nn.Dense(num_classes, name="head")(features)
+  if head == "cosine":
+    return CosineClassifier(num_classes, scale=cosine_scale, name="head")(features)
+  raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
+
+
+class BasicBlock(nn.Module):
+  """conv3x3-BN-ReLU-conv3x3-BN + shortcut, ReLU (He et al. 2016, CIFAR variant).
+
+  Option-A shortcut: where the shape changes, subsample by `strides` and zero-pad the new channels,
+  which adds no parameters (ResNet-32 has 0.46 M parameters with it).
+  """
+  filters: int
+  strides: int
+  norm: Callable[..., nn.Module]
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    conv = functools.partial(nn.Conv, kernel_size=(3, 3), use_bias=False, kernel_init=conv_init)
+    y = conv(self.filters, strides=self.strides)(x)
+    y = nn.relu(self.norm()(y))
+    y = conv(self.filters)(y)
+    y = self.norm()(y)
+    shortcut = x
+    if self.strides != 1 or x.shape[-1] != self.filters:
+      shortcut = x[:, ::self.strides, ::self.strides, :]
+      extra = self.filters - x.shape[-1]
+      shortcut = jnp.pad(shortcut, ((0, 0), (0, 0), (0, 0), (extra // 2, extra - extra // 2)))
+    return nn.relu(y + shortcut)
+
+
+class ResNet32(nn.Module):
+  """CIFAR ResNet-32 (He et al. 2016, §4.2): 3 stages × 5 basic blocks, 16/32/64 channels."""
+  num_classes: int
+  head: str = "linear"
+  cosine_scale: float = 30.0
+  axis_name: str | None = None
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
+    norm = functools.partial(_batch_norm, train, self.axis_name)
+    x = nn.Conv(16, (3, 3), use_bias=False, kernel_init=conv_init, name="stem")(x)
+    x = nn.relu(norm()(x))
+    for stage, filters in enumerate((16, 32, 64)):
+      for block in range(5):
+        strides = 2 if stage > 0 and block == 0 else 1
+        x = BasicBlock(filters, strides, norm, name=f"stage{stage + 1}_block{block + 1}")(x)
+    features = jnp.mean(x, axis=(1, 2))
+    return _classify(features, self.head, self.num_classes, self.cosine_scale), features
+
+
+class WideBlock(nn.Module):
+  """Pre-activation block BN-ReLU-conv3x3-BN-ReLU-conv3x3 (Zagoruyko & Komodakis 2016).
+
+  Where the shape changes, the shortcut is a strided 1x1 convolution of the pre-activated input, as in
+  the authors' code.
+  """
+  filters: int
+  strides: int
+  norm: Callable[..., nn.Module]
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    conv = functools.partial(nn.Conv, use_bias=False, kernel_init=conv_init)
+    activated = nn.relu(self.norm()(x))
+    y = conv(self.filters, (3, 3), strides=self.strides)(activated)
+    y = nn.relu(self.norm()(y))
+    y = conv(self.filters, (3, 3))(y)
+    if self.strides != 1 or x.shape[-1] != self.filters:
+      x = conv(self.filters, (1, 1), strides=self.strides, name="shortcut")(activated)
+    return x + y
+
+
+class WideResNet(nn.Module):
+  """WRN-depth-widen (pre-activation); WRN-28-10 has 36.5 M parameters with a 10-class head."""
+  num_classes: int
+  depth: int = 28
+  widen: int = 10
+  head: str = "linear"
+  cosine_scale: float = 30.0
+  axis_name: str | None = None
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
+    if (self.depth - 4) % 6:
+      raise ValueError(f"WideResNet depth must be 6n + 4, got {self.depth}")
+    blocks_per_stage = (self.depth - 4) // 6
+    norm = functools.partial(_batch_norm, train, self.axis_name)
+    x = nn.Conv(16, (3, 3), use_bias=False, kernel_init=conv_init, name="stem")(x)
+    for stage, filters in enumerate((16 * self.widen, 32 * self.widen, 64 * self.widen)):
+      for block in range(blocks_per_stage):
+        strides = 2 if stage > 0 and block == 0 else 1
+        x = WideBlock(filters, strides, norm, name=f"stage{stage + 1}_block{block + 1}")(x)
+    x = nn.relu(norm(name="final_norm")(x))
+    features = jnp.mean(x, axis=(1, 2))
+    return _classify(features, self.head, self.num_classes, self.cosine_scale), features
+
+
+class SmallCNN(nn.Module):
+  """Three conv-BN-ReLU layers (32, 64 stride 2, 128 stride 2), global mean pool, for digits / MNIST.
+
+  Global pooling makes it indifferent to the input size (8x8 digits, 28x28 MNIST).
+  """
+  num_classes: int
+  head: str = "linear"
+  cosine_scale: float = 30.0
+  axis_name: str | None = None
+
+  @nn.compact
+  def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
+    norm = functools.partial(_batch_norm, train, self.axis_name)
+    for filters, strides in ((32, 1), (64, 2), (128, 2)):
+      x = nn.Conv(filters, (3, 3), strides=strides, use_bias=False, kernel_init=conv_init)(x)
+      x = nn.relu(norm()(x))
+    features = jnp.mean(x, axis=(1, 2))
+    return _classify(features, self.head, self.num_classes, self.cosine_scale), features
+
+
+MODELS: dict[str, Callable[..., nn.Module]] = {
+    "resnet32": ResNet32,
+    "wrn28_10": functools.partial(WideResNet, depth=28, widen=10),
+    "small_cnn": SmallCNN,
+}
+
+
+def create_model(name: str, num_classes: int, head: str = "linear", **kwargs: Any) -> nn.Module:
+  """One of MODELS; `kwargs` go to the module (e.g. cosine_scale, axis_name)."""
+  if name not in MODELS:
+    raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
+  if head not in HEADS:
+    raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
+  return MODELS[name](num_classes=num_classes, head=head, **kwargs)
+
+
+def count_params(params: Any) -> int:
+  """Total number of scalars in a parameter pytree."""
+  return sum(int(leaf.size) for leaf in jax.tree.leaves(params))

@@ -1,0 +1,565 @@
+"""Training and evaluation of every method of `mr2_jax` and `reweight_jax` (one trainer, many configs).
+
+Reads top-down like flax's ImageNet example: model and state, learning-rate schedule, losses,
+`train_step` (written once; `jax.jit` for one device, `jax.pmap(axis_name='batch')` for data
+parallel), `eval_step`, checkpointing, then `train_and_evaluate(config, workdir)`.
+
+Everything the next step depends on lives in `TrainState`: params, optimizer state, BatchNorm
+statistics, the MR2 class statistics, the reweighting counters, the rng and the step (which fixes the
+data position: epoch = step // steps_per_epoch, batch = step % steps_per_epoch). A run killed at any
+point and restarted from its workdir therefore continues exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+import time
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax.training import train_state
+
+import mr2_jax
+import reweight_jax
+from experiments import data as data_lib
+from experiments import models
+
+LOSSES = (
+    "ce", "mr2", "inverse_reweight", "mr2+inverse_reweight", "inv_freq", "class_balanced", "focal",
+    "ldam", "ldam_drw", "logit_adjust", "balanced_softmax", "ib",
+)
+PARALLEL = ("none", "pmap")
+AXIS = "batch"
+
+
+class ConfigError(ValueError):
+  """A configuration value the trainer cannot run with (reported as one line)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# State
+# ------------------------------------------------------------------------------------------------
+
+class TrainState(train_state.TrainState):
+  """Params and optimizer state, plus everything else a resumed run needs to continue exactly."""
+  batch_stats: Any
+  class_stats: mr2_jax.ClassStats
+  reweight_state: reweight_jax.ReweightState
+  rng: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """Static facts of a run that the step closes over (hashable: no arrays)."""
+  num_classes: int
+  class_counts: tuple[float, ...]
+  steps_per_epoch: int
+
+
+def create_learning_rate_fn(config: ml_collections.ConfigDict, steps_per_epoch: int) -> optax.Schedule:
+  """Linear warm-up to `learning_rate`, then cosine decay to 0 or step decay at `step_epochs`."""
+  warmup_steps = int(config.warmup_epochs * steps_per_epoch)
+  total_steps = int(config.num_epochs * steps_per_epoch)
+  warmup = optax.linear_schedule(0.0, config.learning_rate, max(warmup_steps, 1))
+  if config.schedule == "cosine":
+    decay = optax.cosine_decay_schedule(config.learning_rate, max(total_steps - warmup_steps, 1))
+  else:
+    boundaries = {int(e * steps_per_epoch) - warmup_steps: config.step_factor
+                  for e in config.step_epochs}
+    decay = optax.piecewise_constant_schedule(config.learning_rate, boundaries)
+  return optax.join_schedules([warmup, decay], [warmup_steps])
+
+
+def create_train_state(config, model, image_shape, num_classes: int, learning_rate_fn,
+                       rng: jax.Array) -> TrainState:
+  init_rng, state_rng = jax.random.split(rng)
+  variables = model.init(init_rng, jnp.zeros((1, *image_shape), jnp.float32), train=False)
+  tx = optax.chain(
+      optax.add_decayed_weights(config.weight_decay),
+      optax.sgd(learning_rate_fn, momentum=config.momentum, nesterov=False))
+  return TrainState.create(
+      apply_fn=model.apply, params=variables["params"], tx=tx,
+      batch_stats=variables.get("batch_stats", {}),
+      class_stats=mr2_jax.init_class_stats(num_classes),
+      reweight_state=reweight_jax.init_reweight_state(num_classes), rng=state_rng)
+
+
+# ------------------------------------------------------------------------------------------------
+# Losses
+# ------------------------------------------------------------------------------------------------
+
+def cross_entropy(logits, labels):
+  """Per-example −log softmax(z)_y."""
+  return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=-1)[:, 0]
+
+
+def weighted_mean_share(values, weights, axis_name):
+  """This device's share of Σ w_i ℓ_i / Σ w_i over the global batch (pmean of shares = the value)."""
+  total_weight = jnp.sum(weights)
+  devices = 1
+  if axis_name is not None:
+    total_weight = jax.lax.psum(total_weight, axis_name)
+    devices = jax.lax.axis_size(axis_name)
+  return devices * jnp.sum(weights * values) / jnp.maximum(total_weight, 1e-12)
+
+
+def mr2_terms(config, logits, features, labels, class_stats, axis_name):
+  """Per-example ℓ_γ,ce + λ·ℓ_s̄ (paper form) for combining MR2 with a reweighting."""
+  mr2 = config.mr2
+  p = 2.0 if mr2.p is None else mr2.p
+  temperature = 1.0 if mr2.temperature is None else mr2.temperature
+  new_stats = mr2_jax.update_class_stats(class_stats, features, labels, decay=mr2.decay, p=p,
+                                         axis_name=axis_name)
+  gamma = mr2_jax.class_margins(new_stats, mr2.c_bar)
+  if mr2.uniform_margin:
+    gamma = jnp.full_like(gamma, mr2.c_bar)
+  s_bar = mr2_jax.mean_class_deviation(new_stats)
+  per_example = mr2_jax.margin_cross_entropy(logits, labels, gamma) + mr2.lam * (
+      mr2_jax.representation_margin_loss(features, labels, s_bar, temperature=temperature,
+                                         axis_name=axis_name, num_classes=logits.shape[1]))
+  return per_example, new_stats, {"gamma": gamma, "s_bar": s_bar}
+
+
+def compute_loss(config, task: Task, logits, features, labels, state: TrainState, epoch,
+                 step_in_epoch, axis_name):
+  """Loss of `config.loss` as this device's share; returns (loss, class_stats, reweight_state, aux).
+
+  Reweightings deferred to `config.reweight.start_epoch` (LDAM-DRW: `ldam.drw_epoch`, IB:
+  `ib.start_epoch`) train with the unweighted loss before it; the reweighting counters start counting
+  at that epoch.
+  """
+  counts = jnp.asarray(task.class_counts, jnp.float32)
+  ones = jnp.ones(labels.shape, jnp.float32)
+  class_stats, reweight_state, aux = state.class_stats, state.reweight_state, {}
+  name = config.loss
+  if name == "ce":
+    return weighted_mean_share(cross_entropy(logits, labels), ones, axis_name), class_stats, \
+        reweight_state, aux
+  if name == "mr2":
+    mr2 = config.mr2
+    loss, class_stats, mr2_aux = mr2_jax.mr2_loss(
+        logits, features, labels, class_stats, lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay,
+        form=mr2.form, uniform_margin=mr2.uniform_margin, p=mr2.p, temperature=mr2.temperature,
+        axis_name=axis_name)
+    return loss, class_stats, reweight_state, mr2_aux
+  if name in ("inverse_reweight", "mr2+inverse_reweight"):
+    if name == "mr2+inverse_reweight":
+      per_example, class_stats, aux = mr2_terms(config, logits, features, labels, class_stats,
+                                                axis_name)
+    else:
+      per_example = cross_entropy(logits, labels)
+    rw = config.reweight
+    refresh = (step_in_epoch == 0) if rw.refresh == "epoch" else True
+    reweighted, new_reweight_state, rw_aux = reweight_jax.inverse_reweighted_loss(
+        per_example, labels, reweight_state, alpha=rw.alpha,
+        prior=reweight_jax.class_prior(counts, rw.prior), gamma=rw.gamma,
+        max_weight=rw.max_weight, macro=rw.macro, stop_gradient=rw.stop_gradient,
+        refresh_macro=refresh, axis_name=axis_name)
+    active = epoch >= rw.start_epoch
+    loss = jnp.where(active, reweighted, weighted_mean_share(per_example, ones, axis_name))
+    reweight_state = jax.tree.map(lambda new, old: jnp.where(active, new, old),
+                                  new_reweight_state, reweight_state)
+    aux.update(class_loss=rw_aux.class_losses, class_present=rw_aux.present,
+               class_weight=jnp.where(active, rw_aux.class_weights, 1.0))
+    return loss, class_stats, reweight_state, aux
+  if name in ("inv_freq", "class_balanced"):
+    weights = (reweight_jax.inverse_frequency_weights(counts) if name == "inv_freq" else
+               reweight_jax.class_balanced_weights(counts, config.class_balanced_beta))
+    return weighted_mean_share(cross_entropy(logits, labels), weights[labels], axis_name), \
+        class_stats, reweight_state, aux
+  if name == "focal":
+    return weighted_mean_share(reweight_jax.focal_loss(logits, labels, gamma=config.focal_gamma),
+                               ones, axis_name), class_stats, reweight_state, aux
+  if name in ("ldam", "ldam_drw"):
+    weights = (reweight_jax.ldam_drw_weights(counts, epoch, drw_epoch=config.ldam.drw_epoch,
+                                             beta=config.class_balanced_beta)
+               if name == "ldam_drw" else jnp.ones_like(counts))
+    per_example = reweight_jax.ldam_loss(logits, labels, counts, max_margin=config.ldam.max_margin,
+                                         scale=config.ldam.scale)
+    return weighted_mean_share(per_example, weights[labels], axis_name), class_stats, \
+        reweight_state, aux
+  if name in ("logit_adjust", "balanced_softmax"):
+    per_example = (reweight_jax.logit_adjusted_loss(logits, labels, counts,
+                                                    tau=config.logit_adjust_tau)
+                   if name == "logit_adjust" else
+                   reweight_jax.balanced_softmax_loss(logits, labels, counts))
+    return weighted_mean_share(per_example, ones, axis_name), class_stats, reweight_state, aux
+  if name == "ib":
+    ib = reweight_jax.ib_loss(logits, labels, features, alpha=config.ib.alpha,
+                              class_weights=reweight_jax.inverse_frequency_weights(counts))
+    per_example = jnp.where(epoch >= config.ib.start_epoch, ib, cross_entropy(logits, labels))
+    return weighted_mean_share(per_example, ones, axis_name), class_stats, reweight_state, aux
+  raise ConfigError(f"config.loss: unknown loss {name!r}; expected one of {LOSSES}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Steps
+# ------------------------------------------------------------------------------------------------
+
+def train_step(state: TrainState, batch, *, config, task: Task, learning_rate_fn,
+               axis_name: str | None = None):
+  """One SGD step. Under `axis_name` (pmap), BatchNorm, class statistics, reweighting and gradients
+  are reduced across devices, so the update equals one device on the global batch."""
+  epoch = state.step // task.steps_per_epoch
+  step_in_epoch = state.step % task.steps_per_epoch
+  dropout_rng = jax.random.fold_in(state.rng, state.step)
+
+  def loss_fn(params):
+    (logits, features), new_model_state = state.apply_fn(
+        {"params": params, "batch_stats": state.batch_stats}, batch["image"], train=True,
+        mutable=["batch_stats"], rngs={"dropout": dropout_rng})
+    loss, class_stats, reweight_state, aux = compute_loss(
+        config, task, logits, features, batch["label"], state, epoch, step_in_epoch, axis_name)
+    return loss, (new_model_state, class_stats, reweight_state, aux, logits)
+
+  (loss, (new_model_state, class_stats, reweight_state, aux, logits)), grads = jax.value_and_grad(
+      loss_fn, has_aux=True)(state.params)
+  correct = jnp.sum(jnp.argmax(logits, -1) == batch["label"])
+  if axis_name is not None:
+    grads = jax.lax.pmean(grads, axis_name)
+    loss = jax.lax.pmean(loss, axis_name)
+    correct = jax.lax.psum(correct, axis_name)
+  new_state = state.apply_gradients(
+      grads=grads, batch_stats=new_model_state["batch_stats"], class_stats=class_stats,
+      reweight_state=reweight_state)
+  metrics = {"loss": loss, "train_correct": correct, "learning_rate": learning_rate_fn(state.step),
+             "finite": jnp.isfinite(loss)}
+  metrics.update(aux)
+  return new_state, metrics
+
+
+def eval_step(state: TrainState, batch):
+  """Logits and features of a batch in inference mode (running BatchNorm statistics)."""
+  logits, features = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats},
+                                    batch["image"], train=False)
+  return logits, features
+
+
+def compile_steps(config, task: Task, learning_rate_fn):
+  """(train_step, eval_step, num_devices): jit on one device or pmap over the local devices."""
+  if config.parallel == "pmap":
+    step = functools.partial(train_step, config=config, task=task,
+                             learning_rate_fn=learning_rate_fn, axis_name=AXIS)
+    return (jax.pmap(step, axis_name=AXIS, donate_argnums=(0,)),
+            jax.pmap(eval_step, axis_name=AXIS), jax.local_device_count())
+  step = functools.partial(train_step, config=config, task=task, learning_rate_fn=learning_rate_fn)
+  return jax.jit(step, donate_argnums=(0,)), jax.jit(eval_step), 1
+
+
+def shard(batch, num_devices):
+  """[B, ...] → [num_devices, B / num_devices, ...] for pmap."""
+  return jax.tree.map(lambda x: x.reshape(num_devices, -1, *x.shape[1:]), batch)
+
+
+def unshard(x):
+  return jax.tree.map(lambda leaf: np.asarray(leaf).reshape(-1, *leaf.shape[2:]), x)
+
+
+# ------------------------------------------------------------------------------------------------
+# Configuration and data
+# ------------------------------------------------------------------------------------------------
+
+def validate_config(config) -> None:
+  """Raises ConfigError (one line, naming the field) before anything is written."""
+  if config.loss not in LOSSES:
+    raise ConfigError(f"config.loss: unknown loss {config.loss!r}; expected one of {LOSSES}")
+  if config.parallel not in PARALLEL:
+    raise ConfigError(f"config.parallel: expected one of {PARALLEL}, got {config.parallel!r}")
+  if config.imbalance_factor < 1:
+    raise ConfigError(f"config.imbalance_factor: must be >= 1, got {config.imbalance_factor}")
+  if config.schedule not in ("cosine", "step"):
+    raise ConfigError(f"config.schedule: expected 'cosine' or 'step', got {config.schedule!r}")
+  if config.head not in models.HEADS:
+    raise ConfigError(f"config.head: expected one of {models.HEADS}, got {config.head!r}")
+  if config.model not in models.MODELS:
+    raise ConfigError(f"config.model: unknown model {config.model!r}; expected one of "
+                      f"{sorted(models.MODELS)}")
+  if config.reweight.prior not in reweight_jax.PRIOR_KINDS:
+    raise ConfigError(f"config.reweight.prior: expected one of {reweight_jax.PRIOR_KINDS}, got "
+                      f"{config.reweight.prior!r}")
+  if config.reweight.refresh not in ("epoch", "step"):
+    raise ConfigError(f"config.reweight.refresh: expected 'epoch' or 'step', got "
+                      f"{config.reweight.refresh!r}")
+  if config.mr2.form not in ("paper", "released"):
+    raise ConfigError(f"config.mr2.form: expected 'paper' or 'released', got {config.mr2.form!r}")
+  if config.num_epochs < 1 or config.batch_size < 1:
+    raise ConfigError("config.num_epochs and config.batch_size must be >= 1")
+  if config.parallel == "pmap" and config.batch_size % jax.local_device_count():
+    raise ConfigError(f"config.batch_size: {config.batch_size} is not divisible by the "
+                      f"{jax.local_device_count()} local devices")
+
+
+def load_data(config):
+  """(train, validation or None, test) splits; the training set long-tailed by `imbalance_factor`."""
+  train = data_lib.load_split(config.dataset, "train", config.data_dir)
+  test = data_lib.load_split(config.dataset, "test", config.data_dir)
+  keep = data_lib.long_tail_indices(train.labels, train.num_classes, config.imbalance_factor,
+                                    config.seed)
+  train = train.subset(keep)
+  validation = None
+  if config.validation_fraction > 0:
+    train, validation = data_lib.validation_split(train, config.validation_fraction, config.seed)
+  return train, validation, test
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
+# ------------------------------------------------------------------------------------------------
+
+def classifier_weights(params) -> tuple[jax.Array, jax.Array | None]:
+  """(W [K, d], bias [K] or None) of the model's head."""
+  head = params["head"]
+  return jnp.asarray(head["kernel"]).T, head.get("bias")
+
+
+def evaluate_split(state, eval_fn, split, batch_size, num_devices, num_classes):
+  """Per-class correct counts and counts, and per-class mean CE, over every example (padded tail)."""
+  correct = np.zeros(num_classes)
+  counts = np.zeros(num_classes)
+  loss_sums = np.zeros(num_classes)
+  for batch in data_lib.eval_batches(split, batch_size):
+    if num_devices > 1:
+      logits, _ = unshard(eval_fn(state, shard(batch, num_devices)))
+    else:
+      logits, _ = eval_fn(state, batch)
+    mask = batch["mask"]
+    labels = batch["label"][mask]
+    logits = np.asarray(logits, np.float64)[mask]
+    log_probs = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    np.add.at(correct, labels, logits.argmax(1) == labels)
+    np.add.at(counts, labels, 1)
+    np.add.at(loss_sums, labels, -log_probs[np.arange(len(labels)), labels])
+  return correct, counts, loss_sums
+
+
+def neural_collapse_metrics(state, eval_fn, split, batch_size, num_devices, num_classes):
+  """NC1–NC4 and ρ on `split` (no augmentation), streamed with `reweight_jax.NCAccumulator`."""
+  params = flax.jax_utils.unreplicate(state.params) if num_devices > 1 else state.params
+  weights, bias = classifier_weights(params)
+
+  def features_and_losses():
+    for batch in data_lib.eval_batches(split, batch_size):
+      if num_devices > 1:
+        logits, features = unshard(eval_fn(state, shard(batch, num_devices)))
+      else:
+        logits, features = eval_fn(state, batch)
+      yield (jnp.asarray(features), batch["label"],
+             cross_entropy(jnp.asarray(logits), jnp.asarray(batch["label"])), batch["mask"])
+
+  update = jax.jit(lambda acc, h, y, l, m: acc.update(h, y, per_example_loss=l, where=m))
+  update_ncc = jax.jit(lambda acc, h, m: acc.update_ncc(h, weights, bias=bias, where=m))
+  accumulator = None
+  for features, labels, losses, mask in features_and_losses():
+    if accumulator is None:
+      accumulator = reweight_jax.NCAccumulator.init(num_classes, features.shape[1])
+    accumulator = update(accumulator, features, labels, losses, mask)
+  for features, _, _, mask in features_and_losses():
+    accumulator = update_ncc(accumulator, features, mask)
+  metrics = accumulator.finalize(weights)
+  return {name: float(value) for name, value in metrics._asdict().items()}
+
+
+def summarize(config, train, test_correct, test_counts, reference_groups):
+  """Overall / per-class / Many-Medium-Few / Easy-Medium-Hard accuracy (fractions)."""
+  accuracy = mr2_jax.accuracy_from_counts(test_correct, test_counts)
+  summary = {
+      "overall_accuracy": float(test_correct.sum() / test_counts.sum()),
+      "per_class_accuracy": accuracy.tolist(),
+      "worst_class_accuracy": mr2_jax.worst_class_accuracy(accuracy),
+      "class_accuracy_std": mr2_jax.class_accuracy_std(accuracy),
+      "train_class_counts": train.class_counts.tolist(),
+  }
+  if config.imbalance_factor > 1:
+    split_ids = data_lib.many_medium_few(train.class_counts)
+    summary["many_medium_few"] = {
+        name: (float(np.nanmean(accuracy[split_ids == i])) if np.any(split_ids == i) else None)
+        for i, name in enumerate(("many", "medium", "few"))}
+  if reference_groups is not None:
+    groups = mr2_jax.group_accuracy(accuracy, reference_groups)
+    summary["easy_medium_hard"] = dict(zip(mr2_jax.evaluation.GROUP_NAMES, groups.tolist()))
+  return summary
+
+
+# ------------------------------------------------------------------------------------------------
+# Checkpoints, logging
+# ------------------------------------------------------------------------------------------------
+
+def checkpoint_manager(workdir: pathlib.Path, config) -> ocp.CheckpointManager:
+  options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True,
+                                         enable_async_checkpointing=False,
+                                         cleanup_tmp_directories=True)
+  return ocp.CheckpointManager(workdir / "checkpoints", options=options)
+
+
+class MetricWriter:
+  """JSON lines (metrics.jsonl, class_history.jsonl) and TensorBoard events (tensorboardX, no TF)."""
+
+  def __init__(self, workdir: pathlib.Path, enabled: bool):
+    self.enabled = enabled
+    if not enabled:
+      return
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    self.metrics = open(workdir / "metrics.jsonl", "a", encoding="utf-8")
+    self.class_history = open(workdir / "class_history.jsonl", "a", encoding="utf-8")
+    self.tensorboard = SummaryWriter(str(workdir / "tensorboard"))
+
+  def write(self, step: int, scalars: dict[str, float], per_class: dict[str, list[float]]):
+    if not self.enabled:
+      return
+    self.metrics.write(json.dumps({"step": step, **scalars}) + "\n")
+    self.metrics.flush()
+    if per_class:
+      self.class_history.write(json.dumps({"step": step, **per_class}) + "\n")
+      self.class_history.flush()
+    for name, value in scalars.items():
+      self.tensorboard.add_scalar(name, value, step)
+
+  def close(self):
+    if self.enabled:
+      self.metrics.close()
+      self.class_history.close()
+      self.tensorboard.close()
+
+
+def _to_host(tree, num_devices):
+  return jax.device_get(flax.jax_utils.unreplicate(tree) if num_devices > 1 else tree)
+
+
+# ------------------------------------------------------------------------------------------------
+# The run
+# ------------------------------------------------------------------------------------------------
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
+                       *, max_steps: int | None = None) -> dict[str, Any]:
+  """Trains `config` in `workdir` (resuming from its latest checkpoint) and writes summary.json.
+
+  Args:
+    config: see experiments/configs/default.py.
+    workdir: output folder: config.json, metrics.jsonl, class_history.jsonl, tensorboard/,
+      checkpoints/, summary.json.
+    max_steps: stop after this global step (for tests and the resume check); the schedule still
+      follows `num_epochs`.
+
+  Returns:
+    The summary dict (also written to workdir/summary.json).
+  """
+  validate_config(config)
+  train, validation, test = load_data(config)  # fails before anything is written
+  workdir = pathlib.Path(workdir)
+  is_main = jax.process_index() == 0
+  num_classes = train.num_classes
+  steps_per_epoch = data_lib.steps_per_epoch(train, config.batch_size)
+  total_steps = int(config.num_epochs * steps_per_epoch)
+  if max_steps is not None:
+    total_steps = min(total_steps, max_steps)
+  task = Task(num_classes=num_classes,
+              class_counts=tuple(float(c) for c in train.class_counts),
+              steps_per_epoch=steps_per_epoch)
+  learning_rate_fn = create_learning_rate_fn(config, steps_per_epoch)
+  model = models.create_model(config.model, num_classes, head=config.head,
+                              cosine_scale=config.cosine_scale,
+                              axis_name=AXIS if config.parallel == "pmap" else None)
+  state = create_train_state(config, model, train.images.shape[1:], num_classes, learning_rate_fn,
+                             jax.random.key(config.seed))
+
+  workdir.mkdir(parents=True, exist_ok=True)
+  if is_main:
+    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
+  manager = checkpoint_manager(workdir, config)
+  if manager.latest_step() is not None:
+    state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+  start_step = int(state.step)
+
+  p_train_step, p_eval_step, num_devices = compile_steps(config, task, learning_rate_fn)
+  if num_devices > 1:
+    state = flax.jax_utils.replicate(state)
+  writer = MetricWriter(workdir, is_main)
+  progress = None
+  if config.progress_bar and is_main:
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    progress = tqdm(total=total_steps * config.batch_size, initial=start_step * config.batch_size,
+                    unit="img", unit_scale=True, dynamic_ncols=True,
+                    desc=f"{config.loss} {config.dataset}")
+
+  step = start_step
+  window_start, window_images = time.perf_counter(), 0
+  while step < total_steps:
+    epoch, start_batch = divmod(step, steps_per_epoch)
+    batches = data_lib.prefetch(data_lib.train_batches(
+        train, config.batch_size, seed=config.seed, epoch=epoch, augment=config.augment,
+        start_batch=start_batch))
+    for batch in batches:
+      if num_devices > 1:
+        batch = shard(batch, num_devices)
+      state, metrics = p_train_step(state, batch)
+      step += 1
+      window_images += config.batch_size
+      if progress is not None:
+        progress.update(config.batch_size)
+      if step % config.log_every_steps == 0 or step == total_steps:
+        metrics = _to_host(metrics, num_devices)
+        if not bool(metrics.pop("finite")):
+          raise FloatingPointError(f"non-finite loss at step {step} (loss {config.loss})")
+        elapsed = time.perf_counter() - window_start
+        per_class = {k: np.asarray(v).tolist() for k, v in metrics.items() if np.ndim(v) == 1}
+        scalars = {k: float(v) for k, v in metrics.items() if np.ndim(v) == 0}
+        scalars["train_accuracy"] = scalars.pop("train_correct") / config.batch_size
+        scalars.update(epoch=step / steps_per_epoch, images_per_sec=window_images / elapsed)
+        writer.write(step, scalars, per_class)
+        if progress is not None:
+          progress.set_postfix(loss=f"{scalars['loss']:.3f}", epoch=f"{scalars['epoch']:.1f}")
+        window_start, window_images = time.perf_counter(), 0
+      if step % config.checkpoint_every_steps == 0 or step == total_steps:
+        manager.save(step, args=ocp.args.StandardSave(_to_host(state, num_devices)))
+      if step >= total_steps:
+        break
+  manager.wait_until_finished()
+  if progress is not None:
+    progress.close()
+
+  summary = final_evaluation(config, state, p_eval_step, train, validation, test, num_devices,
+                             num_classes)
+  summary.update(steps=step, epochs=step / steps_per_epoch, loss=config.loss,
+                 dataset=config.dataset, imbalance_factor=config.imbalance_factor,
+                 seed=config.seed, parallel=config.parallel, num_devices=num_devices)
+  if is_main:
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+  writer.close()
+  return summary
+
+
+def final_evaluation(config, state, eval_fn, train, validation, test, num_devices, num_classes):
+  """Test accuracy summary, validation accuracy, final statistics, NC metrics on the training set."""
+  reference_groups = None
+  if config.reference_summary:
+    reference = json.loads(pathlib.Path(config.reference_summary).read_text())
+    reference_groups = mr2_jax.difficulty_tertiles(reference["per_class_accuracy"])
+  correct, counts, _ = evaluate_split(state, eval_fn, test, config.eval_batch_size, num_devices,
+                                      num_classes)
+  summary = summarize(config, train, correct, counts, reference_groups)
+  if validation is not None:
+    v_correct, v_counts, _ = evaluate_split(state, eval_fn, validation, config.eval_batch_size,
+                                            num_devices, num_classes)
+    summary["validation_accuracy"] = float(v_correct.sum() / v_counts.sum())
+  t_correct, t_counts, t_losses = evaluate_split(state, eval_fn, train, config.eval_batch_size,
+                                                 num_devices, num_classes)
+  summary["train_accuracy"] = float(t_correct.sum() / t_counts.sum())
+  summary["train_class_loss"] = (t_losses / np.maximum(t_counts, 1)).tolist()
+  host_state = _to_host(state, num_devices)
+  summary["class_margins"] = np.asarray(
+      mr2_jax.class_margins(host_state.class_stats, config.mr2.c_bar)).tolist()
+  summary["reweight_batch_counts"] = np.asarray(host_state.reweight_state.batch_counts).tolist()
+  if config.nc_metrics:
+    summary["neural_collapse"] = neural_collapse_metrics(
+        state, eval_fn, train, config.eval_batch_size, num_devices, num_classes)
+  return summary
