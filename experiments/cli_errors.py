@@ -32,7 +32,3 @@ def run_app(main, argv):
     app.run(main, argv)
   except app.UsageError as error:
     fail(str(error))
-
-
-def parse_errors_to_line(argv):
-  return argv

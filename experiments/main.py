@@ -14,6 +14,7 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 
 from experiments import cli_errors
@@ -28,6 +29,7 @@ _MAX_STEPS = flags.DEFINE_integer("max_steps", None, "Stop after this many steps
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.WARNING)
   if not _WORKDIR.value:
     cli_errors.fail("--workdir is required")
   with cli_errors.one_line_errors():

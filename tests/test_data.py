@@ -234,13 +234,14 @@ def test_augmentation_is_deterministic_per_seed_epoch_batch_and_changes_images()
     np.testing.assert_array_equal(a["image"], b["image"])
     np.testing.assert_array_equal(a["label"], p["label"])
     assert not np.array_equal(a["image"], p["image"])
-  # Two batches of one epoch draw different crops: same images in both slots → different outputs.
-  rng_batch0 = np.random.default_rng([0, 0, 0, 0])
-  rng_batch1 = np.random.default_rng([0, 0, 1, 0])
-  images = split.images[:16]
-  assert not np.array_equal(data.random_crop_flip(images, rng_batch0),
-                            data.random_crop_flip(images, rng_batch1))
   assert not np.array_equal(batches(1, 0, True)[0]["image"], augmented[0]["image"])
+  # With every image identical, batches differ only through their crops: each batch index (and each
+  # process) must draw its own.
+  same = data.Split(np.repeat(split.images[:1], 64, axis=0), split.labels, 10, split.class_names)
+  drawn = [b["image"] for p in range(2) for b in data.train_batches(
+      same, 16, seed=0, epoch=0, augment=True, process_index=p, process_count=2)]
+  assert len(drawn) == 4
+  assert all(not np.array_equal(a, b) for i, a in enumerate(drawn) for b in drawn[i + 1:])
 
 
 def test_normalize_uses_dataset_constants():

@@ -54,13 +54,13 @@ def test_wrn28_10_parameter_count_and_shapes():
 
 
 @pytest.mark.parametrize("head", ["linear", "cosine"])
-@pytest.mark.parametrize("name,shape,feature_dim,kwargs", [
-    ("resnet32", (3, 8, 8, 3), 64, {}),
-    ("small_cnn", (3, 8, 8, 1), 128, {}),
-    ("small_cnn", (3, 28, 28, 1), 128, {}),
+@pytest.mark.parametrize("name,shape,feature_dim", [
+    ("resnet32", (3, 8, 8, 3), 64),
+    ("small_cnn", (3, 8, 8, 1), 128),
+    ("small_cnn", (3, 28, 28, 1), 128),
 ])
-def test_output_shapes(name, shape, feature_dim, kwargs, head):
-  model = models.create_model(name, 7, head=head, **kwargs)
+def test_output_shapes(name, shape, feature_dim, head):
+  model = models.create_model(name, 7, head=head)
   variables, logits, _ = check_forward(model, shape, feature_dim, 7)
   head_params = variables["params"]["head"]
   if head == "cosine":

@@ -1,0 +1,210 @@
+"""Per-class comparison of finished runs: tables (Markdown), a JSON summary and PNG plots.
+
+    python -m experiments.evaluate --runs ce=workdirs/ce mr2=workdirs/mr2 --reference ce \
+        --out workdirs/report
+
+Each run is a workdir written by `experiments.train` (summary.json, class_history.jsonl). Several
+workdirs per method (seeds) are given as `name=dir1,dir2,dir3` and reported as mean ± std.
+Easy / Medium / Hard groups are fixed from the reference method's per-class accuracy (seed mean).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+import mr2_jax
+
+PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
+                   ("class_weight", "per-class weight ŵ_c"),
+                   ("gamma", "per-class margin γ_c"))
+
+
+def load_summaries(workdirs: Sequence[str | pathlib.Path]) -> list[dict]:
+  summaries = []
+  for workdir in workdirs:
+    path = pathlib.Path(workdir) / "summary.json"
+    if not path.exists():
+      raise FileNotFoundError(f"{path}: no summary.json (has the run finished?)")
+    summaries.append(json.loads(path.read_text()))
+  return summaries
+
+
+def mean_std(values) -> tuple[float, float]:
+  values = np.asarray(values, np.float64)
+  return float(np.mean(values)), float(np.std(values))
+
+
+def method_table(methods: dict[str, list[dict]], reference: str | None) -> dict[str, dict]:
+  """Per method: mean ± std over seeds of overall, worst-class, std-of-classes, groups, per class."""
+  groups = None
+  if reference is not None:
+    reference_accuracy = np.mean([s["per_class_accuracy"] for s in methods[reference]], axis=0)
+    groups = mr2_jax.difficulty_tertiles(reference_accuracy)
+  table = {}
+  for name, summaries in methods.items():
+    per_class = np.array([s["per_class_accuracy"] for s in summaries], np.float64)
+    row = {
+        "seeds": [s.get("seed") for s in summaries],
+        "overall": mean_std([s["overall_accuracy"] for s in summaries]),
+        "worst_class": mean_std([s["worst_class_accuracy"] for s in summaries]),
+        "class_std": mean_std([s["class_accuracy_std"] for s in summaries]),
+        "per_class_mean": per_class.mean(0).tolist(),
+        "per_class_std": per_class.std(0).tolist(),
+    }
+    if "many_medium_few" in summaries[0]:
+      row["many_medium_few"] = {
+          split: mean_std([s["many_medium_few"][split] for s in summaries])
+          for split in summaries[0]["many_medium_few"] if summaries[0]["many_medium_few"][split]
+          is not None}
+    if groups is not None:
+      per_seed = np.array([mr2_jax.group_accuracy(acc, groups) for acc in per_class])
+      row["easy_medium_hard"] = {g: mean_std(per_seed[:, i])
+                                 for i, g in enumerate(mr2_jax.evaluation.GROUP_NAMES)}
+    if "neural_collapse" in summaries[0]:
+      row["neural_collapse"] = {k: mean_std([s["neural_collapse"][k] for s in summaries])
+                                for k in summaries[0]["neural_collapse"]}
+    table[name] = row
+  if groups is not None:
+    table["_groups"] = groups.tolist()
+  return table
+
+
+def _pct(pair) -> str:
+  mean, std = pair
+  return f"{100 * mean:.1f} ± {100 * std:.1f}"
+
+
+def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
+  """An overall table (one row per method) and a per-class table (one column per method)."""
+  methods = [m for m in table if not m.startswith("_")]
+  lines = []
+  header = ["method", "overall", "worst class", "std of classes"]
+  first = table[methods[0]]
+  mmf = list(first.get("many_medium_few", {}))
+  emh = list(first.get("easy_medium_hard", {}))
+  header += [s.capitalize() for s in mmf] + [g.capitalize() for g in emh]
+  if "neural_collapse" in first:
+    header += ["NC1", "NC2", "NC3", "NC4", "ρ"]
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "---|" * len(header))
+  for m in methods:
+    row = table[m]
+    cells = [m, _pct(row["overall"]), _pct(row["worst_class"]), _pct(row["class_std"])]
+    cells += [_pct(row["many_medium_few"][s]) for s in mmf]
+    cells += [_pct(row["easy_medium_hard"][g]) for g in emh]
+    if "neural_collapse" in row:
+      nc = row["neural_collapse"]
+      cells += [f"{nc[k][0]:.3g} ± {nc[k][1]:.2g}" for k in ("nc1", "nc2", "nc3", "nc4", "rho")]
+    lines.append("| " + " | ".join(cells) + " |")
+  lines.append("")
+  groups = table.get("_groups")
+  header = ["class", "train n"] + (["group"] if groups else []) + methods
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "---|" * len(header))
+  for k, count in enumerate(class_counts):
+    cells = [str(k), str(count)]
+    if groups:
+      cells.append(mr2_jax.evaluation.GROUP_NAMES[groups[k]])
+    cells += [_pct((table[m]["per_class_mean"][k], table[m]["per_class_std"][k])) for m in methods]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
+  """Per-class accuracy of each method, classes sorted by the first method's accuracy."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  methods = [m for m in table if not m.startswith("_")]
+  order = np.argsort(table[methods[0]]["per_class_mean"])[::-1]
+  fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(order)), 4))
+  for m in methods:
+    mean = np.asarray(table[m]["per_class_mean"])[order]
+    std = np.asarray(table[m]["per_class_std"])[order]
+    ax.errorbar(np.arange(len(order)), 100 * mean, yerr=100 * std, marker="o", capsize=2, label=m)
+  ax.set_xticks(np.arange(len(order)), [str(k) for k in order])
+  ax.set_xlabel(f"class (sorted by {methods[0]} accuracy)")
+  ax.set_ylabel("test accuracy (%)")
+  ax.legend()
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list[pathlib.Path]:
+  """One PNG per logged per-class quantity (loss, weight, γ) over training steps."""
+  history_file = pathlib.Path(workdir) / "class_history.jsonl"
+  if not history_file.exists():
+    return []
+  records = [json.loads(line) for line in history_file.read_text().splitlines() if line.strip()]
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  written = []
+  for key, title in PLOTTED_HISTORY:
+    rows = [(r["step"], r[key]) for r in records if key in r]
+    if not rows:
+      continue
+    steps = np.array([s for s, _ in rows])
+    values = np.array([v for _, v in rows], np.float64)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in range(values.shape[1]):
+      ax.plot(steps, values[:, k], label=str(k), lw=1)
+    ax.set_xlabel("step")
+    ax.set_title(title)
+    ax.legend(ncol=2, fontsize=7, title="class")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = pathlib.Path(f"{path_prefix}_{key}.png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    written.append(out)
+  return written
+
+
+def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
+                 out: pathlib.Path) -> str:
+  """Tables (report.md), comparison.json and plots in `out`; returns the Markdown."""
+  out.mkdir(parents=True, exist_ok=True)
+  summaries = {name: load_summaries(dirs) for name, dirs in methods.items()}
+  table = method_table(summaries, reference)
+  class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
+  markdown = markdown_tables(table, class_counts)
+  (out / "report.md").write_text(markdown)
+  (out / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
+  plot_per_class_accuracy(table, out / "per_class_accuracy.png")
+  for name, dirs in methods.items():
+    plot_class_history(dirs[0], out / f"{name.replace('+', '_')}")
+  return markdown
+
+
+def parse_runs(specs: Sequence[str]) -> dict[str, list[pathlib.Path]]:
+  methods = {}
+  for spec in specs:
+    name, _, dirs = spec.partition("=")
+    if not dirs:
+      raise SystemExit(f"error: --runs entry {spec!r} is not name=dir[,dir...]")
+    methods[name] = [pathlib.Path(d) for d in dirs.split(",")]
+  return methods
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--runs", nargs="+", required=True, help="name=workdir[,workdir...]")
+  parser.add_argument("--reference", default=None, help="method fixing Easy/Medium/Hard (ERM)")
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  try:
+    print(write_report(parse_runs(args.runs), args.reference, pathlib.Path(args.out)))
+  except (FileNotFoundError, KeyError) as error:
+    raise SystemExit(f"error: {error}") from None
+
+
+if __name__ == "__main__":
+  main()
