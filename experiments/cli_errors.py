@@ -6,6 +6,7 @@ import contextlib
 import sys
 
 from absl import app
+from absl import flags
 
 from experiments import data as data_lib
 from experiments import train
@@ -26,9 +27,20 @@ def one_line_errors():
     fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
-def run_app(main, argv):
-  """absl's app.run, with config-file parse errors (unknown fields, bad types) as one line too."""
+def _parse_flags(argv):
+  """Flag parsing where a bad `--config.*` override (unknown field, wrong type) is one line."""
   try:
-    app.run(main, argv)
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    fail(str(error).splitlines()[0])
+  except (AttributeError, KeyError, TypeError, ValueError) as error:
+    message = " ".join(str(error).replace("\\n", " ").replace("\\", "").split()).strip("'\"")
+    fail(f"bad config override: {message}")
+
+
+def run_app(main, argv):
+  """absl's app.run, with bad flags and config overrides reported as one line too."""
+  try:
+    app.run(main, argv, flags_parser=_parse_flags)
   except app.UsageError as error:
     fail(str(error))

@@ -20,7 +20,6 @@ import pathlib
 import time
 from typing import Any
 
-import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -265,6 +264,16 @@ def unshard(x):
   return jax.tree.map(lambda leaf: np.asarray(leaf).reshape(-1, *leaf.shape[2:]), x)
 
 
+def replicate(tree, num_devices):
+  """A copy of `tree` per local device, stacked on a leading axis (the pmap input layout)."""
+  return jax.tree.map(lambda leaf: jnp.stack([leaf] * num_devices), tree)
+
+
+def unreplicate(tree):
+  """Device 0's copy of a replicated tree (all copies are equal: every update is all-reduced)."""
+  return jax.tree.map(lambda leaf: leaf[0], tree)
+
+
 # ------------------------------------------------------------------------------------------------
 # Configuration and data
 # ------------------------------------------------------------------------------------------------
@@ -344,7 +353,7 @@ def evaluate_split(state, eval_fn, split, batch_size, num_devices, num_classes):
 
 def neural_collapse_metrics(state, eval_fn, split, batch_size, num_devices, num_classes):
   """NC1–NC4 and ρ on `split` (no augmentation), streamed with `reweight_jax.NCAccumulator`."""
-  params = flax.jax_utils.unreplicate(state.params) if num_devices > 1 else state.params
+  params = unreplicate(state.params) if num_devices > 1 else state.params
   weights, bias = classifier_weights(params)
 
   def features_and_losses():
@@ -432,7 +441,7 @@ class MetricWriter:
 
 
 def _to_host(tree, num_devices):
-  return jax.device_get(flax.jax_utils.unreplicate(tree) if num_devices > 1 else tree)
+  return jax.device_get(unreplicate(tree) if num_devices > 1 else tree)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -482,7 +491,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
 
   p_train_step, p_eval_step, num_devices = compile_steps(config, task, learning_rate_fn)
   if num_devices > 1:
-    state = flax.jax_utils.replicate(state)
+    state = replicate(state, num_devices)
   writer = MetricWriter(workdir, is_main)
   progress = None
   if config.progress_bar and is_main:

@@ -1,0 +1,57 @@
+"""Inverse-view loss reweighting towards Neural Collapse (REWEIGHT spec), with baselines and metrics.
+
+Wang, Tong, Xie, Gao, "Rethinking Loss Reweighting for Imbalance Learning as an Inverse Problem: A
+Neural Collapse Point of View", arXiv 2605.10047 (ICML 2026).
+"""
+
+from reweight_jax.baselines import balanced_softmax_loss
+from reweight_jax.baselines import class_balanced_weights
+from reweight_jax.baselines import focal_loss
+from reweight_jax.baselines import ib_loss
+from reweight_jax.baselines import inverse_frequency_weights
+from reweight_jax.baselines import ldam_drw_weights
+from reweight_jax.baselines import ldam_loss
+from reweight_jax.baselines import ldam_margins
+from reweight_jax.baselines import logit_adjusted_loss
+from reweight_jax.inverse_weights import BatchClassLosses
+from reweight_jax.inverse_weights import batch_class_losses
+from reweight_jax.inverse_weights import inverse_weights
+from reweight_jax.inverse_weights import mean_class_loss
+from reweight_jax.loss import ReweightAux
+from reweight_jax.loss import inverse_reweighted_loss
+from reweight_jax.loss_imbalance import rho
+from reweight_jax.macro import macro_factor
+from reweight_jax.neural_collapse import NCAccumulator
+from reweight_jax.neural_collapse import NCMetrics
+from reweight_jax.neural_collapse import nc_metrics
+from reweight_jax.priors import PRIOR_KINDS
+from reweight_jax.priors import class_prior
+from reweight_jax.state import ReweightState
+from reweight_jax.state import init_reweight_state
+
+__all__ = [
+    "PRIOR_KINDS",
+    "BatchClassLosses",
+    "NCAccumulator",
+    "NCMetrics",
+    "ReweightAux",
+    "ReweightState",
+    "balanced_softmax_loss",
+    "batch_class_losses",
+    "class_balanced_weights",
+    "class_prior",
+    "focal_loss",
+    "ib_loss",
+    "init_reweight_state",
+    "inverse_frequency_weights",
+    "inverse_reweighted_loss",
+    "inverse_weights",
+    "ldam_drw_weights",
+    "ldam_loss",
+    "ldam_margins",
+    "logit_adjusted_loss",
+    "macro_factor",
+    "mean_class_loss",
+    "nc_metrics",
+    "rho",
+]

@@ -1,0 +1,180 @@
+"""The inverse-reweighted loss: batch-level closed form × macro factor, clipped.
+
+REWEIGHT spec, 'Inverse problem and closed form' and 'Two levels':
+
+    ŵ_c  = clip(β_c · w*_c, 0, max_weight)
+    loss = (1/B) Σ_i ŵ_{y_i} ℓ_i
+
+Gradient semantics (`stop_gradient`):
+
+* `stop_gradient=False` (default, the authors' released code): gradients flow through L_c, L̄ and w*.
+  With α = 0, β ≡ 1 and the clamp inactive, Σ_i w*_{y_i} ℓ_i = Σ_c n_c·w*_c·L_c = B·L̄ (up to ε), so
+  the loss *is* L̄, the mean over present classes of their mean loss, and ∂loss/∂ℓ_i = 1/(P·n_{y_i})
+  (P present classes): every present class gets the same total gradient — a per-batch class-balanced
+  mean. With β the loss is L̄·S/B, S = Σ_c n_c β_c; α > 0 and an active clamp reshape it further.
+* `stop_gradient=True`: ŵ is a constant, ∂loss/∂ℓ_i = ŵ_{y_i}/B. This is a genuine reweighting that
+  up-weights the classes whose loss is *low* (w*_c ≈ L̄/L_c) — a different algorithm.
+
+Results should say which of the two produced them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from mr2_jax import class_sums
+from mr2_jax.validation import check_batch_dim
+from mr2_jax.validation import check_class_vector
+from mr2_jax.validation import check_floating
+from mr2_jax.validation import check_labels
+from mr2_jax.validation import check_where
+from reweight_jax.inverse_weights import check_alpha
+from reweight_jax.inverse_weights import closed_form_weights
+from reweight_jax.inverse_weights import mean_class_loss
+from reweight_jax.inverse_weights import slot_class_losses
+from reweight_jax.macro import macro_factor_unchecked
+from reweight_jax.state import ReweightState
+
+Array = Any
+
+
+class ReweightAux(NamedTuple):
+  """Diagnostics of one step (global-batch values, identical on every device under `axis_name`).
+
+  Attributes:
+    class_losses: [K], L_c of the global batch; 0 for absent classes.
+    present: bool [K], classes present in the global batch.
+    mean_class_loss: scalar L̄.
+    inverse_weights: [K], w* (w⁰ for absent classes).
+    class_weights: [K], ŵ = clip(β·w*, 0, max_weight) (β = 1 when `macro=False`); for absent classes
+      the value their examples would get, clip(β·w⁰).
+    example_weights: [B], ŵ_{y_i} of the local examples; 0 for masked ones.
+  """
+  class_losses: jax.Array
+  present: jax.Array
+  mean_class_loss: jax.Array
+  inverse_weights: jax.Array
+  class_weights: jax.Array
+  example_weights: jax.Array
+
+
+def _clip(weights: jax.Array, max_weight: float | None) -> jax.Array:
+  if max_weight is None:
+    return jnp.maximum(weights, 0)
+  return jnp.clip(weights, 0, max_weight)
+
+
+def inverse_reweighted_loss(
+    per_example_loss: Array,
+    labels: Array,
+    state: ReweightState,
+    *,
+    alpha: Array,
+    prior: Array,
+    gamma: Array,
+    max_weight: float | None = 10.0,
+    macro: bool = True,
+    stop_gradient: bool = False,
+    refresh_macro: Array = True,
+    axis_name: str | None = None,
+    where: Array | None = None,
+    eps: float = 1e-8,
+) -> tuple[jax.Array, ReweightState, ReweightAux]:
+  """Inverse-view reweighted loss of one step; returns `(loss, new_state, aux)`.
+
+  Order of operations in a step:
+    1. if `refresh_macro`: β ← macro_factor(B, γ) from the counts *before* this batch;
+    2. L_c, L̄ and w* from this (global) batch; ŵ_c = clip(β_c·w*_c, 0, max_weight);
+    3. loss = (1/B) Σ_i ŵ_{y_i} ℓ_i, B the number of valid examples of the global batch;
+    4. B_c += 1 for every class present in the (global) batch.
+
+  β refresh cadence: `refresh_macro=True` (default) refreshes every step. The reference refreshes once
+  per epoch: pass `refresh_macro=(step_in_epoch == 0)` (a traced bool is fine), so epoch e uses β from
+  the batches of the reweighting epochs before e, and the first reweighting epoch uses β ≡ 1.
+
+  Data parallelism (`axis_name`): L_c and L̄ come from the global batch (sums and counts are psum-ed),
+  and B_c counts a class once per global batch. The returned loss is this device's *share*,
+  N_devices·Σ_{local i} ŵ_{y_i} ℓ_i / B_global, so that `lax.pmean(loss, axis_name)` is the
+  single-device loss on the concatenated batch and `lax.pmean` of the parameter gradients is its
+  gradient (the psum-s inside carry the cross-device terms of the gradient).
+
+  Invalid labels (possible only under tracing, where `check_labels` cannot raise) are excluded from
+  every class statistic and from the counts, and make the loss NaN.
+
+  Args:
+    per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).
+    labels: int [B] labels in [0, K), K = `state.batch_counts.shape[0]`.
+    state: `ReweightState` from `init_reweight_state(K)` or the previous step.
+    alpha: Tikhonov strength α ≥ 0 (reference default 0).
+    prior: [K] prior weights w⁰ (see `class_prior`; uniform is the reference default).
+    gamma: macro exponent γ (reference default 1).
+    max_weight: upper clip of ŵ (reference 10); None disables the clip (ŵ is still ≥ 0).
+    macro: apply β (False: β ≡ 1 in the loss; the state is updated either way).
+    stop_gradient: treat ŵ as a constant (see the module docstring).
+    refresh_macro: bool, recompute β before this step (see above).
+    axis_name: data-parallel axis name or None.
+    where: optional bool [B]; False marks padding, which counts nowhere.
+    eps: ε in the denominator of w*.
+
+  Returns:
+    `(loss, new_state, aux)`: scalar loss (this device's share under `axis_name`), the updated
+    `ReweightState` and `ReweightAux`.
+  """
+  batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
+  num_classes = batch_counts.shape[0]
+  check_class_vector(state.beta, num_classes, "state.beta")
+  labels = jnp.asarray(labels)
+  in_range = check_labels(labels, num_classes)
+  batch = labels.shape[0]
+  per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
+  check_batch_dim(per_example_loss, batch, "per_example_loss")
+  prior = check_class_vector(prior, num_classes, "prior")
+  check_alpha(alpha)
+  if max_weight is not None and not max_weight > 0:
+    raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
+  valid = check_where(where, batch) & in_range
+
+  dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
+  per_example_loss = per_example_loss.astype(dtype)
+  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
+  slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots,
+                                                axis_name=axis_name)
+  slot_prior = class_sums.gather_from_classes(prior, slots)
+  slot_inverse = closed_form_weights(slot_losses, slot_present, slot_prior, alpha, eps)
+
+  beta = jnp.where(refresh_macro, macro_factor_unchecked(batch_counts, gamma), state.beta)
+  if macro:
+    slot_beta = class_sums.gather_from_classes(beta, slots).astype(dtype)
+    class_beta = beta
+  else:
+    slot_beta = jnp.ones_like(slot_inverse)
+    class_beta = jnp.ones_like(beta)
+  slot_weights = _clip(slot_beta * slot_inverse, max_weight)
+  if stop_gradient:
+    slot_weights = jax.lax.stop_gradient(slot_weights)
+
+  example_weights = jnp.where(valid, slot_weights[slots.slot], 0)
+  weighted_sum = jnp.sum(example_weights * jnp.where(valid, per_example_loss, 0))
+  num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+  global_valid = jnp.sum(slots.counts).astype(dtype)
+  loss = num_devices * weighted_sum / jnp.maximum(global_valid, 1)
+  loss = jnp.where(jnp.all(in_range), loss, jnp.nan)
+
+  new_counts = class_sums.scatter_to_classes(
+      batch_counts, class_sums.gather_from_classes(batch_counts, slots) + 1, slots, slot_present)
+  new_state = ReweightState(batch_counts=new_counts, beta=beta)
+
+  def to_classes(default, slot_values):
+    return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)
+
+  aux = ReweightAux(
+      class_losses=to_classes(jnp.zeros((num_classes,), dtype), slot_losses),
+      present=to_classes(jnp.zeros((num_classes,), bool), slot_present),
+      mean_class_loss=mean_class_loss(slot_losses, slot_present),
+      inverse_weights=to_classes(prior.astype(dtype), slot_inverse),
+      class_weights=to_classes(_clip(class_beta * prior, max_weight).astype(dtype), slot_weights),
+      example_weights=example_weights)
+  return loss, new_state, aux

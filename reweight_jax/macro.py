@@ -1,0 +1,39 @@
+"""Macro-level factor β from the number of batches that contained each class.
+
+REWEIGHT spec, 'Two levels', item 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from reweight_jax._counts import check_counts
+from reweight_jax._counts import nan_where_negative
+from reweight_jax.priors import mean_normalize
+
+Array = Any
+
+
+def macro_factor_unchecked(batch_counts: jax.Array, gamma: Array) -> jax.Array:
+  """β_c = max(B_c, 1)^(−γ) / mean_k max(B_k, 1)^(−γ) without argument checks (traced callers)."""
+  return mean_normalize(jnp.power(jnp.maximum(batch_counts, 1.0), -gamma))
+
+
+def macro_factor(batch_counts: Array, gamma: Array = 1.0) -> jax.Array:
+  """Macro factor β_c = max(B_c, 1)^(−γ), normalised to mean 1 over all K classes.
+
+  REWEIGHT spec, 'Two levels': B_c is the number of batches that contained class c, counted from when
+  reweighting starts; tail classes, seen in few batches, get a larger factor. γ = 1 by default.
+
+  Args:
+    batch_counts: [K] non-negative batch counts B_c (integer or floating).
+    gamma: exponent γ.
+
+  Returns:
+    float32 [K] factors with mean 1 (all ones when every B_c ≤ 1 or γ = 0).
+  """
+  batch_counts = check_counts(batch_counts, "batch_counts")
+  return nan_where_negative(macro_factor_unchecked(batch_counts, gamma), batch_counts)

@@ -1,0 +1,252 @@
+"""Neural Collapse metrics NC1–NC4 (and ρ), one-shot and streaming.
+
+REWEIGHT spec, 'NC metrics (standard definitions, Papyan et al. 2020; Zhu et al. 2021)'. With
+features h_i, class means μ_c over the valid examples of class c, N valid examples, K' classes present
+(n_c > 0), μ_G = (1/N) Σ_i h_i the global sample mean, centred means M = [μ_c − μ_G] (stored here as a
+[K, d] matrix, row c = μ_c − μ_G, i.e. the spec's Mᵀ) and classifier W [K, d]:
+
+    Σ_W = (1/N) Σ_i (h_i − μ_{y_i})(h_i − μ_{y_i})ᵀ           Σ_B = (1/K') Σ_c (μ_c − μ_G)(μ_c − μ_G)ᵀ
+    NC1 = (1/K') Tr(Σ_W Σ_B⁺)
+    NC2 = ‖ G/‖G‖_F − (I − 11ᵀ/K')/√(K'−1) ‖_F   for G = M Mᵀ ('nc2') and G = W Wᵀ ('nc2_classifier')
+    NC3 = ‖ W/‖W‖_F − M/‖M‖_F ‖_F²
+    NC4 = fraction of examples with argmax_c (W h + b)_c ≠ argmin_c ‖h − μ_c‖
+
+Conventions where the spec is silent:
+* μ_G is the global *sample* mean, as in Papyan et al. On long-tailed data it is pulled towards the
+  head classes, so an exact simplex ETF of the class means scores 0 only when the classes are balanced.
+* Classes with no example are left out of every metric (K' counts present classes; W's rows of absent
+  classes are dropped from NC2/NC3 and they are never a nearest mean); NC1–NC3 are NaN when K' < 2.
+  With every class present this is the plain definition over all K classes.
+* Σ_B⁺ is the pseudo-inverse of rank at most K' − 1 (Σ_c n_c (μ_c − μ_G) = 0, so Σ_B never has more),
+  also dropping singular directions of M below max(K, d)·ε_f32·σ_max; NC1 is computed as
+  Σ_j v_jᵀ Σ_W v_j / σ_j² from the SVD M = U S Vᵀ, which needs no d×d inverse.
+
+Streaming (`NCAccumulator`): per-class counts and means and the within-class scatter matrix are
+merged batch by batch with the parallel-variance update of Chan et al. (1979):
+    S ← S_a + S_b + Σ_c (n_a n_b / (n_a + n_b))_c δ_c δ_cᵀ,   δ_c = m_c^batch − μ_c^so-far,
+where S_b is the scatter of the batch about its own class means; batch sums, counts and scatter are
+psum-reduced over `axis_name` first. This is a sum of second moments that avoids the float32
+cancellation of Σ h hᵀ − Σ_c n_c μ_c μ_cᵀ (features near collapse have Σ_W ≪ ‖μ_c‖²), and it equals the
+one-shot computation on the full set up to float rounding; `nc_metrics` is exactly one update.
+NC4 needs the final class means, so it takes a second pass over the data (`update_ncc`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from mr2_jax import class_sums
+from mr2_jax.validation import check_batch_dim
+from mr2_jax.validation import check_floating
+from mr2_jax.validation import check_labels
+from mr2_jax.validation import check_num_classes
+from mr2_jax.validation import check_where
+from reweight_jax.loss_imbalance import rho
+
+Array = Any
+
+
+class NCMetrics(NamedTuple):
+  """NC1–NC4 and ρ (NaN where undefined: fewer than two classes, no NC4 pass, no losses)."""
+  nc1: jax.Array
+  nc2: jax.Array
+  nc2_classifier: jax.Array
+  nc3: jax.Array
+  nc4: jax.Array
+  rho: jax.Array
+
+
+def _check_classifier(classifier: Array, num_classes: int, feature_dim: int,
+                      bias: Array | None) -> tuple[jax.Array, jax.Array]:
+  classifier = check_floating(classifier, 2, "classifier")
+  if classifier.shape != (num_classes, feature_dim):
+    raise ValueError(f"classifier: expected shape ({num_classes}, {feature_dim}) [K, d], got "
+                     f"{classifier.shape}.")
+  if bias is None:
+    bias = jnp.zeros((num_classes,), classifier.dtype)
+  bias = check_floating(bias, 1, "bias")
+  if bias.shape != (num_classes,):
+    raise ValueError(f"bias: expected shape ({num_classes},), got {bias.shape}.")
+  return classifier.astype(jnp.float32), bias.astype(jnp.float32)
+
+
+def _etf_distance(gram: jax.Array, present: jax.Array, num_present: jax.Array) -> jax.Array:
+  """‖G/‖G‖_F − (I − 11ᵀ/K')/√(K'−1)‖_F over the present classes (rows/columns of absent ones 0)."""
+  mask = present.astype(gram.dtype)
+  target = (jnp.diag(mask) - jnp.outer(mask, mask) / num_present) / jnp.sqrt(num_present - 1)
+  return jnp.linalg.norm(gram / jnp.linalg.norm(gram) - target)
+
+
+class NCAccumulator(NamedTuple):
+  """Streaming statistics for NC1–NC4 and ρ (a pytree: carry it through `jit`/`pmap` loops).
+
+  Use: `acc = NCAccumulator.init(K, d)`; pass 1 `acc = acc.update(h, y, per_example_loss=ℓ)` over the
+  data; optional pass 2 `acc = acc.update_ncc(h, W, bias=b)` over the same data for NC4; then
+  `acc.finalize(W)`. Under `pmap`, pass `axis_name`: every device then holds the same statistics.
+
+  Attributes:
+    counts: float32 [K], n_c.
+    class_means: float32 [K, d], μ_c (0 for classes not seen yet).
+    within_scatter: float32 [d, d], Σ_i (h_i − μ_{y_i})(h_i − μ_{y_i})ᵀ about the current means.
+    loss_sums: float32 [K], Σ ℓ_i per class (when losses are given).
+    loss_counts: float32 [K], number of losses summed per class.
+    ncc_mismatches: float32 scalar, examples whose classifier and nearest-class-mean decisions differ.
+    ncc_examples: float32 scalar, examples seen by `update_ncc`.
+  """
+  counts: jax.Array
+  class_means: jax.Array
+  within_scatter: jax.Array
+  loss_sums: jax.Array
+  loss_counts: jax.Array
+  ncc_mismatches: jax.Array
+  ncc_examples: jax.Array
+
+  @classmethod
+  def init(cls, num_classes: int, feature_dim: int) -> "NCAccumulator":
+    """Empty statistics for K classes and d-dimensional features."""
+    num_classes = check_num_classes(num_classes)
+    feature_dim = check_num_classes(feature_dim, "feature_dim")
+    zeros_k = jnp.zeros((num_classes,), jnp.float32)
+    return cls(counts=zeros_k, class_means=jnp.zeros((num_classes, feature_dim), jnp.float32),
+               within_scatter=jnp.zeros((feature_dim, feature_dim), jnp.float32),
+               loss_sums=zeros_k, loss_counts=zeros_k,
+               ncc_mismatches=jnp.zeros((), jnp.float32), ncc_examples=jnp.zeros((), jnp.float32))
+
+  @property
+  def num_classes(self) -> int:
+    return self.counts.shape[0]
+
+  @property
+  def feature_dim(self) -> int:
+    return self.class_means.shape[1]
+
+  def _check_features(self, features: Array, batch: int | None = None) -> jax.Array:
+    features = check_floating(features, 2, "features")
+    if batch is not None:
+      check_batch_dim(features, batch, "features")
+    if features.shape[1] != self.feature_dim:
+      raise ValueError(f"features: expected feature dimension {self.feature_dim}, got "
+                       f"{features.shape[1]}.")
+    return features.astype(jnp.float32)
+
+  def update(self, features: Array, labels: Array, *, per_example_loss: Array | None = None,
+             where: Array | None = None, axis_name: str | None = None) -> "NCAccumulator":
+    """Pass 1: merges a batch of features [B, d] (and optionally losses [B]) into the statistics."""
+    labels = jnp.asarray(labels)
+    in_range = check_labels(labels, self.num_classes)
+    batch = labels.shape[0]
+    features = self._check_features(features, batch)
+    valid = check_where(where, batch) & in_range
+    slots = class_sums.class_slots(labels, valid, self.num_classes, axis_name=axis_name)
+    batch_counts = slots.counts
+    safe_features = jnp.where(valid[:, None], features, 0)
+    batch_means = (class_sums.slot_sum(safe_features, slots, axis_name=axis_name)
+                   / jnp.maximum(batch_counts, 1)[:, None])
+    centred = jnp.where(valid[:, None], features - batch_means[slots.slot], 0)
+    batch_scatter = centred.T @ centred
+    if axis_name is not None:
+      batch_scatter = jax.lax.psum(batch_scatter, axis_name)
+
+    seen_counts = class_sums.gather_from_classes(self.counts, slots)
+    seen_means = class_sums.gather_from_classes(self.class_means, slots)
+    present = batch_counts > 0
+    total_counts = seen_counts + batch_counts
+    delta = batch_means - seen_means
+    merge_factor = jnp.where(present, seen_counts * batch_counts / jnp.maximum(total_counts, 1), 0)
+    within_scatter = (self.within_scatter + batch_scatter
+                      + (delta * merge_factor[:, None]).T @ delta)
+    merged_means = seen_means + delta * (batch_counts / jnp.maximum(total_counts, 1))[:, None]
+
+    loss_sums, loss_counts = self.loss_sums, self.loss_counts
+    if per_example_loss is not None:
+      per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
+      check_batch_dim(per_example_loss, batch, "per_example_loss")
+      batch_loss_sums = class_sums.slot_sum(
+          jnp.where(valid, per_example_loss.astype(jnp.float32), 0), slots, axis_name=axis_name)
+      loss_sums = class_sums.scatter_to_classes(
+          loss_sums, class_sums.gather_from_classes(loss_sums, slots) + batch_loss_sums, slots,
+          present)
+      loss_counts = class_sums.scatter_to_classes(
+          loss_counts, class_sums.gather_from_classes(loss_counts, slots) + batch_counts, slots,
+          present)
+
+    return self._replace(
+        counts=class_sums.scatter_to_classes(self.counts, total_counts, slots, present),
+        class_means=class_sums.scatter_to_classes(self.class_means, merged_means, slots, present),
+        within_scatter=within_scatter, loss_sums=loss_sums, loss_counts=loss_counts)
+
+  def update_ncc(self, features: Array, classifier: Array, *, bias: Array | None = None,
+                 where: Array | None = None, axis_name: str | None = None) -> "NCAccumulator":
+    """Pass 2 (after all of pass 1): counts NC4 mismatches of a batch against the final means."""
+    features = self._check_features(features)
+    classifier, bias = _check_classifier(classifier, self.num_classes, self.feature_dim, bias)
+    valid = check_where(where, features.shape[0])
+    predictions = jnp.argmax(features @ classifier.T + bias, axis=-1)
+    # argmin_c ‖h − μ_c‖² = argmin_c (‖μ_c‖² − 2 hᵀμ_c); absent classes are never nearest.
+    distances = jnp.sum(jnp.square(self.class_means), axis=-1) - 2 * features @ self.class_means.T
+    distances = jnp.where(self.counts > 0, distances, jnp.inf)
+    nearest = jnp.argmin(distances, axis=-1)
+    mismatches = jnp.sum(valid & (predictions != nearest)).astype(jnp.float32)
+    examples = jnp.sum(valid).astype(jnp.float32)
+    if axis_name is not None:
+      mismatches, examples = jax.lax.psum((mismatches, examples), axis_name)
+    return self._replace(ncc_mismatches=self.ncc_mismatches + mismatches,
+                         ncc_examples=self.ncc_examples + examples)
+
+  def finalize(self, classifier: Array) -> NCMetrics:
+    """NC1–NC4 and ρ from the accumulated statistics and the classifier W [K, d]."""
+    classifier, _ = _check_classifier(classifier, self.num_classes, self.feature_dim, None)
+    present = self.counts > 0
+    num_present = jnp.sum(present).astype(jnp.float32)
+    num_examples = jnp.maximum(jnp.sum(self.counts), 1)
+    global_mean = self.counts @ self.class_means / num_examples
+    centred_means = jnp.where(present[:, None], self.class_means - global_mean, 0)
+    within_cov = self.within_scatter / num_examples
+
+    _, singular_values, right_vectors = jnp.linalg.svd(centred_means, full_matrices=False)
+    tolerance = (max(self.num_classes, self.feature_dim) * jnp.finfo(jnp.float32).eps
+                 * jnp.max(singular_values))
+    rank_limit = jnp.arange(singular_values.shape[0]) < num_present - 1
+    kept = rank_limit & (singular_values > tolerance)
+    inverse_sq = jnp.where(kept,
+                           1 / jnp.square(jnp.where(singular_values > 0, singular_values, 1)), 0)
+    projected = jnp.sum((right_vectors @ within_cov) * right_vectors, axis=-1)
+    nc1 = jnp.sum(projected * inverse_sq)
+
+    kept_classifier = jnp.where(present[:, None], classifier, 0)
+    nc2 = _etf_distance(centred_means @ centred_means.T, present, num_present)
+    nc2_classifier = _etf_distance(kept_classifier @ kept_classifier.T, present, num_present)
+    nc3 = jnp.sum(jnp.square(kept_classifier / jnp.linalg.norm(kept_classifier)
+                             - centred_means / jnp.linalg.norm(centred_means)))
+    defined = num_present >= 2
+    nc1, nc2, nc2_classifier, nc3 = (jnp.where(defined, value, jnp.nan)
+                                     for value in (nc1, nc2, nc2_classifier, nc3))
+    nc4 = jnp.where(self.ncc_examples > 0,
+                    self.ncc_mismatches / jnp.maximum(self.ncc_examples, 1), jnp.nan)
+    loss_present = self.loss_counts > 0
+    class_losses = self.loss_sums / jnp.maximum(self.loss_counts, 1)
+    return NCMetrics(nc1=nc1, nc2=nc2, nc2_classifier=nc2_classifier, nc3=nc3, nc4=nc4,
+                     rho=rho(class_losses, loss_present))
+
+
+def nc_metrics(features: Array, labels: Array, classifier: Array, *, bias: Array | None = None,
+               per_example_loss: Array | None = None, where: Array | None = None) -> NCMetrics:
+  """NC1–NC4 (and ρ when `per_example_loss` is given) of a whole set at once.
+
+  Args:
+    features: [N, d] features h_i. labels: int [N] in [0, K). classifier: [K, d] W.
+    bias: optional [K] classifier bias (NC4 only). per_example_loss: optional [N] losses for ρ.
+    where: optional bool [N] validity mask.
+
+  Returns:
+    `NCMetrics` (a single `NCAccumulator` update and NCC pass, then `finalize`).
+  """
+  classifier = check_floating(classifier, 2, "classifier")
+  features = check_floating(features, 2, "features")
+  accumulator = NCAccumulator.init(classifier.shape[0], features.shape[1])
+  accumulator = accumulator.update(features, labels, per_example_loss=per_example_loss, where=where)
+  accumulator = accumulator.update_ncc(features, classifier, bias=bias, where=where)
+  return accumulator.finalize(classifier)

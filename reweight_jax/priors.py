@@ -1,0 +1,53 @@
+"""Prior weights w⁰ of the inverse problem (REWEIGHT spec, 'Inverse problem and closed form')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from reweight_jax._counts import check_counts
+from reweight_jax._counts import nan_where_negative
+
+Array = Any
+
+PRIOR_KINDS = ("uniform", "inv_freq", "inv_sqrt_freq")
+
+
+def mean_normalize(values: jax.Array) -> jax.Array:
+  """v / mean(v) over the last axis, so that the weights average 1 over the classes."""
+  return values / jnp.mean(values, axis=-1, keepdims=True)
+
+
+def class_prior(counts: Array, kind: str) -> jax.Array:
+  """Prior weights w⁰_c, normalised to mean 1 over the K classes.
+
+      uniform:        w⁰_c = 1
+      inv_freq:       w⁰_c ∝ 1 / max(n_c, 1)
+      inv_sqrt_freq:  w⁰_c ∝ 1 / √max(n_c, 1)
+
+  REWEIGHT spec, 'Inverse problem and closed form' ("uniform (default), inverse frequency, or inverse
+  square-root frequency, each normalised to mean 1 over classes").
+
+  Convention (the spec is silent): a class with no training example is treated as having one, as
+  the macro factor does with B_c, so that every weight stays finite.
+
+  Args:
+    counts: [K] non-negative training-set class counts n_c (integer or floating).
+    kind: one of `PRIOR_KINDS`.
+
+  Returns:
+    float32 [K] prior weights with mean 1.
+  """
+  counts = check_counts(counts, "counts")
+  if kind not in PRIOR_KINDS:
+    raise ValueError(f"kind: unknown prior kind {kind!r}; expected one of {PRIOR_KINDS}.")
+  clamped = jnp.maximum(counts, 1.0)
+  if kind == "uniform":
+    prior = jnp.ones_like(clamped)
+  elif kind == "inv_freq":
+    prior = mean_normalize(1.0 / clamped)
+  else:
+    prior = mean_normalize(jax.lax.rsqrt(clamped))
+  return nan_where_negative(prior, counts)

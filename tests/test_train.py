@@ -1,0 +1,233 @@
+"""End-to-end tests of the trainer: every loss under jit and pmap, a full run, resume after SIGKILL,
+and one-line errors for bad configs or data."""
+
+import copy
+import functools
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import chex
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from experiments import data as data_lib
+from experiments import models
+from experiments import train
+from experiments.configs import digits_lt
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+NUM_DEVICES = 8
+
+
+def tiny_config(loss):
+  config = digits_lt.get_config()
+  config.loss = loss
+  config.batch_size = 32
+  config.num_epochs = 4
+  config.reweight.start_epoch = 0
+  config.ldam.drw_epoch = 0
+  config.ib.start_epoch = 0
+  config.progress_bar = False
+  return config
+
+
+@functools.lru_cache(maxsize=None)
+def digits_train():
+  split = data_lib.load_split("digits", "train")
+  return split.subset(data_lib.long_tail_indices(split.labels, 10, 10.0, 0))
+
+
+def run_steps(config, num_steps):
+  """`num_steps` steps with the jit step and with the pmap step; returns both final states."""
+  train_split = digits_train()
+  steps_per_epoch = data_lib.steps_per_epoch(train_split, config.batch_size)
+  task = train.Task(10, tuple(float(c) for c in train_split.class_counts), steps_per_epoch)
+  lr_fn = train.create_learning_rate_fn(config, steps_per_epoch)
+  batches = list(data_lib.train_batches(train_split, config.batch_size, seed=0, epoch=0,
+                                        augment=False))[:num_steps]
+  results = {}
+  for parallel in ("none", "pmap"):
+    config = copy.deepcopy(config)
+    config.parallel = parallel
+    model = models.create_model("small_cnn", 10,
+                                axis_name=train.AXIS if parallel == "pmap" else None)
+    state = train.create_train_state(config, model, train_split.images.shape[1:], 10, lr_fn,
+                                     jax.random.key(0))
+    step, _, num_devices = train.compile_steps(config, task, lr_fn)
+    if num_devices > 1:
+      state = train.replicate(state, num_devices)
+    for batch in batches:
+      state, metrics = step(state, train.shard(batch, num_devices) if num_devices > 1 else batch)
+    results[parallel] = (jax.device_get(train._to_host(state, num_devices)),
+                         jax.device_get(train._to_host(metrics, num_devices)))
+  return results
+
+
+@pytest.mark.parametrize("loss", train.LOSSES)
+def test_every_loss_trains_under_jit_and_pmap_with_the_same_result(loss):
+  assert jax.local_device_count() == NUM_DEVICES
+  results = run_steps(tiny_config(loss), num_steps=3)
+  (state_1, metrics_1), (state_n, metrics_n) = results["none"], results["pmap"]
+  assert np.isfinite(metrics_1["loss"]) and np.isfinite(metrics_n["loss"])
+  assert int(state_1.step) == int(state_n.step) == 3
+  # pmap over 8 devices reduces sums and counts in another order: float32 rounding only.
+  np.testing.assert_allclose(metrics_n["loss"], metrics_1["loss"], rtol=1e-5)
+  chex.assert_trees_all_close(state_n.params, state_1.params, rtol=1e-4, atol=1e-5)
+  chex.assert_trees_all_close(state_n.batch_stats, state_1.batch_stats, rtol=1e-4, atol=1e-5)
+  chex.assert_trees_all_close(state_n.class_stats, state_1.class_stats, rtol=1e-4, atol=1e-6)
+  chex.assert_trees_all_equal(state_n.reweight_state.batch_counts,
+                              state_1.reweight_state.batch_counts)
+  if "mr2" in loss:
+    assert bool(np.all(state_1.class_stats.seen))
+  if "inverse_reweight" in loss:
+    assert float(np.sum(state_1.reweight_state.batch_counts)) > 0
+
+
+def test_train_and_evaluate_writes_summary_metrics_and_plots_inputs(tmp_path):
+  config = tiny_config("mr2+inverse_reweight")
+  config.log_every_steps = 5
+  summary = train.train_and_evaluate(config, tmp_path, max_steps=10)
+  assert summary["steps"] == 10
+  saved = json.loads((tmp_path / "summary.json").read_text())
+  assert saved["overall_accuracy"] == summary["overall_accuracy"]
+  assert len(saved["per_class_accuracy"]) == 10
+  test_split = data_lib.load_split("digits", "test")
+  # Every test example is evaluated (last batch padded and masked): counts add up to the set.
+  assert 0.0 <= saved["overall_accuracy"] <= 1.0
+  assert set(saved["neural_collapse"]) == {"nc1", "nc2", "nc2_classifier", "nc3", "nc4", "rho"}
+  lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+  assert [json.loads(line)["step"] for line in lines] == [5, 10]
+  history = [json.loads(line) for line in (tmp_path / "class_history.jsonl").read_text().splitlines()]
+  assert len(history[0]["gamma"]) == 10 and len(history[0]["class_weight"]) == 10
+  assert json.loads((tmp_path / "config.json").read_text())["loss"] == "mr2+inverse_reweight"
+  assert any((tmp_path / "tensorboard").iterdir())
+  assert len(test_split.labels) == 599
+
+
+def test_evaluation_counts_every_test_example(tmp_path):
+  config = tiny_config("ce")
+  config.eval_batch_size = 64  # 599 test examples: the last batch is padded
+  config.nc_metrics = False
+  train.train_and_evaluate(config, tmp_path, max_steps=2)
+  train_split, _, test_split = train.load_data(config)
+  del train_split
+  counts = np.bincount(test_split.labels, minlength=10)
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  correct = np.asarray(summary["per_class_accuracy"]) * counts
+  np.testing.assert_allclose(correct, np.round(correct), atol=1e-9)  # whole examples per class
+  np.testing.assert_allclose(correct.sum() / counts.sum(), summary["overall_accuracy"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line: resume after SIGKILL, one-line errors
+# ------------------------------------------------------------------------------------------------
+
+def cli(workdir, *overrides, env=None):
+  return [sys.executable, "-m", "experiments.main", "--config=experiments/configs/digits_lt.py",
+          f"--workdir={workdir}", "--config.progress_bar=False", *overrides]
+
+
+def cli_env(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", MR2_JAX_CACHE=str(tmp_path / "cache"))
+  env.pop("XLA_FLAGS", None)
+  return env
+
+
+def restore_final(workdir):
+  manager = ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints")
+  restored = manager.restore(manager.latest_step())
+  return manager.latest_step(), restored
+
+
+def finished_steps(checkpoints):
+  """Steps of completed checkpoints (orbax writes to a temporary name, then renames)."""
+  if not checkpoints.exists():
+    return []
+  return [int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()]
+
+
+RESUME_OVERRIDES = ("--config.loss=mr2+inverse_reweight", "--config.num_epochs=40",
+                    "--config.reweight.start_epoch=2", "--config.checkpoint_every_steps=7",
+                    "--config.nc_metrics=False")
+
+
+def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
+  env = cli_env(tmp_path)
+  straight = tmp_path / "straight"
+  subprocess.run(cli(straight, *RESUME_OVERRIDES), cwd=REPO, env=env, check=True,
+                 capture_output=True)
+
+  killed = tmp_path / "killed"
+  process = subprocess.Popen(cli(killed, *RESUME_OVERRIDES), cwd=REPO, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  checkpoints = killed / "checkpoints"
+  while time.time() < deadline:
+    steps = finished_steps(checkpoints)
+    if steps and max(steps) >= 21:
+      break
+    time.sleep(0.05)
+  assert process.poll() is None, "the run finished before it could be killed"
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  killed_at = max(finished_steps(checkpoints))
+  assert killed_at < 280  # 40 epochs × 7 steps: killed mid-run
+  subprocess.run(cli(killed, *RESUME_OVERRIDES), cwd=REPO, env=env, check=True,
+                 capture_output=True)
+
+  step_a, state_a = restore_final(straight)
+  step_b, state_b = restore_final(killed)
+  assert step_a == step_b == 280
+  chex.assert_trees_all_equal(state_a["params"], state_b["params"])
+  chex.assert_trees_all_equal(state_a["batch_stats"], state_b["batch_stats"])
+  chex.assert_trees_all_equal(state_a["class_stats"], state_b["class_stats"])
+  chex.assert_trees_all_equal(state_a["reweight_state"], state_b["reweight_state"])
+  chex.assert_trees_all_equal(state_a["opt_state"], state_b["opt_state"])
+  assert float(np.sum(state_a["reweight_state"]["batch_counts"])) > 0
+  summary_a = json.loads((straight / "summary.json").read_text())
+  summary_b = json.loads((killed / "summary.json").read_text())
+  assert summary_a["per_class_accuracy"] == summary_b["per_class_accuracy"]
+
+
+def _corrupt_cifar(folder):
+  folder.mkdir()
+  jpeg = np.frombuffer(b"not a jpeg at all" * 4, np.uint8)
+  for split in ("train", "test"):
+    np.savez(folder / f"{split}.npz", jpeg=jpeg, offsets=np.array([0, 30, 68]),
+             labels=np.array([0, 1], np.int32))
+  return folder
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("--config.loss=nope",), "config.loss: unknown loss 'nope'"),
+    (("--config.dataset=imagenet9",), "imagenet9"),
+    (("--config.imbalance_factor=0.5",), "imbalance_factor"),
+    (("--config.dataset=mnist", "--config.data_dir=/nonexistent/mnist"), "/nonexistent/mnist"),
+    (("--config.dataset=cifar10_jpeg", "--config.data_dir={corrupt}"), "index 0"),
+    (("--config.lerning_rate=0.1",), "lerning_rate"),
+])
+def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, overrides, message):
+  env = cli_env(tmp_path)
+  workdir = tmp_path / "run"
+  subprocess.run(cli(workdir, "--max_steps=7", "--config.checkpoint_every_steps=7",
+                     "--config.nc_metrics=False"),
+                 cwd=REPO, env=env, check=True, capture_output=True)
+  before = {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+  corrupt = _corrupt_cifar(tmp_path / "corrupt")
+  overrides = [o.format(corrupt=corrupt) for o in overrides]
+  result = subprocess.run(cli(workdir, *overrides), cwd=REPO, env=env, capture_output=True,
+                          text=True)
+  assert result.returncode == 2, result.stderr[-2000:]
+  error_lines = [line for line in result.stderr.splitlines() if line.strip()]
+  assert len(error_lines) == 1, result.stderr[-2000:]
+  assert error_lines[0].startswith("error: ") or "FATAL Flags parsing error" in error_lines[0]
+  assert message in error_lines[0]
+  after = {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+  assert after == before
