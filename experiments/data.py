@@ -359,16 +359,21 @@ def normalize(images_uint8: np.ndarray, name: str) -> np.ndarray:
 
 
 def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
-                     padding: int = CROP_PADDING) -> np.ndarray:
+                     padding: int = CROP_PADDING, process_index: int = 0,
+                     process_count: int = 1) -> np.ndarray:
   """Zero-pad by `padding`, crop back to H x W at a random offset, flip half horizontally.
 
-  The CIFAR augmentation of He et al. (2016), one gather for the whole batch [B, H, W, C].
+  The CIFAR augmentation of He et al. (2016), one gather for the whole batch [B, H, W, C]. The random
+  offsets are drawn for the whole global batch (B·process_count examples) and this process takes
+  positions process_index, process_index + P, ... (its examples' positions in the global batch), so
+  every example gets the same crop whatever the number of processes.
   """
   batch, height, width, _ = images.shape
   padded = np.pad(images, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
-  top = rng.integers(0, 2 * padding + 1, size=batch)
-  left = rng.integers(0, 2 * padding + 1, size=batch)
-  flip = rng.random(batch) < 0.5
+  global_batch = batch * process_count
+  top = rng.integers(0, 2 * padding + 1, size=global_batch)[process_index::process_count]
+  left = rng.integers(0, 2 * padding + 1, size=global_batch)[process_index::process_count]
+  flip = (rng.random(global_batch) < 0.5)[process_index::process_count]
   rows = top[:, None] + np.arange(height)
   cols = left[:, None] + np.where(flip[:, None], np.arange(width)[::-1], np.arange(width))
   return padded[np.arange(batch)[:, None, None], rows[:, :, None], cols[:, None, :]]
@@ -414,7 +419,8 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
     indices = shard[b * batch_size:(b + 1) * batch_size]
     images = split.images[indices]
     if augment:
-      images = random_crop_flip(images, np.random.default_rng([seed, epoch, b, process_index]))
+      images = random_crop_flip(images, np.random.default_rng([seed, epoch, b]),
+                                process_index=process_index, process_count=process_count)
     yield {"image": normalize(images, split.name), "label": split.labels[indices]}
 
 

@@ -383,3 +383,17 @@ def test_prefetch_preserves_order_and_reraises():
 
 def test_measure_throughput_on_digits():
   assert data.measure_throughput(data.load_split("digits", "train"), 64, True, 20) > 0
+
+
+def test_multi_process_batches_are_the_single_process_global_batch_with_the_same_crops():
+  """Process p's batch b holds positions p, p + P, ... of the single-process global batch b, with the
+  same augmentation, so P processes together compute exactly what one process computes."""
+  split = random_split(96, size=32, name="cifar10_jpeg")
+  single = list(data.train_batches(split, 32, seed=4, epoch=1, augment=True))
+  shards = [list(data.train_batches(split, 16, seed=4, epoch=1, augment=True, process_index=p,
+                                    process_count=2)) for p in range(2)]
+  assert len(single) == len(shards[0]) == len(shards[1]) == 3
+  for b, global_batch in enumerate(single):
+    for p in range(2):
+      np.testing.assert_array_equal(shards[p][b]["image"], global_batch["image"][p::2])
+      np.testing.assert_array_equal(shards[p][b]["label"], global_batch["label"][p::2])
