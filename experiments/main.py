@@ -24,6 +24,19 @@ _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default
                                           "Training configuration (a Python file).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder; resumes from its checkpoints.")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", None, "Stop after this many steps (tests).")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "Multi-process: host:port of process 0 (see experiments.launch).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Multi-process: number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", 0, "Multi-process: this process's index.")
+
+
+def initialize_distributed():
+  """Joins a multi-process job; on CPU the collectives across processes go through gloo."""
+  import jax  # pylint: disable=g-import-not-at-top
+  # Only the CPU backend reads this option; accelerators use their own collectives.
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
+                             process_id=_PROCESS_ID.value)
 
 
 def main(argv):
@@ -32,6 +45,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   if not _WORKDIR.value:
     cli_errors.fail("--workdir is required")
+  if _NUM_PROCESSES.value > 1:
+    initialize_distributed()
   with cli_errors.one_line_errors():
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, max_steps=_MAX_STEPS.value)
   print(json.dumps({k: summary[k] for k in ("loss", "overall_accuracy", "worst_class_accuracy",

@@ -37,7 +37,7 @@ LOSSES = (
     "ce", "mr2", "inverse_reweight", "mr2+inverse_reweight", "inv_freq", "class_balanced", "focal",
     "ldam", "ldam_drw", "logit_adjust", "balanced_softmax", "ib",
 )
-PARALLEL = ("none", "pmap")
+PARALLEL = ("none", "pmap", "shard_map")
 AXIS = "batch"
 
 
@@ -244,24 +244,79 @@ def eval_step(state: TrainState, batch):
   return logits, features
 
 
-def compile_steps(config, task: Task, learning_rate_fn):
-  """(train_step, eval_step, num_devices): jit on one device or pmap over the local devices."""
-  if config.parallel == "pmap":
-    step = functools.partial(train_step, config=config, task=task,
-                             learning_rate_fn=learning_rate_fn, axis_name=AXIS)
-    return (jax.pmap(step, axis_name=AXIS, donate_argnums=(0,)),
-            jax.pmap(eval_step, axis_name=AXIS), jax.local_device_count())
-  step = functools.partial(train_step, config=config, task=task, learning_rate_fn=learning_rate_fn)
-  return jax.jit(step, donate_argnums=(0,)), jax.jit(eval_step), 1
+@dataclasses.dataclass(frozen=True)
+class Runner:
+  """One `train_step`, compiled for a way of running, with the matching data placement.
+
+  Attributes:
+    step: (state, batch) → (state, metrics), the state donated.
+    num_devices: devices the global batch is split over (all processes together).
+    place_state: host (unreplicated) state → the layout `step` takes.
+    place_batch: this process's batch [B/P, ...] → the layout `step` takes.
+    to_host: a state or metrics in `step`'s layout → one host (NumPy) copy.
+  """
+  step: Any
+  num_devices: int
+  place_state: Any
+  place_batch: Any
+  to_host: Any
+
+
+def make_runner(config, task: Task, learning_rate_fn, devices=None) -> Runner:
+  """`train_step` three ways: jit on one device ('none'), `jax.pmap` over this process's devices
+  ('pmap'), or `jax.jit` of `jax.shard_map` over a mesh of every device of every process
+  ('shard_map'; the multi-host mode). The step body is the same: collectives on axis 'batch'.
+  `devices` restricts pmap / shard_map to a subset (tests run 1, 2, 4 and 8 devices)."""
+  parallel = config.parallel
+  axis_name = None if parallel == "none" else AXIS
+  step = functools.partial(train_step, config=config, task=task,
+                           learning_rate_fn=learning_rate_fn, axis_name=axis_name)
+  if parallel == "none":
+    return Runner(jax.jit(step, donate_argnums=(0,)), 1, lambda s: s, lambda b: b, jax.device_get)
+  if parallel == "pmap":
+    devices = jax.local_devices() if devices is None else list(devices)
+    num_devices = len(devices)
+    return Runner(jax.pmap(step, axis_name=AXIS, donate_argnums=(0,), devices=devices),
+                  num_devices,
+                  lambda s: replicate(s, num_devices), lambda b: shard(b, num_devices),
+                  lambda t: jax.device_get(unreplicate(t)))
+  # An Auto-typed mesh: on an Explicit one (jax.make_mesh's default) per-class sums over the
+  # batch-sharded axis are sharding errors. check_vma=False gives pmap semantics: gradients of the
+  # replicated parameters are per-device values that the step pmean-s (with the default check they
+  # would arrive already summed and the pmean would scale the update by the device count).
+  devices = jax.devices() if devices is None else list(devices)
+  mesh = jax.sharding.Mesh(np.asarray(devices), (AXIS,),
+                           axis_types=(jax.sharding.AxisType.Auto,))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  batch_sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(AXIS))
+  sharded_step = jax.shard_map(step, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(),
+                                                          jax.sharding.PartitionSpec(AXIS)),
+                               out_specs=jax.sharding.PartitionSpec(), check_vma=False)
+
+  def place_batch(batch):
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharded, x), batch)
+
+  def to_host(tree):
+    return jax.tree.map(lambda x: jax.device_get(x.addressable_data(0)), tree)
+
+  def place_state(state):
+    # From host values: a global array spanning other processes' devices cannot be made from a
+    # local device buffer. Typed PRNG keys travel as their raw key data.
+    def place(leaf):
+      leaf = jnp.asarray(leaf)
+      if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(place(jax.random.key_data(leaf)),
+                                        impl=jax.random.key_impl(leaf))
+      return jax.device_put(np.asarray(leaf), replicated)
+    return jax.tree.map(place, state)
+
+  return Runner(jax.jit(sharded_step, donate_argnums=(0,)), len(devices), place_state,
+                place_batch, to_host)
 
 
 def shard(batch, num_devices):
   """[B, ...] → [num_devices, B / num_devices, ...] for pmap."""
   return jax.tree.map(lambda x: x.reshape(num_devices, -1, *x.shape[1:]), batch)
-
-
-def unshard(x):
-  return jax.tree.map(lambda leaf: np.asarray(leaf).reshape(-1, *leaf.shape[2:]), x)
 
 
 def replicate(tree, num_devices):
@@ -303,9 +358,13 @@ def validate_config(config) -> None:
     raise ConfigError(f"config.mr2.form: expected 'paper' or 'released', got {config.mr2.form!r}")
   if config.num_epochs < 1 or config.batch_size < 1:
     raise ConfigError("config.num_epochs and config.batch_size must be >= 1")
-  if config.parallel == "pmap" and config.batch_size % jax.local_device_count():
+  devices = {"none": 1, "pmap": jax.device_count(), "shard_map": jax.device_count()}
+  if config.batch_size % devices[config.parallel]:
     raise ConfigError(f"config.batch_size: {config.batch_size} is not divisible by the "
-                      f"{jax.local_device_count()} local devices")
+                      f"{devices[config.parallel]} devices of config.parallel={config.parallel!r}")
+  if config.parallel == "pmap" and jax.process_count() > 1:
+    raise ConfigError("config.parallel: use 'shard_map' for multi-process runs ('pmap' spans "
+                      "the devices of one process here)")
 
 
 def load_data(config):
@@ -331,16 +390,13 @@ def classifier_weights(params) -> tuple[jax.Array, jax.Array | None]:
   return jnp.asarray(head["kernel"]).T, head.get("bias")
 
 
-def evaluate_split(state, eval_fn, split, batch_size, num_devices, num_classes):
+def evaluate_split(state, eval_fn, split, batch_size, num_classes):
   """Per-class correct counts and counts, and per-class mean CE, over every example (padded tail)."""
   correct = np.zeros(num_classes)
   counts = np.zeros(num_classes)
   loss_sums = np.zeros(num_classes)
   for batch in data_lib.eval_batches(split, batch_size):
-    if num_devices > 1:
-      logits, _ = unshard(eval_fn(state, shard(batch, num_devices)))
-    else:
-      logits, _ = eval_fn(state, batch)
+    logits, _ = eval_fn(state, batch)
     mask = batch["mask"]
     labels = batch["label"][mask]
     logits = np.asarray(logits, np.float64)[mask]
@@ -351,19 +407,14 @@ def evaluate_split(state, eval_fn, split, batch_size, num_devices, num_classes):
   return correct, counts, loss_sums
 
 
-def neural_collapse_metrics(state, eval_fn, split, batch_size, num_devices, num_classes):
+def neural_collapse_metrics(state, eval_fn, split, batch_size, num_classes):
   """NC1–NC4 and ρ on `split` (no augmentation), streamed with `reweight_jax.NCAccumulator`."""
-  params = unreplicate(state.params) if num_devices > 1 else state.params
-  weights, bias = classifier_weights(params)
+  weights, bias = classifier_weights(state.params)
 
   def features_and_losses():
     for batch in data_lib.eval_batches(split, batch_size):
-      if num_devices > 1:
-        logits, features = unshard(eval_fn(state, shard(batch, num_devices)))
-      else:
-        logits, features = eval_fn(state, batch)
-      yield (jnp.asarray(features), batch["label"],
-             cross_entropy(jnp.asarray(logits), jnp.asarray(batch["label"])), batch["mask"])
+      logits, features = eval_fn(state, batch)
+      yield features, batch["label"], cross_entropy(logits, batch["label"]), batch["mask"]
 
   update = jax.jit(lambda acc, h, y, l, m: acc.update(h, y, per_example_loss=l, where=m))
   update_ncc = jax.jit(lambda acc, h, m: acc.update_ncc(h, weights, bias=bias, where=m))
@@ -403,6 +454,21 @@ def summarize(config, train, test_correct, test_counts, reference_groups):
 # Checkpoints, logging
 # ------------------------------------------------------------------------------------------------
 
+def to_checkpoint(state: TrainState) -> TrainState:
+  """One host (NumPy) copy of the state, the rng as its raw key data.
+
+  Host values are what every way of running can write (in a multi-process job orbax writes NumPy
+  leaves from the primary process) and what any device count can restore.
+  """
+  state = state.replace(rng=jax.random.key_data(state.rng))
+  return jax.tree.map(np.asarray, state)
+
+
+def from_checkpoint(restored: TrainState, template: TrainState) -> TrainState:
+  return restored.replace(rng=jax.random.wrap_key_data(restored.rng,
+                                                       impl=jax.random.key_impl(template.rng)))
+
+
 def checkpoint_manager(workdir: pathlib.Path, config) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True,
                                          enable_async_checkpointing=False,
@@ -440,10 +506,6 @@ class MetricWriter:
       self.tensorboard.close()
 
 
-def _to_host(tree, num_devices):
-  return jax.device_get(unreplicate(tree) if num_devices > 1 else tree)
-
-
 # ------------------------------------------------------------------------------------------------
 # The run
 # ------------------------------------------------------------------------------------------------
@@ -466,8 +528,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   train, validation, test = load_data(config)  # fails before anything is written
   workdir = pathlib.Path(workdir)
   is_main = jax.process_index() == 0
+  process_count, process_index = jax.process_count(), jax.process_index()
+  if config.batch_size % process_count:
+    raise ConfigError(f"config.batch_size: {config.batch_size} is not divisible by the "
+                      f"{process_count} processes")
+  process_batch = config.batch_size // process_count
   num_classes = train.num_classes
-  steps_per_epoch = data_lib.steps_per_epoch(train, config.batch_size)
+  steps_per_epoch = data_lib.steps_per_epoch(train, process_batch, process_count)
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:
     total_steps = min(total_steps, max_steps)
@@ -477,7 +544,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   learning_rate_fn = create_learning_rate_fn(config, steps_per_epoch)
   model = models.create_model(config.model, num_classes, head=config.head,
                               cosine_scale=config.cosine_scale,
-                              axis_name=AXIS if config.parallel == "pmap" else None)
+                              axis_name=None if config.parallel == "none" else AXIS)
   state = create_train_state(config, model, train.images.shape[1:], num_classes, learning_rate_fn,
                              jax.random.key(config.seed))
 
@@ -486,12 +553,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
   manager = checkpoint_manager(workdir, config)
   if manager.latest_step() is not None:
-    state = manager.restore(manager.latest_step(), args=ocp.args.StandardRestore(state))
+    # Checkpoints hold one host copy of the state, so any device count can resume them.
+    restored = manager.restore(manager.latest_step(),
+                               args=ocp.args.StandardRestore(to_checkpoint(state)))
+    state = from_checkpoint(restored, state)
   start_step = int(state.step)
 
-  p_train_step, p_eval_step, num_devices = compile_steps(config, task, learning_rate_fn)
-  if num_devices > 1:
-    state = replicate(state, num_devices)
+  runner = make_runner(config, task, learning_rate_fn)
+  state = runner.place_state(state)
   writer = MetricWriter(workdir, is_main)
   progress = None
   if config.progress_bar and is_main:
@@ -505,18 +574,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   while step < total_steps:
     epoch, start_batch = divmod(step, steps_per_epoch)
     batches = data_lib.prefetch(data_lib.train_batches(
-        train, config.batch_size, seed=config.seed, epoch=epoch, augment=config.augment,
-        start_batch=start_batch))
+        train, process_batch, seed=config.seed, epoch=epoch, augment=config.augment,
+        process_index=process_index, process_count=process_count, start_batch=start_batch))
     for batch in batches:
-      if num_devices > 1:
-        batch = shard(batch, num_devices)
-      state, metrics = p_train_step(state, batch)
+      state, metrics = runner.step(state, runner.place_batch(batch))
       step += 1
       window_images += config.batch_size
       if progress is not None:
         progress.update(config.batch_size)
       if step % config.log_every_steps == 0 or step == total_steps:
-        metrics = _to_host(metrics, num_devices)
+        metrics = runner.to_host(metrics)
         if not bool(metrics.pop("finite")):
           raise FloatingPointError(f"non-finite loss at step {step} (loss {config.loss})")
         elapsed = time.perf_counter() - window_start
@@ -529,46 +596,50 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           progress.set_postfix(loss=f"{scalars['loss']:.3f}", epoch=f"{scalars['epoch']:.1f}")
         window_start, window_images = time.perf_counter(), 0
       if step % config.checkpoint_every_steps == 0 or step == total_steps:
-        manager.save(step, args=ocp.args.StandardSave(_to_host(state, num_devices)))
+        manager.save(step, args=ocp.args.StandardSave(to_checkpoint(runner.to_host(state))))
       if step >= total_steps:
         break
   manager.wait_until_finished()
   if progress is not None:
     progress.close()
 
-  summary = final_evaluation(config, state, p_eval_step, train, validation, test, num_devices,
-                             num_classes)
+  host_state = runner.to_host(state)
+  summary = final_evaluation(config, host_state, train, validation, test, num_classes)
   summary.update(steps=step, epochs=step / steps_per_epoch, loss=config.loss,
                  dataset=config.dataset, imbalance_factor=config.imbalance_factor,
-                 seed=config.seed, parallel=config.parallel, num_devices=num_devices)
+                 seed=config.seed, parallel=config.parallel, num_devices=runner.num_devices,
+                 num_processes=process_count)
   if is_main:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
   writer.close()
   return summary
 
 
-def final_evaluation(config, state, eval_fn, train, validation, test, num_devices, num_classes):
-  """Test accuracy summary, validation accuracy, final statistics, NC metrics on the training set."""
+def final_evaluation(config, state, train, validation, test, num_classes):
+  """Test accuracy summary, validation accuracy, final statistics, NC metrics on the training set.
+
+  `state` is one host copy; every process evaluates it on its own first device (evaluation is a
+  small part of a run), so the numbers do not depend on how training was parallelised.
+  """
+  eval_fn = jax.jit(eval_step)
   reference_groups = None
   if config.reference_summary:
     reference = json.loads(pathlib.Path(config.reference_summary).read_text())
     reference_groups = mr2_jax.difficulty_tertiles(reference["per_class_accuracy"])
-  correct, counts, _ = evaluate_split(state, eval_fn, test, config.eval_batch_size, num_devices,
-                                      num_classes)
+  correct, counts, _ = evaluate_split(state, eval_fn, test, config.eval_batch_size, num_classes)
   summary = summarize(config, train, correct, counts, reference_groups)
   if validation is not None:
     v_correct, v_counts, _ = evaluate_split(state, eval_fn, validation, config.eval_batch_size,
-                                            num_devices, num_classes)
+                                            num_classes)
     summary["validation_accuracy"] = float(v_correct.sum() / v_counts.sum())
   t_correct, t_counts, t_losses = evaluate_split(state, eval_fn, train, config.eval_batch_size,
-                                                 num_devices, num_classes)
+                                                 num_classes)
   summary["train_accuracy"] = float(t_correct.sum() / t_counts.sum())
   summary["train_class_loss"] = (t_losses / np.maximum(t_counts, 1)).tolist()
-  host_state = _to_host(state, num_devices)
   summary["class_margins"] = np.asarray(
-      mr2_jax.class_margins(host_state.class_stats, config.mr2.c_bar)).tolist()
-  summary["reweight_batch_counts"] = np.asarray(host_state.reweight_state.batch_counts).tolist()
+      mr2_jax.class_margins(state.class_stats, config.mr2.c_bar)).tolist()
+  summary["reweight_batch_counts"] = np.asarray(state.reweight_state.batch_counts).tolist()
   if config.nc_metrics:
     summary["neural_collapse"] = neural_collapse_metrics(
-        state, eval_fn, train, config.eval_batch_size, num_devices, num_classes)
+        state, eval_fn, train, config.eval_batch_size, num_classes)
   return summary
