@@ -90,9 +90,30 @@ def batch_class_moments(features: Array, labels: Array, valid: Array, num_classe
   return slots, class_means, lp_sq_norm(class_means, p), dev_sums / counts[:, 0]
 
 
+REDUCTIONS = ("exact", "per_device")
+
+
+def _per_device_moments(features, labels, valid, num_classes, p, axis_name):
+  """Count-weighted means over devices of each device's own (a_k, v_k), as dense [K] vectors.
+
+  Only 3·K scalars cross devices. Returns (slots over all K classes, a [K], v [K]).
+  """
+  local_slots, _, local_a, local_v = batch_class_moments(features, labels, valid, num_classes, p=p)
+  local_n = local_slots.counts
+  target = jnp.where(local_n > 0, local_slots.classes, num_classes)
+  moments = jnp.stack([local_n * local_a, local_n * local_v, local_n], axis=-1)
+  totals = jnp.zeros((num_classes, 3), moments.dtype).at[target].add(moments, mode="drop")
+  totals = jax.lax.psum(totals, axis_name)
+  counts = totals[:, 2]
+  safe = jnp.maximum(counts, 1.0)
+  slots = class_sums.ClassSlots(classes=jnp.arange(num_classes, dtype=jnp.int32), counts=counts,
+                                slot=jnp.zeros(labels.shape, jnp.int32))
+  return slots, totals[:, 0] / safe, totals[:, 1] / safe
+
+
 def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, decay: float = 0.9,
                        p: float = 2.0, axis_name: str | None = None,
-                       where: Array | None = None) -> ClassStats:
+                       where: Array | None = None, reduction: str = "exact") -> ClassStats:
   """EMA update of the class statistics with one (global) batch. MR2 spec, 'Per-class statistics'.
 
   For each class k present in the batch (a_k, v_k as in the module docstring):
@@ -109,16 +130,29 @@ def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, dec
     axis_name: pmap/shard_map axis of the data-parallel batch; sums and counts are reduced over it, so
       the result equals one device seeing the global batch.
     where: optional bool [B]; False rows (padding) are ignored.
+    reduction: with `axis_name`, 'exact' (default) reduces per-class feature sums, min(K, B_global)·d
+      floats per step, and equals one device on the global batch. 'per_device' computes a_k and v_k on
+      each device's shard and reduces only per-class scalars (n_k·a_k, n_k·v_k, n_k: 3·K floats):
+      a_k and v_k become count-weighted means of per-device values. For p = 2 their sum A_k + V_k, and
+      hence γ, is still exact (both sides equal the class's mean ‖φ‖²); V_k is biased low (it misses
+      the spread between device means) and A_k high by the same amount, so s̄ drifts. See
+      experiments/benchmarks/RESULTS.md for the measured drift and bytes.
 
   Returns:
     The updated `ClassStats` (identical on every device under `axis_name`).
   """
   if not 0.0 <= decay < 1.0:
     raise ValueError(f"decay: expected 0 <= decay < 1, got {decay}.")
+  if reduction not in REDUCTIONS:
+    raise ValueError(f"reduction: expected one of {REDUCTIONS}, got {reduction!r}.")
   features, labels, valid = check_stats_inputs(features, labels, stats.num_classes, where)
   features = jax.lax.stop_gradient(features)
-  slots, _, batch_a, batch_v = batch_class_moments(
-      features, labels, valid, stats.num_classes, p=p, axis_name=axis_name)
+  if reduction == "per_device" and axis_name is not None:
+    slots, batch_a, batch_v = _per_device_moments(features, labels, valid, stats.num_classes, p,
+                                                  axis_name)
+  else:
+    slots, _, batch_a, batch_v = batch_class_moments(
+        features, labels, valid, stats.num_classes, p=p, axis_name=axis_name)
   present = slots.counts > 0
   seen_before = class_sums.gather_from_classes(stats.seen, slots)
 

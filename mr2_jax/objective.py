@@ -30,7 +30,7 @@ def _global_sum(x: Array, axis_name: str | None) -> jax.Array:
 
 def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *,
              lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, form: str = "paper",
-             uniform_margin: bool = False,
+             uniform_margin: bool = False, stats_reduction: str = "exact",
              p: float | None = None, temperature: float | None = None,
              axis_name: str | None = None, where: Array | None = None
              ) -> tuple[jax.Array, ClassStats, dict[str, jax.Array]]:
@@ -61,6 +61,7 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
     form: 'paper' or 'released'.
     uniform_margin: ablation: γ_k ≡ c̄ for every class instead of the statistics' margins (with
       c̄ = 1 and λ > 0 this is the ℓ_s̄-only ablation; the statistics are still tracked).
+    stats_reduction: 'exact' or 'per_device' (cheaper across devices; see `update_class_stats`).
     p: norm order of the statistics (default 2 for 'paper', 5 for 'released').
     temperature: τ (default 1 for 'paper', 10·d for 'released').
     axis_name: data-parallel axis name, or None.
@@ -85,17 +86,31 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
   if temperature is None:
     temperature = 1.0 if form == "paper" else 10.0 * dim
 
-  new_stats = class_stats_lib.update_class_stats(
-      stats, features, labels, decay=decay, p=p, axis_name=axis_name, where=where)
+  # λ = 0 (γ-only, linear probes): ℓ_s̄ is not computed at all, and nothing is gathered.
+  with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
+  if axis_name is not None and stats_reduction == "exact" and with_representation_margin:
+    # ℓ_s̄ all-gathers the features anyway; the exact global statistics are then computed from the
+    # gathered rows on every device, which saves the min(K, B_global)·d all-reduce (XLA merges the
+    # two identical gathers). The result is the single-device computation on the global batch.
+    gathered = [jax.lax.all_gather(x, axis_name, tiled=True) for x in (features, labels, valid)]
+    new_stats = class_stats_lib.update_class_stats(
+        stats, gathered[0], gathered[1], decay=decay, p=p, where=gathered[2])
+  else:
+    new_stats = class_stats_lib.update_class_stats(
+        stats, features, labels, decay=decay, p=p, axis_name=axis_name, where=where,
+        reduction=stats_reduction)
   gamma = margins.class_margins(new_stats, c_bar)
   if uniform_margin:
     gamma = jnp.full_like(gamma, c_bar)
   s_bar = rep_margin.mean_class_deviation(new_stats)
 
   margin_ce = margins.margin_cross_entropy(logits, labels, gamma)
-  rep = rep_margin.representation_margin_loss(
-      features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,
-      num_classes=num_classes)
+  if with_representation_margin:
+    rep = rep_margin.representation_margin_loss(
+        features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,
+        num_classes=num_classes)
+  else:
+    rep = jnp.zeros(labels.shape, features.dtype)
 
   mask = validation.check_where(where, labels.shape[0]).astype(logits.dtype)
   num_valid = jnp.maximum(_global_sum(mask, axis_name), 1.0)

@@ -61,27 +61,30 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
     raise ValueError(f"s_bar: expected a scalar, got shape {s_bar.shape}.")
   s_bar = jax.lax.stop_gradient(s_bar)
 
-  slots, class_means, _, _ = class_stats_lib.batch_class_moments(
-      jax.lax.stop_gradient(features), labels, valid, num_classes, axis_name=axis_name)
-  centred = features - class_means[slots.slot]
-  centred = jnp.where(valid[:, None], centred, 0.0)
+  batch = labels.shape[0]
   if axis_name is None:
-    all_centred, all_slot, all_valid = centred, slots.slot, valid
+    all_features, all_labels, all_valid, anchor_offset = features, labels, valid, 0
   else:
-    all_centred = jax.lax.all_gather(centred, axis_name, tiled=True)
-    all_slot = jax.lax.all_gather(slots.slot, axis_name, tiled=True)
+    # Positives come from the global batch. Only this all-gather crosses devices: the class means
+    # used for centring are computed here from the gathered rows (no psum), and gradients flow back
+    # through the gather to the device that owns each row.
+    all_features = jax.lax.all_gather(features, axis_name, tiled=True)
+    all_labels = jax.lax.all_gather(labels, axis_name, tiled=True)
     all_valid = jax.lax.all_gather(valid, axis_name, tiled=True)
-    anchor_offset = jax.lax.axis_index(axis_name) * labels.shape[0]
+    anchor_offset = jax.lax.axis_index(axis_name) * batch
+  slots, class_means, _, _ = class_stats_lib.batch_class_moments(
+      jax.lax.stop_gradient(all_features), all_labels, all_valid, num_classes)
+  anchor_slot = jax.lax.dynamic_slice_in_dim(slots.slot, anchor_offset, batch)
+  centred = jnp.where(valid[:, None], features - class_means[anchor_slot], 0.0)
+  all_centred = jnp.where(all_valid[:, None], all_features - class_means[slots.slot], 0.0)
 
   sq_norm_anchor = jnp.sum(jnp.square(centred), axis=-1)
   sq_norm_all = jnp.sum(jnp.square(all_centred), axis=-1)
   sq_dist = sq_norm_anchor[:, None] + sq_norm_all[None, :] - 2.0 * centred @ all_centred.T
   sq_dist = jnp.maximum(sq_dist, 0.0)
-  positive = (slots.slot[:, None] == all_slot[None, :]) & valid[:, None] & all_valid[None, :]
-  anchor_index = jnp.arange(labels.shape[0])
-  if axis_name is not None:
-    anchor_index = anchor_index + anchor_offset
-  positive &= anchor_index[:, None] != jnp.arange(all_slot.shape[0])[None, :]
+  positive = (anchor_slot[:, None] == slots.slot[None, :]) & valid[:, None] & all_valid[None, :]
+  anchor_index = jnp.arange(batch) + anchor_offset
+  positive &= anchor_index[:, None] != jnp.arange(all_labels.shape[0])[None, :]
 
   exponent = (sq_dist - 2.0 * s_bar) / temperature
   # log(1 + Σ_j e^{x_j}) as a log-sum-exp over {0} ∪ {x_j}; masked terms are replaced before exp

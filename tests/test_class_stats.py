@@ -105,3 +105,44 @@ class LpNormTest(parameterized.TestCase):
   def test_no_overflow_for_large_p_and_values(self):
     x = np.full((2, 4), 1e8, np.float32)
     chex.assert_tree_all_finite(mr2_jax.lp_sq_norm(x, 5.0))
+
+
+class PerDeviceReductionTest(parameterized.TestCase):
+  """reduction='per_device': count-weighted means of per-device (a_k, v_k), 3·K scalars reduced."""
+
+  @parameterized.parameters(2.0, 5.0)
+  def test_matches_reference_and_gamma_exact_for_p2(self, p):
+    rng = np.random.default_rng(0)
+    devices, local_batch, num_classes, dim = 8, 6, 5, 4
+    features = rng.normal(size=(devices, local_batch, dim)).astype(np.float32) + 2.0
+    labels = rng.integers(0, num_classes, (devices, local_batch)).astype(np.int32)
+    run = lambda reduction: jax.pmap(
+        lambda s, f, y: mr2_jax.update_class_stats(s, f, y, p=p, axis_name="batch",
+                                                   reduction=reduction),
+        axis_name="batch", in_axes=(None, 0, 0))(mr2_jax.init_class_stats(num_classes), features,
+                                                  labels)
+    cheap = jax.tree.map(lambda x: x[0], run("per_device"))
+    exact = jax.tree.map(lambda x: x[0], run("exact"))
+    # Reference: per-device moments, then count-weighted means over devices.
+    sums = np.zeros((3, num_classes))
+    for dev in range(devices):
+      a, v, n = ref.batch_class_moments(features[dev], labels[dev], num_classes, p)
+      sums += np.stack([n * a, n * v, n])
+    counts = np.maximum(sums[2], 1)
+    np.testing.assert_allclose(cheap.sq_mean_norm, sums[0] / counts, rtol=RTOL)
+    np.testing.assert_allclose(cheap.mean_sq_deviation, sums[1] / counts, rtol=RTOL)
+    z = np.zeros(num_classes)
+    a_ref, v_ref, _ = ref.update_class_stats(z, z, np.zeros(num_classes, bool),
+                                             features.reshape(-1, dim), labels.reshape(-1), 0.9, p)
+    np.testing.assert_allclose(exact.sq_mean_norm, a_ref, rtol=RTOL)
+    np.testing.assert_allclose(exact.mean_sq_deviation, v_ref, rtol=RTOL)
+    gamma_cheap, gamma_exact = mr2_jax.class_margins(cheap), mr2_jax.class_margins(exact)
+    if p == 2.0:  # A + V is the class's mean squared norm either way
+      np.testing.assert_allclose(gamma_cheap, gamma_exact, rtol=1e-5)
+    self.assertTrue(np.all(np.asarray(cheap.mean_sq_deviation) <= np.asarray(exact.mean_sq_deviation)
+                           * (1 + 1e-6)))
+
+  def test_unknown_reduction(self):
+    with self.assertRaisesRegex(ValueError, "reduction"):
+      mr2_jax.update_class_stats(mr2_jax.init_class_stats(2), np.zeros((2, 3), np.float32),
+                                 np.array([0, 1]), reduction="mean")

@@ -94,11 +94,12 @@ class DataParallelTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("k_le_global_batch_paper", 6, 4, "paper", False),
+      ("gamma_only_lambda_zero", 6, 4, "paper", False, 0.0),
       ("k_gt_global_batch_paper", 50, 2, "paper", False),
       ("k_gt_global_batch_released", 50, 2, "released", False),
       ("padding_mask", 6, 4, "paper", True),
   )
-  def test_pmap_equals_single_device(self, num_classes, local_batch, form, use_where):
+  def test_pmap_equals_single_device(self, num_classes, local_batch, form, use_where, lam=0.1):
     self.assertEqual(jax.local_device_count(), NUM_DEVICES)
     rng = np.random.default_rng(0)
     global_batch = NUM_DEVICES * local_batch
@@ -113,7 +114,7 @@ class DataParallelTest(parameterized.TestCase):
 
     def loss_fn(params, x, y, w, stats, axis_name):
       logits, features = _model(params, x)
-      loss, new_stats, aux = mr2_jax.mr2_loss(logits, features, y, stats, form=form,
+      loss, new_stats, aux = mr2_jax.mr2_loss(logits, features, y, stats, form=form, lam=lam,
                                               axis_name=axis_name, where=w)
       return loss, (new_stats, aux)
 
