@@ -1,0 +1,53 @@
+"""experiments.evaluate: the comparison report from per-run summaries (tables, JSON, plots)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import evaluate
+
+
+def _write_run(path, seed, per_class, history=True):
+  path.mkdir(parents=True)
+  per_class = np.asarray(per_class, float)
+  summary = {"seed": seed, "overall_accuracy": float(per_class.mean()),
+             "per_class_accuracy": per_class.tolist(),
+             "worst_class_accuracy": float(per_class.min()),
+             "class_accuracy_std": float(per_class.std()),
+             "train_class_counts": [300, 120, 60, 30, 10, 5],
+             "many_medium_few": {"many": float(per_class[:2].mean()),
+                                 "medium": float(per_class[2:4].mean()),
+                                 "few": float(per_class[4:].mean())},
+             "neural_collapse": {"nc1": 0.5, "nc2": 0.4, "nc2_classifier": 0.3, "nc3": 0.2,
+                                 "nc4": 0.1, "rho": 0.05}}
+  (path / "summary.json").write_text(json.dumps(summary))
+  if history:
+    rows = [{"step": s, "gamma": [1.0 + 0.01 * s * k for k in range(6)]} for s in (10, 20)]
+    (path / "class_history.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_report_tables_groups_and_plots(tmp_path):
+  erm = [[0.9, 0.8, 0.7, 0.6, 0.5, 0.4], [0.92, 0.78, 0.7, 0.62, 0.48, 0.4]]
+  other = [[0.88, 0.8, 0.72, 0.65, 0.55, 0.5], [0.9, 0.8, 0.7, 0.65, 0.55, 0.46]]
+  runs = {"ce": [], "mr2": []}
+  for name, accs in (("ce", erm), ("mr2", other)):
+    for seed, acc in enumerate(accs):
+      _write_run(tmp_path / name / f"seed{seed}", seed, acc)
+      runs[name].append(tmp_path / name / f"seed{seed}")
+  markdown = evaluate.write_report(runs, "ce", tmp_path / "report")
+  table = json.loads((tmp_path / "report" / "comparison.json").read_text())
+  # Groups from ERM's seed-mean accuracy: classes 0, 1 easy; 2, 3 medium; 4, 5 hard.
+  assert table["_groups"] == [0, 0, 1, 1, 2, 2]
+  hard = [np.mean([a[4], a[5]]) for a in other]
+  assert table["mr2"]["easy_medium_hard"]["hard"] == pytest.approx([np.mean(hard), np.std(hard)])
+  assert table["ce"]["overall"][0] == pytest.approx(np.mean([np.mean(a) for a in erm]))
+  overall = [np.mean(a) for a in other]  # overall: mean ± std over seeds, in percent
+  assert f"| mr2 | {100 * np.mean(overall):.1f} ± {100 * np.std(overall):.1f} |" in markdown
+  assert (tmp_path / "report" / "per_class_accuracy.png").stat().st_size > 1000
+  assert (tmp_path / "report" / "mr2_gamma.png").exists()
+
+
+def test_missing_summary_is_a_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="summary.json"):
+    evaluate.load_summaries([tmp_path / "nope"])
