@@ -526,7 +526,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   """
   validate_config(config)
   train, validation, test = load_data(config)  # fails before anything is written
-  workdir = pathlib.Path(workdir)
+  workdir = pathlib.Path(workdir).resolve()  # orbax needs absolute paths
   is_main = jax.process_index() == 0
   process_count, process_index = jax.process_count(), jax.process_index()
   if config.batch_size % process_count:

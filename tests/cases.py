@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
+
+import mr2_jax
 
 # (name, batch, num_classes, dim, label pattern)
 CASES = (
@@ -42,3 +45,9 @@ def random_stats(rng: np.random.Generator, num_classes: int, seen_fraction: floa
   a = np.where(seen, rng.gamma(2.0, 1.0, num_classes), 0.0)
   v = np.where(seen, rng.gamma(2.0, 1.0, num_classes), 0.0)
   return a.astype(np.float32), v.astype(np.float32), seen
+
+
+def class_stats(a, v, seen) -> mr2_jax.ClassStats:
+  """ClassStats from NumPy arrays A [K], V [K], seen [K] (float32)."""
+  return mr2_jax.ClassStats(sq_mean_norm=jnp.asarray(a, jnp.float32),
+                            mean_sq_deviation=jnp.asarray(v, jnp.float32), seen=jnp.asarray(seen))

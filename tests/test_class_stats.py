@@ -13,11 +13,6 @@ from tests.reference import numpy_mr2 as ref
 RTOL = 1e-5
 
 
-def _stats(a, v, seen):
-  return mr2_jax.ClassStats(sq_mean_norm=jnp.asarray(a), mean_sq_deviation=jnp.asarray(v),
-                            seen=jnp.asarray(seen))
-
-
 class UpdateClassStatsTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True, with_pmap=True)
@@ -28,7 +23,7 @@ class UpdateClassStatsTest(chex.TestCase):
       rng = np.random.default_rng(1)
       a, v, seen = cases.random_stats(rng, num_classes)
       update = self.variant(lambda s, f, y: mr2_jax.update_class_stats(s, f, y, decay=0.8, p=p))
-      out = update(_stats(a, v, seen), features, labels)
+      out = update(cases.class_stats(a, v, seen), features, labels)
       a_ref, v_ref, seen_ref = ref.update_class_stats(a, v, seen, features, labels, 0.8, p)
       np.testing.assert_allclose(out.sq_mean_norm, a_ref, rtol=RTOL, atol=1e-6)
       np.testing.assert_allclose(out.mean_sq_deviation, v_ref, rtol=RTOL, atol=1e-6)
@@ -49,7 +44,7 @@ class UpdateClassStatsTest(chex.TestCase):
     np.testing.assert_array_equal(out.seen, seen_ref)
 
   def test_first_sighting_replaces_and_absent_classes_keep_values(self):
-    stats = _stats(np.array([5., 0., 7.], np.float32), np.array([1., 0., 2.], np.float32),
+    stats = cases.class_stats(np.array([5., 0., 7.], np.float32), np.array([1., 0., 2.], np.float32),
                    np.array([True, False, True]))
     features = np.array([[1., 0.], [3., 0.], [0., 2.]], np.float32)
     out = mr2_jax.update_class_stats(stats, features, np.array([1, 1, 0]), decay=0.5)

@@ -13,11 +13,6 @@ from tests.reference import numpy_mr2 as ref
 RTOL = 1e-5
 
 
-def _stats(a, v, seen):
-  return mr2_jax.ClassStats(sq_mean_norm=jnp.asarray(a, jnp.float32),
-                            mean_sq_deviation=jnp.asarray(v, jnp.float32), seen=jnp.asarray(seen))
-
-
 class ClassMarginsTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True, with_pmap=True)
@@ -25,7 +20,7 @@ class ClassMarginsTest(chex.TestCase):
   def test_matches_reference_and_mean_is_c_bar(self, num_classes, c_bar):
     rng = np.random.default_rng(num_classes)
     a, v, seen = cases.random_stats(rng, num_classes)
-    gamma = self.variant(lambda s: mr2_jax.class_margins(s, c_bar))(_stats(a, v, seen))
+    gamma = self.variant(lambda s: mr2_jax.class_margins(s, c_bar))(cases.class_stats(a, v, seen))
     np.testing.assert_allclose(gamma, ref.class_margins(a, v, seen, c_bar), rtol=RTOL)
     np.testing.assert_allclose(np.mean(np.asarray(gamma)[seen]), c_bar, rtol=RTOL)
 
@@ -34,12 +29,12 @@ class ClassMarginsTest(chex.TestCase):
     np.testing.assert_array_equal(gamma, np.full(5, 1.5, np.float32))
 
   def test_equal_statistics_give_uniform_margin(self):
-    stats = _stats(np.full(4, 3.0), np.full(4, 2.0), np.ones(4, bool))
+    stats = cases.class_stats(np.full(4, 3.0), np.full(4, 2.0), np.ones(4, bool))
     np.testing.assert_array_equal(mr2_jax.class_margins(stats), np.ones(4, np.float32))
 
   def test_no_gradient_into_statistics(self):
     a, v, seen = cases.random_stats(np.random.default_rng(0), 6, 1.0)
-    margins_of = lambda a, v: jnp.sum(mr2_jax.class_margins(_stats(a, v, seen)) ** 2)
+    margins_of = lambda a, v: jnp.sum(mr2_jax.class_margins(cases.class_stats(a, v, seen)) ** 2)
     grad_a, grad_v = jax.grad(margins_of, argnums=(0, 1))(jnp.asarray(a), jnp.asarray(v))
     np.testing.assert_array_equal(grad_a, np.zeros(6))
     np.testing.assert_array_equal(grad_v, np.zeros(6))

@@ -16,11 +16,6 @@ RTOL = 1e-5
 NUM_DEVICES = 8
 
 
-def _stats(a, v, seen):
-  return mr2_jax.ClassStats(sq_mean_norm=jnp.asarray(a), mean_sq_deviation=jnp.asarray(v),
-                            seen=jnp.asarray(seen))
-
-
 class Mr2LossTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True, with_pmap=True)
@@ -32,7 +27,7 @@ class Mr2LossTest(chex.TestCase):
                             ("released", ref.mr2_objective_released)):
       loss, stats, aux = self.variant(
           lambda z, f, y, s: mr2_jax.mr2_loss(z, f, y, s, lam=0.3, decay=0.7, form=form))(
-              logits, features, labels, _stats(a, v, seen))
+              logits, features, labels, cases.class_stats(a, v, seen))
       r_loss, r_a, r_v, r_seen, r_gamma, r_sbar = reference(
           logits, features, labels, a, v, seen, lam=0.3, decay=0.7)
       np.testing.assert_allclose(loss, r_loss, rtol=RTOL)
@@ -110,7 +105,7 @@ class DataParallelTest(parameterized.TestCase):
     params = {"encoder": rng.normal(size=(5, 3)).astype(np.float32),
               "head": rng.normal(size=(3, num_classes)).astype(np.float32)}
     a, v, seen = cases.random_stats(rng, num_classes)
-    stats = _stats(a, v, seen)
+    stats = cases.class_stats(a, v, seen)
 
     def loss_fn(params, x, y, w, stats, axis_name):
       logits, features = _model(params, x)
