@@ -124,11 +124,14 @@ def test_train_and_evaluate_writes_summary_metrics_and_plots_inputs(tmp_path):
   assert len(test_split.labels) == 599
 
 
-def test_evaluation_counts_every_test_example(tmp_path):
+def test_evaluation_counts_every_test_example_in_a_relative_workdir(tmp_path, monkeypatch):
   config = tiny_config("ce")
   config.eval_batch_size = 64  # 599 test examples: the last batch is padded
   config.nc_metrics = False
-  train.train_and_evaluate(config, tmp_path, max_steps=2)
+  monkeypatch.chdir(tmp_path)
+  train.train_and_evaluate(config, "relative/run", max_steps=2)
+  tmp_path = tmp_path / "relative" / "run"
+  assert (tmp_path / "checkpoints" / "2").is_dir()
   train_split, _, test_split = train.load_data(config)
   del train_split
   counts = np.bincount(test_split.labels, minlength=10)
