@@ -112,23 +112,6 @@ def weighted_mean_share(values, weights, axis_name):
   return devices * jnp.sum(weights * values) / jnp.maximum(total_weight, 1e-12)
 
 
-def mr2_terms(config, logits, features, labels, class_stats, axis_name):
-  """Per-example ℓ_γ,ce + λ·ℓ_s̄ (paper form) for combining MR2 with a reweighting."""
-  mr2 = config.mr2
-  p = 2.0 if mr2.p is None else mr2.p
-  temperature = 1.0 if mr2.temperature is None else mr2.temperature
-  new_stats = mr2_jax.update_class_stats(class_stats, features, labels, decay=mr2.decay, p=p,
-                                         axis_name=axis_name)
-  gamma = mr2_jax.class_margins(new_stats, mr2.c_bar)
-  if mr2.uniform_margin:
-    gamma = jnp.full_like(gamma, mr2.c_bar)
-  s_bar = mr2_jax.mean_class_deviation(new_stats)
-  per_example = mr2_jax.margin_cross_entropy(logits, labels, gamma) + mr2.lam * (
-      mr2_jax.representation_margin_loss(features, labels, s_bar, temperature=temperature,
-                                         axis_name=axis_name, num_classes=logits.shape[1]))
-  return per_example, new_stats, {"gamma": gamma, "s_bar": s_bar}
-
-
 def compute_loss(config, task: Task, logits, features, labels, state: TrainState, epoch,
                  step_in_epoch, axis_name):
   """Loss of `config.loss` as this device's share; returns (loss, class_stats, reweight_state, aux).
@@ -153,8 +136,13 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
     return loss, class_stats, reweight_state, mr2_aux
   if name in ("inverse_reweight", "mr2+inverse_reweight"):
     if name == "mr2+inverse_reweight":
-      per_example, class_stats, aux = mr2_terms(config, logits, features, labels, class_stats,
-                                                axis_name)
+      mr2 = config.mr2
+      margin_ce, representation, class_stats, aux = mr2_jax.mr2_terms(
+          logits, features, labels, class_stats, lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay,
+          p=2.0 if mr2.p is None else mr2.p,
+          temperature=1.0 if mr2.temperature is None else mr2.temperature,
+          uniform_margin=mr2.uniform_margin, axis_name=axis_name)
+      per_example = margin_ce + mr2.lam * representation
     else:
       per_example = cross_entropy(logits, labels)
     rw = config.reweight

@@ -19,6 +19,7 @@ from mr2_jax.heads import l2_normalize
 from mr2_jax.margins import class_margins
 from mr2_jax.margins import margin_cross_entropy
 from mr2_jax.objective import mr2_loss
+from mr2_jax.objective import mr2_terms
 from mr2_jax.representation_margin import mean_class_deviation
 from mr2_jax.representation_margin import representation_margin_loss
 
@@ -36,6 +37,7 @@ __all__ = [
     "margin_cross_entropy",
     "mean_class_deviation",
     "mr2_loss",
+    "mr2_terms",
     "per_class_accuracy",
     "per_class_correct",
     "representation_margin_loss",

@@ -28,6 +28,63 @@ def _global_sum(x: Array, axis_name: str | None) -> jax.Array:
   return total if axis_name is None else jax.lax.psum(total, axis_name)
 
 
+def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, *,
+              lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, p: float = 2.0,
+              temperature: float = 1.0, uniform_margin: bool = False,
+              stats_reduction: str = "exact", axis_name: str | None = None,
+              where: Array | None = None
+              ) -> tuple[jax.Array, jax.Array, ClassStats, dict[str, jax.Array]]:
+  """Per-example MR2 terms, before any reduction. MR2 spec, 'Logit margin' and 'Representation margin'.
+
+  The class statistics are first updated with this (global) batch, then γ = class_margins(stats, c̄)
+  and s̄ = mean_k V_k are read from the updated statistics (both constants for back-propagation), and
+
+      margin_ce_i = ℓ_γ,ce(x_i, y_i) = −log softmax(z_i / γ_{y_i})_{y_i}        [B]
+      representation_i = ℓ_s̄(x_i)   (positives from the global batch; 0 when λ = 0)   [B]
+
+  Use it to combine MR2 with a per-example reweighting (e.g. `reweight_jax.inverse_reweighted_loss`
+  on margin_ce + λ·representation); `mr2_loss` reduces the same terms. Arguments as in `mr2_loss`
+  (p and τ explicit here).
+
+  Returns:
+    (margin_ce [B], representation [B], new_stats, {'gamma' [K], 's_bar'}).
+  """
+  logits = validation.check_floating(logits, 2, "logits")
+  num_classes = logits.shape[1]
+  if stats.num_classes != num_classes:
+    raise ValueError(
+        f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")
+  features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
+  validation.check_batch_dim(logits, labels.shape[0], "logits")
+
+  # λ = 0 (γ-only, linear probes): ℓ_s̄ is not computed at all, and nothing is gathered.
+  with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
+  if axis_name is not None and stats_reduction == "exact" and with_representation_margin:
+    # ℓ_s̄ all-gathers the features anyway; the exact global statistics are then computed from the
+    # gathered rows on every device, which saves the min(K, B_global)·d all-reduce (XLA merges the
+    # two identical gathers). The result is the single-device computation on the global batch.
+    gathered = [jax.lax.all_gather(x, axis_name, tiled=True) for x in (features, labels, valid)]
+    new_stats = class_stats_lib.update_class_stats(
+        stats, gathered[0], gathered[1], decay=decay, p=p, where=gathered[2])
+  else:
+    new_stats = class_stats_lib.update_class_stats(
+        stats, features, labels, decay=decay, p=p, axis_name=axis_name, where=where,
+        reduction=stats_reduction)
+  gamma = margins.class_margins(new_stats, c_bar)
+  if uniform_margin:
+    gamma = jnp.full_like(gamma, c_bar)
+  s_bar = rep_margin.mean_class_deviation(new_stats)
+
+  margin_ce = margins.margin_cross_entropy(logits, labels, gamma)
+  if with_representation_margin:
+    representation = rep_margin.representation_margin_loss(
+        features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,
+        num_classes=num_classes)
+  else:
+    representation = jnp.zeros(labels.shape, features.dtype)
+  return margin_ce, representation, new_stats, {"gamma": gamma, "s_bar": s_bar}
+
+
 def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *,
              lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, form: str = "paper",
              uniform_margin: bool = False, stats_reduction: str = "exact",
@@ -74,44 +131,17 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
   if form not in FORMS:
     raise ValueError(f"form: expected one of {FORMS}, got {form!r}.")
   logits = validation.check_floating(logits, 2, "logits")
-  num_classes = logits.shape[1]
-  if stats.num_classes != num_classes:
-    raise ValueError(
-        f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")
-  features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
-  validation.check_batch_dim(logits, labels.shape[0], "logits")
-  dim = features.shape[1]
+  features = validation.check_floating(features, 2, "features")
+  num_classes, dim = logits.shape[1], features.shape[1]
   if p is None:
     p = 2.0 if form == "paper" else 5.0
   if temperature is None:
     temperature = 1.0 if form == "paper" else 10.0 * dim
-
-  # λ = 0 (γ-only, linear probes): ℓ_s̄ is not computed at all, and nothing is gathered.
-  with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
-  if axis_name is not None and stats_reduction == "exact" and with_representation_margin:
-    # ℓ_s̄ all-gathers the features anyway; the exact global statistics are then computed from the
-    # gathered rows on every device, which saves the min(K, B_global)·d all-reduce (XLA merges the
-    # two identical gathers). The result is the single-device computation on the global batch.
-    gathered = [jax.lax.all_gather(x, axis_name, tiled=True) for x in (features, labels, valid)]
-    new_stats = class_stats_lib.update_class_stats(
-        stats, gathered[0], gathered[1], decay=decay, p=p, where=gathered[2])
-  else:
-    new_stats = class_stats_lib.update_class_stats(
-        stats, features, labels, decay=decay, p=p, axis_name=axis_name, where=where,
-        reduction=stats_reduction)
-  gamma = margins.class_margins(new_stats, c_bar)
-  if uniform_margin:
-    gamma = jnp.full_like(gamma, c_bar)
-  s_bar = rep_margin.mean_class_deviation(new_stats)
-
-  margin_ce = margins.margin_cross_entropy(logits, labels, gamma)
-  if with_representation_margin:
-    rep = rep_margin.representation_margin_loss(
-        features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,
-        num_classes=num_classes)
-  else:
-    rep = jnp.zeros(labels.shape, features.dtype)
-
+  margin_ce, rep, new_stats, aux = mr2_terms(
+      logits, features, labels, stats, lam=lam, c_bar=c_bar, decay=decay, p=p,
+      temperature=temperature, uniform_margin=uniform_margin, stats_reduction=stats_reduction,
+      axis_name=axis_name, where=where)
+  labels = jnp.asarray(labels)
   mask = validation.check_where(where, labels.shape[0]).astype(logits.dtype)
   num_valid = jnp.maximum(_global_sum(mask, axis_name), 1.0)
   # NaN losses of out-of-range labels propagate (mask is 1 there unless `where` excludes them).
@@ -119,6 +149,7 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
   if form == "paper":
     rep_weight = mask
   else:
+    valid = (mask > 0) & (labels >= 0) & (labels < num_classes)
     slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
     per_anchor = 1.0 / jnp.maximum(slots.counts[slots.slot], 1.0)
     rep_weight = jnp.where(valid, per_anchor, 0.0) * num_valid * dim / (10.0 * num_classes)
@@ -126,12 +157,9 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
 
   share = _device_count(axis_name) / num_valid
   loss = share * (ce_sum + lam * rep_sum)
-  aux = {
-      "gamma": gamma,
-      "s_bar": s_bar,
-      "margin_ce": jax.lax.stop_gradient(_global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name)
-                                         / num_valid),
-      "representation_margin": jax.lax.stop_gradient(_global_sum(rep_weight * rep, axis_name)
-                                                     / num_valid),
-  }
+  aux.update(
+      margin_ce=jax.lax.stop_gradient(
+          _global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name) / num_valid),
+      representation_margin=jax.lax.stop_gradient(
+          _global_sum(rep_weight * rep, axis_name) / num_valid))
   return loss, new_stats, aux

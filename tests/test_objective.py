@@ -39,6 +39,23 @@ class Mr2LossTest(chex.TestCase):
       np.testing.assert_allclose(aux["margin_ce"] + 0.3 * aux["representation_margin"], r_loss,
                                  rtol=RTOL)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_per_example_terms_match_reference(self):
+    features, labels, logits = cases.make_case(4, 16, 6, 5, "absent")
+    a, v, seen = cases.random_stats(np.random.default_rng(2), 6)
+    margin_ce, rep, stats, aux = self.variant(lambda z, f, y, s: mr2_jax.mr2_terms(
+        z, f, y, s, decay=0.8, temperature=3.0))(logits, features, labels,
+                                                 cases.class_stats(a, v, seen))
+    a_ref, v_ref, seen_ref = ref.update_class_stats(a, v, seen, features, labels, 0.8, 2.0)
+    gamma_ref = ref.class_margins(a_ref, v_ref, seen_ref)
+    np.testing.assert_allclose(aux["gamma"], gamma_ref, rtol=RTOL)
+    np.testing.assert_allclose(margin_ce, ref.margin_cross_entropy(logits, labels, gamma_ref),
+                               rtol=RTOL)
+    np.testing.assert_allclose(
+        rep, ref.representation_margin_loss(features, labels, ref.s_bar(v_ref, seen_ref), 3.0),
+        rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(stats.mean_sq_deviation, v_ref, rtol=RTOL, atol=1e-6)
+
   def test_lambda_zero_equal_stats_is_plain_cross_entropy(self):
     # One class, so every seen class has the same statistics: γ ≡ 1 and the loss is exactly CE.
     features, labels, logits = cases.make_case(1, 12, 5, 4, "one_class")
