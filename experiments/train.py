@@ -132,7 +132,7 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
     loss, class_stats, mr2_aux = mr2_jax.mr2_loss(
         logits, features, labels, class_stats, lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay,
         form=mr2.form, uniform_margin=mr2.uniform_margin, p=mr2.p, temperature=mr2.temperature,
-        axis_name=axis_name)
+        stats_reduction=mr2.stats_reduction, axis_name=axis_name)
     return loss, class_stats, reweight_state, mr2_aux
   if name in ("inverse_reweight", "mr2+inverse_reweight"):
     if name == "mr2+inverse_reweight":
@@ -141,7 +141,8 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
           logits, features, labels, class_stats, lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay,
           p=2.0 if mr2.p is None else mr2.p,
           temperature=1.0 if mr2.temperature is None else mr2.temperature,
-          uniform_margin=mr2.uniform_margin, axis_name=axis_name)
+          uniform_margin=mr2.uniform_margin, stats_reduction=mr2.stats_reduction,
+          axis_name=axis_name)
       per_example = margin_ce + mr2.lam * representation
     else:
       per_example = cross_entropy(logits, labels)
@@ -342,6 +343,9 @@ def validate_config(config) -> None:
   if config.reweight.refresh not in ("epoch", "step"):
     raise ConfigError(f"config.reweight.refresh: expected 'epoch' or 'step', got "
                       f"{config.reweight.refresh!r}")
+  if config.mr2.stats_reduction not in mr2_jax.class_stats.REDUCTIONS:
+    raise ConfigError(f"config.mr2.stats_reduction: expected one of "
+                      f"{mr2_jax.class_stats.REDUCTIONS}, got {config.mr2.stats_reduction!r}")
   if config.mr2.form not in ("paper", "released"):
     raise ConfigError(f"config.mr2.form: expected 'paper' or 'released', got {config.mr2.form!r}")
   if config.num_epochs < 1 or config.batch_size < 1:

@@ -26,6 +26,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.loss = "ce"
   config.mr2 = ml_collections.ConfigDict(dict(
       lam=0.1, c_bar=1.0, decay=0.9, form="paper", uniform_margin=False,
+      stats_reduction="exact",  # or 'per_device': 3·K scalars across devices (see mr2_jax).
       p=ml_collections.config_dict.placeholder(float),
       temperature=ml_collections.config_dict.placeholder(float)))
   config.reweight = ml_collections.ConfigDict(dict(
