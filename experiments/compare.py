@@ -12,6 +12,7 @@ The first method is the reference (ERM) that fixes the Easy / Medium / Hard grou
 
 from __future__ import annotations
 
+import ast
 import copy
 import pathlib
 import sys
@@ -29,8 +30,41 @@ from experiments import train
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
                                           "Base configuration; `loss` and `seed` are set per run.")
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/compare", "Output folder.")
-_METHODS = flags.DEFINE_list("methods", ["ce", "mr2", "inverse_reweight"],
-                             f"Losses to compare, first is the reference; from {train.LOSSES}.")
+_METHODS = flags.DEFINE_list(
+    "methods", ["ce", "mr2", "inverse_reweight"],
+    f"Methods to compare, the first is the reference (ERM). A method is a loss from {train.LOSSES}, "
+    "or `name=loss:field=value:...` for a variant, e.g. `mr2_gamma_only=mr2:mr2.lam=0`.")
+
+
+def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
+  """'name=loss:a.b=1:c=x' → (name, loss, {'a.b': 1, 'c': 'x'}); a bare loss is its own name."""
+  name, _, rest = spec.partition("=")
+  if not rest:
+    return spec, spec, {}
+  loss, *assignments = rest.split(":")
+  overrides = {}
+  for assignment in assignments:
+    field, _, value = assignment.partition("=")
+    try:
+      overrides[field] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      overrides[field] = value
+  return name, loss, overrides
+
+
+def method_config(base, spec: str, seed: int):
+  name, loss, overrides = parse_method(spec)
+  config = copy.deepcopy(base)
+  config.loss, config.seed, config.progress_bar = loss, seed, False
+  for field, value in overrides.items():
+    holder = config
+    *path, last = field.split(".")
+    for part in path:
+      holder = holder[part]
+    if last not in holder:
+      raise train.ConfigError(f"--methods: {name}: unknown config field {field!r}")
+    holder[last] = type(holder[last])(value) if holder[last] is not None else value
+  return name, config
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
 
 
@@ -43,25 +77,23 @@ def main(argv):
   seeds = [int(s) for s in _SEEDS.value]
   runs = {}
   with cli_errors.one_line_errors():
-    for method in _METHODS.value:
-      config = copy.deepcopy(base)
-      config.loss = method
-      train.validate_config(config)  # every method is checked before the first run starts
-    for method in _METHODS.value:
+    for spec in _METHODS.value:
+      train.validate_config(method_config(base, spec, seeds[0])[1])  # all checked before any run
+    for spec in _METHODS.value:
+      method = parse_method(spec)[0]
       runs[method] = []
       for seed in seeds:
-        config = copy.deepcopy(base)
-        config.loss, config.seed, config.progress_bar = method, seed, False
+        _, config = method_config(base, spec, seed)
         run_dir = workdir / method.replace("+", "_") / f"seed{seed}"
         start = time.perf_counter()
         summary = train.train_and_evaluate(config, run_dir)
         print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
               f"  ({time.perf_counter() - start:.0f} s, {summary['steps']} steps)", flush=True)
         runs[method].append(run_dir)
-    markdown = evaluate.write_report(runs, _METHODS.value[0], workdir / "report")
+    markdown = evaluate.write_report(runs, parse_method(_METHODS.value[0])[0], workdir / "report")
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
         f"final-epoch test accuracy (%), mean ± std over seeds {seeds}; groups from "
-        f"{_METHODS.value[0]}:\n")
+        f"{parse_method(_METHODS.value[0])[0]}:\n")
   print(markdown)
   print(f"report, plots and per-run summaries: {workdir}")
 

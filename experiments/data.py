@@ -304,17 +304,21 @@ def long_tail_counts(max_count: int, num_classes: int, imbalance_factor: float) 
 
 
 def long_tail_indices(labels: np.ndarray, num_classes: int, imbalance_factor: float,
-                      seed: int) -> np.ndarray:
+                      seed: int, max_count: int | None = None) -> np.ndarray:
   """Sorted indices of an exponentially long-tailed subset (see `long_tail_counts`).
 
-  n_max is the count of the largest class; a class with fewer than n_i examples keeps all of them.
+  n_max is `max_count`, or the count of the largest class when None (IF = 1 with a `max_count` gives a
+  balanced subset of max_count per class); a class with fewer than n_i examples keeps all of them.
   Which examples are kept is drawn from `seed`, so a subset is reproducible from (IF, seed).
   """
+  if max_count is not None and max_count < 1:
+    raise DataError(f"max_count must be >= 1, got {max_count}")
   labels = np.asarray(labels)
   counts = np.bincount(labels, minlength=num_classes)
   if len(counts) != num_classes:
     raise DataError(f"labels reach {len(counts) - 1} but num_classes = {num_classes}")
-  keep = np.minimum(long_tail_counts(int(counts.max()), num_classes, imbalance_factor), counts)
+  n_max = int(counts.max()) if max_count is None else int(max_count)
+  keep = np.minimum(long_tail_counts(n_max, num_classes, imbalance_factor), counts)
   rng = np.random.default_rng(seed)
   kept = [rng.permutation(np.flatnonzero(labels == k))[:keep[k]] for k in range(num_classes)]
   return np.sort(np.concatenate(kept))

@@ -397,3 +397,13 @@ def test_multi_process_batches_are_the_single_process_global_batch_with_the_same
     for p in range(2):
       np.testing.assert_array_equal(shards[p][b]["image"], global_batch["image"][p::2])
       np.testing.assert_array_equal(shards[p][b]["label"], global_batch["label"][p::2])
+
+
+def test_max_count_gives_a_balanced_or_long_tailed_subset_of_that_size():
+  labels = np.repeat(np.arange(4), 50)
+  balanced = data.long_tail_indices(labels, 4, 1.0, seed=0, max_count=20)
+  np.testing.assert_array_equal(np.bincount(labels[balanced], minlength=4), [20, 20, 20, 20])
+  tailed = data.long_tail_indices(labels, 4, 8.0, seed=0, max_count=40)
+  np.testing.assert_array_equal(np.bincount(labels[tailed], minlength=4), [40, 20, 10, 5])
+  with pytest.raises(data.DataError, match="max_count"):
+    data.long_tail_indices(labels, 4, 1.0, seed=0, max_count=0)

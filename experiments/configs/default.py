@@ -14,6 +14,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.dataset = "digits"
   config.data_dir = ml_collections.config_dict.placeholder(str)
   config.imbalance_factor = 1.0     # n_i = n_max · IF^(−i/(K−1)); 1 keeps the set balanced.
+  config.max_train_per_class = 0    # n_max of the subset (0: the largest class's count).
   config.validation_fraction = 0.0  # stratified hold-out from the training set (model selection).
   config.augment = False            # CIFAR pad-4 random crop + horizontal flip.
 

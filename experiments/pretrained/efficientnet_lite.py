@@ -64,6 +64,35 @@ def _batch_norm(name: str) -> nn.BatchNorm:
   return nn.BatchNorm(use_running_average=True, epsilon=BATCH_NORM_EPSILON, name=name)
 
 
+class DepthwiseConv(nn.Module):
+  """k x k depthwise convolution, TF 'SAME' padding, no bias; kernel [k, k, 1, C] as `nn.Conv` with
+  `feature_group_count=C` would hold it.
+
+  Written as a sum of k² shifted, strided slices times per-channel weights: XLA fuses that into one
+  loop, 4-10x faster on CPU than its grouped convolution (measured on 2 cores, batch 128, at Lite0's
+  layer shapes), which made feature extraction at 128 px take 40 min instead of minutes.
+  """
+  kernel_size: int
+  stride: int
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    k, s = self.kernel_size, self.stride
+    kernel = self.param("kernel", nn.initializers.lecun_normal(), (k, k, 1, x.shape[-1]))
+    height, width = x.shape[1:3]
+    out_height, out_width = -(-height // s), -(-width // s)
+    pad_h = max((out_height - 1) * s + k - height, 0)
+    pad_w = max((out_width - 1) * s + k - width, 0)
+    padded = jnp.pad(x, ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2),
+                         (0, 0)))
+    out = jnp.zeros((x.shape[0], out_height, out_width, x.shape[-1]), x.dtype)
+    for i in range(k):
+      for j in range(k):
+        window = padded[:, i:i + (out_height - 1) * s + 1:s, j:j + (out_width - 1) * s + 1:s, :]
+        out = out + window * kernel[i, j, 0].astype(x.dtype)
+    return out
+
+
 class MBConvBlock(nn.Module):
   """Mobile inverted bottleneck without squeeze-excite: [1x1 expand-BN-ReLU6] → kxk depthwise-BN-ReLU6
   → 1x1 project-BN (linear), + identity when the stride is 1 and the width is unchanged."""
@@ -80,8 +109,7 @@ class MBConvBlock(nn.Module):
     if self.expand_ratio != 1:
       x = nn.Conv(hidden, (1, 1), use_bias=False, name="expand_conv")(x)
       x = nn.relu6(_batch_norm("expand_bn")(x))
-    x = nn.Conv(hidden, (self.kernel_size, self.kernel_size), strides=self.stride, padding="SAME",
-                feature_group_count=hidden, use_bias=False, name="depthwise_conv")(x)
+    x = DepthwiseConv(self.kernel_size, self.stride, name="depthwise_conv")(x)
     x = nn.relu6(_batch_norm("depthwise_bn")(x))
     x = nn.Conv(self.out_channels, (1, 1), use_bias=False, name="project_conv")(x)
     x = _batch_norm("project_bn")(x)

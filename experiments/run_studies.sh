@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Regenerates the pilot studies of experiments/results/README.md (issue 6) on this CPU.
+# Usage: bash experiments/run_studies.sh [DATA_DIR] [WORKDIR]
+set -euo pipefail
+data=${1:-../shared/data/cifar10_jpeg}
+work=${2:-workdirs/studies}
+python -m experiments.compare --config=experiments/configs/study_reweight_cifar10_lt.py \
+  --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/reweight_cifar10_lt" \
+  --methods=ce,class_balanced,focal,ldam_drw=ldam_drw:ldam.scale=1.0:ldam.max_margin=15.0,logit_adjust,ir_batch=inverse_reweight:reweight.macro=False,ir_macro=inverse_reweight,ir_macro_stopgrad=inverse_reweight:reweight.stop_gradient=True
+python -m experiments.compare --config=experiments/configs/study_mr2_cifar10.py \
+  --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/mr2_cifar10" \
+  --methods=ce,mr2,mr2_gamma_only=mr2:mr2.lam=0.0,mr2_sbar_only=mr2:mr2.uniform_margin=True
