@@ -143,6 +143,8 @@ def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, dec
   """
   if not 0.0 <= decay < 1.0:
     raise ValueError(f"decay: expected 0 <= decay < 1, got {decay}.")
+  if not p >= 1:
+    raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
   if reduction not in REDUCTIONS:
     raise ValueError(f"reduction: expected one of {REDUCTIONS}, got {reduction!r}.")
   features, labels, valid = check_stats_inputs(features, labels, stats.num_classes, where)

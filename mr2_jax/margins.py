@@ -24,6 +24,7 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
   the classes seen so far (not all K with zeros, as the released code does) keeps γ unbiased early in
   training. γ is a constant for back-propagation (stop-gradient). A class whose statistics are exactly
   zero would get γ = 0 and infinite logits; γ is floored at `min_margin`·c̄ for that case only.
+  Non-finite statistics give γ = NaN for every class (never a silent fall-back to c̄).
 
   Args:
     stats: `ClassStats` with K classes.
@@ -46,7 +47,10 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
   num_seen = jnp.sum(seen).astype(cube_root.dtype)
   gamma = c_bar * (ratio * (num_seen / jnp.where(total > 0, total, 1.0)))
   gamma = jnp.maximum(gamma, min_margin * c_bar)
-  return jnp.where(seen & (total > 0), gamma, jnp.asarray(c_bar, cube_root.dtype))
+  gamma = jnp.where(seen & (total > 0), gamma, jnp.asarray(c_bar, cube_root.dtype))
+  # Non-finite statistics (a NaN feature reached them) make every margin NaN, so the loss shows it,
+  # instead of silently falling back to plain cross-entropy.
+  return jnp.where(jnp.isfinite(total), gamma, jnp.nan)
 
 
 def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Array:

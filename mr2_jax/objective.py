@@ -57,6 +57,10 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
   features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
   validation.check_batch_dim(logits, labels.shape[0], "logits")
 
+  if not p >= 1:
+    raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
+  if isinstance(lam, (int, float)) and not lam >= 0:
+    raise ValueError(f"lam: expected λ >= 0, got {lam}.")
   # λ = 0 (γ-only, linear probes): ℓ_s̄ is not computed at all, and nothing is gathered.
   with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
   if axis_name is not None and stats_reduction == "exact" and with_representation_margin:
@@ -75,7 +79,9 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
     gamma = jnp.full_like(gamma, c_bar)
   s_bar = rep_margin.mean_class_deviation(new_stats)
 
-  margin_ce = margins.margin_cross_entropy(logits, labels, gamma)
+  # Padding rows' logits are replaced before the softmax, so they send no NaN into the gradient.
+  padding = ~validation.check_where(where, labels.shape[0])
+  margin_ce = margins.margin_cross_entropy(jnp.where(padding[:, None], 0.0, logits), labels, gamma)
   if with_representation_margin:
     representation = rep_margin.representation_margin_loss(
         features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,

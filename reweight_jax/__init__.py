@@ -6,6 +6,7 @@ Neural Collapse Point of View", arXiv 2605.10047 (ICML 2026).
 
 from reweight_jax.baselines import balanced_softmax_loss
 from reweight_jax.baselines import class_balanced_weights
+from reweight_jax.baselines import cross_entropy_loss
 from reweight_jax.baselines import focal_loss
 from reweight_jax.baselines import ib_loss
 from reweight_jax.baselines import inverse_frequency_weights
@@ -40,6 +41,7 @@ __all__ = [
     "batch_class_losses",
     "class_balanced_weights",
     "class_prior",
+    "cross_entropy_loss",
     "focal_loss",
     "ib_loss",
     "init_reweight_state",

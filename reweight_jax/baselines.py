@@ -76,12 +76,16 @@ def ldam_drw_weights(class_counts: Array, epoch: Array, *, drw_epoch: int = 160,
 # Per-example losses
 # ---------------------------------------------------------------------------------------------------
 
-def _check_logits_and_labels(logits: Array, labels: Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _check_logits_and_labels(logits: Array, labels: Array, where: Array | None
+                             ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Checked (logits, labels, in-range mask); masked rows' logits are replaced by 0 *before* any
+  loss is computed, so padding (possibly inf or NaN) sends no NaN into the gradient."""
   logits = check_floating(logits, 2, "logits")
   labels = jnp.asarray(labels)
   in_range = check_labels(labels, logits.shape[1])
   check_batch_dim(logits, labels.shape[0], "logits")
-  return logits, labels, in_range
+  mask = check_where(where, labels.shape[0])
+  return jnp.where(mask[:, None], logits, 0), labels, in_range
 
 
 def _label_log_prob(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -102,6 +106,18 @@ def _finish(values: jax.Array, labels: jax.Array, in_range: jax.Array, where: Ar
   return jnp.where(where, values, 0)
 
 
+def cross_entropy_loss(logits: Array, labels: Array, *, class_weights: Array | None = None,
+                       where: Array | None = None) -> jax.Array:
+  """Per-example cross-entropy w_y · (−log softmax(z)_y) [B]; w ≡ 1 without `class_weights`.
+
+  Labels are range-checked (NaN for an out-of-range label under jit, never a clipped class); masked
+  rows give 0 and no gradient. Inverse-frequency and class-balanced baselines pass their weights.
+  """
+  logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
+  return _finish(-_label_log_prob(logits, labels), labels, in_range, where, class_weights,
+                 logits.shape[1])
+
+
 def focal_loss(logits: Array, labels: Array, *, gamma: float = 1.0,
                class_weights: Array | None = None, where: Array | None = None) -> jax.Array:
   """Focal loss w_y·(1 − p_y)^γ · CE, per example [B].
@@ -114,7 +130,7 @@ def focal_loss(logits: Array, labels: Array, *, gamma: float = 1.0,
     class_weights: optional [K] per-class weights w (1 if None).
     where: optional bool [B].
   """
-  logits, labels, in_range = _check_logits_and_labels(logits, labels)
+  logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   log_prob = _label_log_prob(logits, labels)
   modulator = jnp.power(-jnp.expm1(log_prob), gamma)
   return _finish(-modulator * log_prob, labels, in_range, where, class_weights, logits.shape[1])
@@ -142,7 +158,7 @@ def ldam_loss(logits: Array, labels: Array, class_counts: Array, *, max_margin: 
     max_margin: largest margin (that of the rarest class). scale: s.
     class_weights: optional [K]. where: optional bool [B].
   """
-  logits, labels, in_range = _check_logits_and_labels(logits, labels)
+  logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   margins = check_class_vector(ldam_margins(class_counts, max_margin), logits.shape[1],
                                "class_counts")
   one_hot = jax.nn.one_hot(labels, logits.shape[1], dtype=logits.dtype)
@@ -157,7 +173,7 @@ def logit_adjusted_loss(logits: Array, labels: Array, class_counts: Array, *, ta
 
   Menon et al. 2021, "Long-tail learning via logit adjustment"; spec, 'Common baselines' (τ = 1).
   """
-  logits, labels, in_range = _check_logits_and_labels(logits, labels)
+  logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   class_counts = check_class_vector(check_counts(class_counts, "class_counts"), logits.shape[1],
                                     "class_counts")
   clamped = jnp.maximum(class_counts, 1.0)
@@ -191,9 +207,10 @@ def ib_loss(logits: Array, labels: Array, features: Array, *, alpha: float = 100
     logits: [B, K]. labels: int [B]. features: [B, d] penultimate features h.
     alpha: α. epsilon: ε. class_weights: optional [K]. where: optional bool [B].
   """
-  logits, labels, in_range = _check_logits_and_labels(logits, labels)
+  logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   features = check_floating(features, 2, "features")
   check_batch_dim(features, labels.shape[0], "features")
+  features = jnp.where(check_where(where, labels.shape[0])[:, None], features, 0)
   one_hot = jax.nn.one_hot(labels, logits.shape[1], dtype=logits.dtype)
   grad_norm = jnp.sum(jnp.abs(jax.nn.softmax(logits, axis=-1) - one_hot), axis=-1)
   feature_norm = jnp.sum(jnp.abs(features), axis=-1).astype(logits.dtype)

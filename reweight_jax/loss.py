@@ -35,6 +35,7 @@ from reweight_jax.inverse_weights import check_alpha
 from reweight_jax.inverse_weights import closed_form_weights
 from reweight_jax.inverse_weights import mean_class_loss
 from reweight_jax.inverse_weights import slot_class_losses
+from reweight_jax.macro import check_gamma
 from reweight_jax.macro import macro_factor_unchecked
 from reweight_jax.state import ReweightState
 
@@ -133,6 +134,9 @@ def inverse_reweighted_loss(
   check_batch_dim(per_example_loss, batch, "per_example_loss")
   prior = check_class_vector(prior, num_classes, "prior")
   check_alpha(alpha)
+  check_gamma(gamma)
+  if not eps > 0:
+    raise ValueError(f"eps: expected ε > 0 in the denominator of w*, got {eps}.")
   if max_weight is not None and not max_weight > 0:
     raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
   valid = check_where(where, batch) & in_range

@@ -36,4 +36,11 @@ def macro_factor(batch_counts: Array, gamma: Array = 1.0) -> jax.Array:
     float32 [K] factors with mean 1 (all ones when every B_c ≤ 1 or γ = 0).
   """
   batch_counts = check_counts(batch_counts, "batch_counts")
+  check_gamma(gamma)
   return nan_where_negative(macro_factor_unchecked(batch_counts, gamma), batch_counts)
+
+
+def check_gamma(gamma: Array) -> None:
+  """Raises if a concrete γ is negative (β would then favour head classes)."""
+  if isinstance(gamma, (int, float)) and not gamma >= 0:
+    raise ValueError(f"gamma: expected the macro exponent γ >= 0, got {gamma}.")

@@ -115,3 +115,8 @@ class BadInputTest(parameterized.TestCase):
       mr2_jax.margin_cross_entropy(jnp.zeros((2, 3)), jnp.zeros((2,), int), jnp.ones(4))
     with self.assertRaisesRegex(TypeError, "logits: expected a floating"):
       mr2_jax.margin_cross_entropy(jnp.zeros((2, 3), int), jnp.zeros((2,), int), jnp.ones(3))
+
+
+def test_non_finite_statistics_give_nan_margins_not_plain_cross_entropy():
+  stats = cases.class_stats(np.array([1.0, np.nan, 2.0]), np.ones(3), np.ones(3, bool))
+  assert np.all(np.isnan(mr2_jax.class_margins(stats)))

@@ -88,6 +88,20 @@ class Mr2LossTest(chex.TestCase):
       mr2_jax.mr2_loss(logits, features.astype(np.int32), labels, stats)
     with self.assertRaisesRegex(ValueError, "decay"):
       mr2_jax.mr2_loss(logits, features, labels, stats, decay=1.0)
+    with self.assertRaisesRegex(ValueError, "p: expected a norm order"):
+      mr2_jax.mr2_loss(logits, features, labels, stats, p=0.0)
+    with self.assertRaisesRegex(ValueError, "lam"):
+      mr2_jax.mr2_loss(logits, features, labels, stats, lam=-0.1)
+
+  def test_padding_rows_send_no_nan_gradient(self):
+    features, labels, logits = cases.make_case(5, 8, 3, 4, "random")
+    logits[-1], features[-1] = np.inf, np.nan
+    where = np.arange(8) < 7
+    grads = jax.grad(lambda z, f: mr2_jax.mr2_loss(z, f, labels, mr2_jax.init_class_stats(3),
+                                                   where=where)[0], argnums=(0, 1))(logits, features)
+    chex.assert_tree_all_finite(grads)
+    np.testing.assert_array_equal(grads[0][-1], np.zeros(3))
+    np.testing.assert_array_equal(grads[1][-1], np.zeros(4))
 
   def test_out_of_range_label_under_jit_gives_nan_loss(self):
     features, labels, logits = cases.make_case(2, 6, 3, 4, "random")

@@ -151,3 +151,36 @@ class LossesTest(chex.TestCase):
       rw.logit_adjusted_loss(logits, labels, -COUNTS)
     with self.assertRaisesRegex(ValueError, "class_weights"):
       rw.focal_loss(logits, labels, class_weights=np.ones(3, np.float32))
+
+
+class MaskedGradientTest(parameterized.TestCase):
+  """Padding rows (here inf logits and features) give 0 loss and exactly 0 gradient, not NaN."""
+
+  @parameterized.named_parameters(
+      ("ce", lambda z, y, h, w: rw.cross_entropy_loss(z, y, where=w)),
+      ("focal", lambda z, y, h, w: rw.focal_loss(z, y, gamma=2.0, where=w)),
+      ("ldam", lambda z, y, h, w: rw.ldam_loss(z, y, np.array([50., 5., 1.]), where=w)),
+      ("logit_adjusted",
+       lambda z, y, h, w: rw.logit_adjusted_loss(z, y, np.array([50., 5., 1.]), where=w)),
+      ("ib", lambda z, y, h, w: rw.ib_loss(z, y, h, where=w)),
+  )
+  def test_padding_sends_no_nan_gradient(self, loss_fn):
+    logits = np.array([[1.0, 2.0, 0.5], [np.inf, -np.inf, 0.0]], np.float32)
+    features = np.array([[0.5, -1.0], [np.inf, np.nan]], np.float32)
+    labels, where = np.array([1, 0]), np.array([True, False])
+    grad = jax.grad(lambda z: jnp.sum(loss_fn(z, labels, features, where)))(logits)
+    self.assertTrue(np.all(np.isfinite(grad)))
+    np.testing.assert_array_equal(grad[1], np.zeros(3))
+    self.assertTrue(np.any(grad[0] != 0))
+
+
+def test_cross_entropy_loss_matches_reference_with_weights():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(12, 4)).astype(np.float32) * 3
+  labels = rng.integers(0, 4, 12)
+  weights = np.array([0.5, 1.0, 2.0, 4.0], np.float32)
+  out = rw.cross_entropy_loss(logits, labels, class_weights=weights)
+  log_probs = logits.astype(np.float64) - np.logaddexp.reduce(logits.astype(np.float64), axis=1,
+                                                             keepdims=True)
+  expected = -weights[labels] * log_probs[np.arange(12), labels]
+  np.testing.assert_allclose(out, expected, rtol=1e-5)

@@ -272,6 +272,13 @@ class BadInputTest(chex.TestCase):
       self._call(losses, labels, state=rw.ReweightState(jnp.zeros(4), jnp.ones(3)))
     with self.assertRaisesRegex(ValueError, "max_weight"):
       self._call(losses, labels, max_weight=0.0)
+    with self.assertRaisesRegex(ValueError, "eps"):
+      self._call(losses, labels, eps=0.0)
+    with self.assertRaisesRegex(ValueError, "gamma"):
+      rw.inverse_reweighted_loss(losses, labels, rw.init_reweight_state(4), alpha=0.0,
+                                 prior=jnp.ones(4), gamma=-1.0)
+    with self.assertRaisesRegex(ValueError, "gamma"):
+      rw.macro_factor(jnp.ones(4), gamma=-0.5)
 
   def test_out_of_range_label_under_jit(self):
     losses = jnp.array([1.0, 2.0, 3.0])
