@@ -57,13 +57,18 @@ def method_config(base, spec: str, seed: int):
   config = copy.deepcopy(base)
   config.loss, config.seed, config.progress_bar = loss, seed, False
   for field, value in overrides.items():
-    holder = config
-    *path, last = field.split(".")
-    for part in path:
-      holder = holder[part]
-    if last not in holder:
-      raise train.ConfigError(f"--methods: {name}: unknown config field {field!r}")
-    holder[last] = type(holder[last])(value) if holder[last] is not None else value
+    try:
+      holder = config
+      *path, last = field.split(".")
+      for part in path:
+        holder = holder[part]
+      if last not in holder:
+        raise KeyError(field)
+      holder[last] = value  # ConfigDict checks the type (an int for a float field is widened)
+    except (KeyError, AttributeError):
+      raise train.ConfigError(f"--methods: {name}: unknown config field {field!r}") from None
+    except TypeError as error:
+      raise train.ConfigError(f"--methods: {name}: {field}: {error}") from None
   return name, config
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
 

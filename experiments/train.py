@@ -60,7 +60,6 @@ class TrainState(train_state.TrainState):
 @dataclasses.dataclass(frozen=True)
 class Task:
   """Static facts of a run that the step closes over (hashable: no arrays)."""
-  num_classes: int
   class_counts: tuple[float, ...]
   steps_per_epoch: int
 
@@ -97,9 +96,9 @@ def create_train_state(config, model, image_shape, num_classes: int, learning_ra
 # Losses
 # ------------------------------------------------------------------------------------------------
 
-def cross_entropy(logits, labels):
-  """Per-example −log softmax(z)_y."""
-  return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=-1)[:, 0]
+def per_example_weights(class_weights, labels):
+  """w_{y_i} [B]; an out-of-range label reads NaN (JAX indexing would clip it to a valid class)."""
+  return jnp.take(class_weights, labels, mode="fill", fill_value=jnp.nan)
 
 
 def weighted_mean_share(values, weights, axis_name):
@@ -124,9 +123,9 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
   ones = jnp.ones(labels.shape, jnp.float32)
   class_stats, reweight_state, aux = state.class_stats, state.reweight_state, {}
   name = config.loss
+  cross_entropy = reweight_jax.cross_entropy_loss(logits, labels)
   if name == "ce":
-    return weighted_mean_share(cross_entropy(logits, labels), ones, axis_name), class_stats, \
-        reweight_state, aux
+    return weighted_mean_share(cross_entropy, ones, axis_name), class_stats, reweight_state, aux
   if name == "mr2":
     mr2 = config.mr2
     loss, class_stats, mr2_aux = mr2_jax.mr2_loss(
@@ -136,7 +135,7 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
     return loss, class_stats, reweight_state, mr2_aux
   if name in ("inverse_reweight", "mr2+inverse_reweight"):
     if name == "mr2+inverse_reweight":
-      mr2 = config.mr2
+      mr2 = config.mr2  # paper form only (validate_config rejects 'released' here)
       margin_ce, representation, class_stats, aux = mr2_jax.mr2_terms(
           logits, features, labels, class_stats, lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay,
           p=2.0 if mr2.p is None else mr2.p,
@@ -145,7 +144,7 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
           axis_name=axis_name)
       per_example = margin_ce + mr2.lam * representation
     else:
-      per_example = cross_entropy(logits, labels)
+      per_example = cross_entropy
     rw = config.reweight
     refresh = (step_in_epoch == 0) if rw.refresh == "epoch" else True
     reweighted, new_reweight_state, rw_aux = reweight_jax.inverse_reweighted_loss(
@@ -163,7 +162,7 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
   if name in ("inv_freq", "class_balanced"):
     weights = (reweight_jax.inverse_frequency_weights(counts) if name == "inv_freq" else
                reweight_jax.class_balanced_weights(counts, config.class_balanced_beta))
-    return weighted_mean_share(cross_entropy(logits, labels), weights[labels], axis_name), \
+    return weighted_mean_share(cross_entropy, per_example_weights(weights, labels), axis_name), \
         class_stats, reweight_state, aux
   if name == "focal":
     return weighted_mean_share(reweight_jax.focal_loss(logits, labels, gamma=config.focal_gamma),
@@ -174,8 +173,8 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
                if name == "ldam_drw" else jnp.ones_like(counts))
     per_example = reweight_jax.ldam_loss(logits, labels, counts, max_margin=config.ldam.max_margin,
                                          scale=config.ldam.scale)
-    return weighted_mean_share(per_example, weights[labels], axis_name), class_stats, \
-        reweight_state, aux
+    return weighted_mean_share(per_example, per_example_weights(weights, labels), axis_name), \
+        class_stats, reweight_state, aux
   if name in ("logit_adjust", "balanced_softmax"):
     per_example = (reweight_jax.logit_adjusted_loss(logits, labels, counts,
                                                     tau=config.logit_adjust_tau)
@@ -185,7 +184,7 @@ def compute_loss(config, task: Task, logits, features, labels, state: TrainState
   if name == "ib":
     ib = reweight_jax.ib_loss(logits, labels, features, alpha=config.ib.alpha,
                               class_weights=reweight_jax.inverse_frequency_weights(counts))
-    per_example = jnp.where(epoch >= config.ib.start_epoch, ib, cross_entropy(logits, labels))
+    per_example = jnp.where(epoch >= config.ib.start_epoch, ib, cross_entropy)
     return weighted_mean_share(per_example, ones, axis_name), class_stats, reweight_state, aux
   raise ConfigError(f"config.loss: unknown loss {name!r}; expected one of {LOSSES}")
 
@@ -220,8 +219,10 @@ def train_step(state: TrainState, batch, *, config, task: Task, learning_rate_fn
   new_state = state.apply_gradients(
       grads=grads, batch_stats=new_model_state["batch_stats"], class_stats=class_stats,
       reweight_state=reweight_state)
+  finite = jnp.isfinite(loss) & jnp.all(jnp.isfinite(class_stats.sq_mean_norm)) & jnp.all(
+      jnp.isfinite(class_stats.mean_sq_deviation))
   metrics = {"loss": loss, "train_correct": correct, "learning_rate": learning_rate_fn(state.step),
-             "finite": jnp.isfinite(loss)}
+             "finite": finite}
   metrics.update(aux)
   return new_state, metrics
 
@@ -322,6 +323,29 @@ def unreplicate(tree):
 # Configuration and data
 # ------------------------------------------------------------------------------------------------
 
+INF = float("inf")
+# (field, (low, inclusive), (high, inclusive)): numeric fields the trainer or the library would
+# otherwise reject only while tracing the first step (or accept silently).
+RANGES = (
+    ("num_epochs", (1, True), (INF, False)), ("batch_size", (1, True), (INF, False)),
+    ("eval_batch_size", (1, True), (INF, False)), ("log_every_steps", (1, True), (INF, False)),
+    ("checkpoint_every_steps", (1, True), (INF, False)),
+    ("keep_checkpoints", (1, True), (INF, False)), ("warmup_epochs", (0, True), (INF, False)),
+    ("learning_rate", (0, False), (INF, False)), ("momentum", (0, True), (1, False)),
+    ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),
+    ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
+    ("mr2.lam", (0, True), (INF, False)), ("mr2.c_bar", (0, False), (INF, False)),
+    ("mr2.decay", (0, True), (1, False)), ("mr2.p", (1, True), (INF, False)),
+    ("mr2.temperature", (0, False), (INF, False)), ("reweight.alpha", (0, True), (INF, False)),
+    ("reweight.gamma", (0, True), (INF, False)), ("reweight.max_weight", (0, False), (INF, False)),
+    ("reweight.start_epoch", (0, True), (INF, False)), ("focal_gamma", (0, True), (INF, False)),
+    ("class_balanced_beta", (0, True), (1, False)), ("ldam.max_margin", (0, False), (INF, False)),
+    ("ldam.scale", (0, False), (INF, False)), ("ldam.drw_epoch", (0, True), (INF, False)),
+    ("logit_adjust_tau", (0, True), (INF, False)), ("ib.alpha", (0, False), (INF, False)),
+    ("ib.start_epoch", (0, True), (INF, False)),
+)
+
+
 def validate_config(config) -> None:
   """Raises ConfigError (one line, naming the field) before anything is written."""
   if config.loss not in LOSSES:
@@ -346,10 +370,36 @@ def validate_config(config) -> None:
   if config.mr2.stats_reduction not in mr2_jax.class_stats.REDUCTIONS:
     raise ConfigError(f"config.mr2.stats_reduction: expected one of "
                       f"{mr2_jax.class_stats.REDUCTIONS}, got {config.mr2.stats_reduction!r}")
-  if config.mr2.form not in ("paper", "released"):
-    raise ConfigError(f"config.mr2.form: expected 'paper' or 'released', got {config.mr2.form!r}")
-  if config.num_epochs < 1 or config.batch_size < 1:
-    raise ConfigError("config.num_epochs and config.batch_size must be >= 1")
+  if config.mr2.form not in mr2_jax.objective.FORMS:
+    raise ConfigError(f"config.mr2.form: expected one of {mr2_jax.objective.FORMS}, got "
+                      f"{config.mr2.form!r}")
+  if config.loss == "mr2+inverse_reweight" and config.mr2.form != "paper":
+    raise ConfigError("config.mr2.form: the MR2 + reweighting combination reweights per-example "
+                      "terms, which exist in the paper form only")
+  for field, low, high in RANGES:
+    value = config
+    for part in field.split("."):
+      value = value[part]
+    if value is None:
+      continue
+    if not (low[0] <= value if low[1] else low[0] < value) or not (
+        value <= high[0] if high[1] else value < high[0]):
+      interval = (f"{'[' if low[1] else '('}{low[0]}, {high[0]}{']' if high[1] else ')'}")
+      raise ConfigError(f"config.{field}: expected a value in {interval}, got {value}")
+  if (config.loss in ("ldam", "ldam_drw") and config.head == "cosine"
+      and config.ldam.scale != 1.0):
+    # LDAM is CE(s·(cos − Δ_y e_y)): the cosine head already multiplies by its scale, so a second
+    # LDAM scale would square it and shrink the margin. Make the head's scale LDAM's s.
+    raise ConfigError(
+        f"config.ldam.scale: with the cosine head (scale {config.cosine_scale:g}) LDAM needs "
+        f"ldam.scale=1 and ldam.max_margin={0.5 * config.cosine_scale:g} (= 0.5 × the head scale)")
+  if config.warmup_epochs > config.num_epochs:
+    raise ConfigError(f"config.warmup_epochs: {config.warmup_epochs} exceeds config.num_epochs "
+                      f"{config.num_epochs}")
+  if config.reference_summary:
+    path = pathlib.Path(config.reference_summary)
+    if not path.is_file() or "per_class_accuracy" not in json.loads(path.read_text()):
+      raise ConfigError(f"config.reference_summary: {path} is not a summary.json of a finished run")
   devices = {"none": 1, "pmap": jax.device_count(), "shard_map": jax.device_count()}
   if config.batch_size % devices[config.parallel]:
     raise ConfigError(f"config.batch_size: {config.batch_size} is not divisible by the "
@@ -376,10 +426,14 @@ def load_data(config):
 # Evaluation
 # ------------------------------------------------------------------------------------------------
 
-def classifier_weights(params) -> tuple[jax.Array, jax.Array | None]:
-  """(W [K, d], bias [K] or None) of the model's head."""
+def classifier_weights(params, head_kind: str) -> tuple[jax.Array, jax.Array | None]:
+  """(W [K, d], bias [K] or None) of the classifier the model applies: for the cosine head the
+  rows w_c/‖w_c‖ (its scale does not change NC2–NC4), so NC metrics see the decision rule used."""
   head = params["head"]
-  return jnp.asarray(head["kernel"]).T, head.get("bias")
+  kernel = jnp.asarray(head["kernel"])
+  if head_kind == "cosine":
+    kernel = mr2_jax.l2_normalize(kernel, axis=0)
+  return kernel.T, head.get("bias")
 
 
 def evaluate_split(state, eval_fn, split, batch_size, num_classes):
@@ -399,14 +453,16 @@ def evaluate_split(state, eval_fn, split, batch_size, num_classes):
   return correct, counts, loss_sums
 
 
-def neural_collapse_metrics(state, eval_fn, split, batch_size, num_classes):
+def neural_collapse_metrics(state, eval_fn, split, batch_size, num_classes, head_kind):
   """NC1–NC4 and ρ on `split` (no augmentation), streamed with `reweight_jax.NCAccumulator`."""
-  weights, bias = classifier_weights(state.params)
+  weights, bias = classifier_weights(state.params, head_kind)
 
   def features_and_losses():
     for batch in data_lib.eval_batches(split, batch_size):
       logits, features = eval_fn(state, batch)
-      yield features, batch["label"], cross_entropy(logits, batch["label"]), batch["mask"]
+      yield (features, batch["label"],
+             reweight_jax.cross_entropy_loss(logits, batch["label"], where=batch["mask"]),
+             batch["mask"])
 
   update = jax.jit(lambda acc, h, y, l, m: acc.update(h, y, per_example_loss=l, where=m))
   update_ncc = jax.jit(lambda acc, h, m: acc.update_ncc(h, weights, bias=bias, where=m))
@@ -461,6 +517,41 @@ def from_checkpoint(restored: TrainState, template: TrainState) -> TrainState:
                                                        impl=jax.random.key_impl(template.rng)))
 
 
+# Fields that may change when a run is resumed: how it runs and reports, not what it computes.
+RESUMABLE_FIELDS = ("parallel", "progress_bar", "log_every_steps", "checkpoint_every_steps",
+                    "keep_checkpoints", "eval_batch_size", "nc_metrics", "reference_summary",
+                    "data_dir")
+
+
+def check_resumable(workdir: pathlib.Path, config) -> None:
+  """Refuses to resume a workdir whose checkpoints were made with a different config."""
+  saved = workdir / "config.json"
+  checkpoints = workdir / "checkpoints"
+  if not (saved.exists() and checkpoints.exists() and any(
+      p.name.isdigit() for p in checkpoints.iterdir())):
+    return
+  before = json.loads(saved.read_text())
+  now = json.loads(config.to_json_best_effort())
+  changed = sorted(k for k in set(before) | set(now)
+                   if k not in RESUMABLE_FIELDS and before.get(k) != now.get(k))
+  if changed:
+    raise ConfigError(f"{workdir} holds checkpoints of a run with a different config "
+                      f"(fields {', '.join(changed)}); use a new --workdir")
+
+
+def probe_step(config, task, learning_rate_fn, state, model, train, process_batch) -> None:
+  """Traces one train step abstractly (no compute), so that arguments the library rejects at trace
+  time (they name themselves) fail before the workdir is touched."""
+  batch = next(data_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
+                                      augment=False))
+  single_device = state.replace(apply_fn=model.clone(axis_name=None).apply)
+  step = functools.partial(train_step, config=config, task=task, learning_rate_fn=learning_rate_fn)
+  try:
+    jax.eval_shape(step, single_device, batch)
+  except (ValueError, TypeError) as error:
+    raise ConfigError(f"config rejected by the library: {str(error).splitlines()[0]}") from error
+
+
 def checkpoint_manager(workdir: pathlib.Path, config) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True,
                                          enable_async_checkpointing=False,
@@ -471,10 +562,17 @@ def checkpoint_manager(workdir: pathlib.Path, config) -> ocp.CheckpointManager:
 class MetricWriter:
   """JSON lines (metrics.jsonl, class_history.jsonl) and TensorBoard events (tensorboardX, no TF)."""
 
-  def __init__(self, workdir: pathlib.Path, enabled: bool):
+  def __init__(self, workdir: pathlib.Path, enabled: bool, start_step: int):
     self.enabled = enabled
     if not enabled:
       return
+    # A resumed run repeats the steps after its last checkpoint: drop their earlier records.
+    for name in ("metrics.jsonl", "class_history.jsonl"):
+      path = workdir / name
+      if path.exists():
+        kept = [line for line in path.read_text().splitlines()
+                if line.strip() and json.loads(line)["step"] <= start_step]
+        path.write_text("".join(line + "\n" for line in kept))
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
     self.metrics = open(workdir / "metrics.jsonl", "a", encoding="utf-8")
     self.class_history = open(workdir / "class_history.jsonl", "a", encoding="utf-8")
@@ -530,8 +628,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:
     total_steps = min(total_steps, max_steps)
-  task = Task(num_classes=num_classes,
-              class_counts=tuple(float(c) for c in train.class_counts),
+  task = Task(class_counts=tuple(float(c) for c in train.class_counts),
               steps_per_epoch=steps_per_epoch)
   learning_rate_fn = create_learning_rate_fn(config, steps_per_epoch)
   model = models.create_model(config.model, num_classes, head=config.head,
@@ -539,6 +636,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                               axis_name=None if config.parallel == "none" else AXIS)
   state = create_train_state(config, model, train.images.shape[1:], num_classes, learning_rate_fn,
                              jax.random.key(config.seed))
+  probe_step(config, task, learning_rate_fn, state, model, train, process_batch)
+  check_resumable(workdir, config)
 
   workdir.mkdir(parents=True, exist_ok=True)
   if is_main:
@@ -553,7 +652,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
 
   runner = make_runner(config, task, learning_rate_fn)
   state = runner.place_state(state)
-  writer = MetricWriter(workdir, is_main)
+  writer = MetricWriter(workdir, is_main, start_step)
   progress = None
   if config.progress_bar and is_main:
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
@@ -575,12 +674,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       if progress is not None:
         progress.update(config.batch_size)
       if step % config.log_every_steps == 0 or step == total_steps:
-        metrics = runner.to_host(metrics)
-        if not bool(metrics.pop("finite")):
-          raise FloatingPointError(f"non-finite loss at step {step} (loss {config.loss})")
+        host_metrics = runner.to_host(metrics)
+        if not bool(host_metrics.pop("finite")):
+          raise FloatingPointError(f"non-finite loss or class statistics at step {step} "
+                                   f"(loss {config.loss})")
         elapsed = time.perf_counter() - window_start
-        per_class = {k: np.asarray(v).tolist() for k, v in metrics.items() if np.ndim(v) == 1}
-        scalars = {k: float(v) for k, v in metrics.items() if np.ndim(v) == 0}
+        per_class = {k: np.asarray(v).tolist() for k, v in host_metrics.items() if np.ndim(v) == 1}
+        scalars = {k: float(v) for k, v in host_metrics.items() if np.ndim(v) == 0}
         scalars["train_accuracy"] = scalars.pop("train_correct") / config.batch_size
         scalars.update(epoch=step / steps_per_epoch, images_per_sec=window_images / elapsed)
         writer.write(step, scalars, per_class)
@@ -588,6 +688,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           progress.set_postfix(loss=f"{scalars['loss']:.3f}", epoch=f"{scalars['epoch']:.1f}")
         window_start, window_images = time.perf_counter(), 0
       if step % config.checkpoint_every_steps == 0 or step == total_steps:
+        if not bool(runner.to_host(metrics["finite"])):  # never checkpoint a diverged state
+          raise FloatingPointError(f"non-finite loss or class statistics at step {step}")
         manager.save(step, args=ocp.args.StandardSave(to_checkpoint(runner.to_host(state))))
       if step >= total_steps:
         break
@@ -633,5 +735,5 @@ def final_evaluation(config, state, train, validation, test, num_classes):
   summary["reweight_batch_counts"] = np.asarray(state.reweight_state.batch_counts).tolist()
   if config.nc_metrics:
     summary["neural_collapse"] = neural_collapse_metrics(
-        state, eval_fn, train, config.eval_batch_size, num_classes)
+        state, eval_fn, train, config.eval_batch_size, num_classes, config.head)
   return summary

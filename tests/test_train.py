@@ -48,7 +48,7 @@ def run_steps(config, num_steps, modes):
   """`num_steps` steps for each (parallel, num_devices) in `modes`; returns host states and metrics."""
   train_split = digits_train()
   steps_per_epoch = data_lib.steps_per_epoch(train_split, config.batch_size)
-  task = train.Task(10, tuple(float(c) for c in train_split.class_counts), steps_per_epoch)
+  task = train.Task(tuple(float(c) for c in train_split.class_counts), steps_per_epoch)
   lr_fn = train.create_learning_rate_fn(config, steps_per_epoch)
   batches = list(data_lib.train_batches(train_split, config.batch_size, seed=0, epoch=0,
                                         augment=False))[:num_steps]
@@ -103,7 +103,7 @@ def test_1_2_4_8_devices_pmap_and_shard_map_equal_one_device(loss):
     assert_same_training(results[mode], results["none", 1])
 
 
-def test_train_and_evaluate_writes_summary_metrics_and_plots_inputs(tmp_path):
+def test_train_and_evaluate_writes_summary_metrics_and_history(tmp_path):
   config = tiny_config("mr2+inverse_reweight")
   config.log_every_steps = 5
   summary = train.train_and_evaluate(config, tmp_path, max_steps=10)
@@ -111,9 +111,6 @@ def test_train_and_evaluate_writes_summary_metrics_and_plots_inputs(tmp_path):
   saved = json.loads((tmp_path / "summary.json").read_text())
   assert saved["overall_accuracy"] == summary["overall_accuracy"]
   assert len(saved["per_class_accuracy"]) == 10
-  test_split = data_lib.load_split("digits", "test")
-  # Every test example is evaluated (last batch padded and masked): counts add up to the set.
-  assert 0.0 <= saved["overall_accuracy"] <= 1.0
   assert set(saved["neural_collapse"]) == {"nc1", "nc2", "nc2_classifier", "nc3", "nc4", "rho"}
   lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
   assert [json.loads(line)["step"] for line in lines] == [5, 10]
@@ -121,7 +118,6 @@ def test_train_and_evaluate_writes_summary_metrics_and_plots_inputs(tmp_path):
   assert len(history[0]["gamma"]) == 10 and len(history[0]["class_weight"]) == 10
   assert json.loads((tmp_path / "config.json").read_text())["loss"] == "mr2+inverse_reweight"
   assert any((tmp_path / "tensorboard").iterdir())
-  assert len(test_split.labels) == 599
 
 
 def test_evaluation_counts_every_test_example_in_a_relative_workdir(tmp_path, monkeypatch):
@@ -222,6 +218,8 @@ def _corrupt_cifar(folder):
     (("--config.dataset=mnist", "--config.data_dir=/nonexistent/mnist"), "/nonexistent/mnist"),
     (("--config.dataset=cifar10_jpeg", "--config.data_dir={corrupt}"), "index 0"),
     (("--config.lerning_rate=0.1",), "lerning_rate"),
+    (("--config.mr2.decay=1.0",), "config.mr2.decay"),
+    (("--config.loss=mr2",), "different config (fields loss)"),
 ])
 def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, overrides, message):
   env = cli_env(tmp_path)

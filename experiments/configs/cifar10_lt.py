@@ -21,5 +21,8 @@ def get_config():
   config.weight_decay = 5e-4
   config.reweight.start_epoch = 160
   config.ldam.drw_epoch = 160
+  # LDAM on the cosine head: the head's ×30 is LDAM's s, and the 0.5 cosine margin is 15 in logits.
+  config.ldam.scale = 1.0
+  config.ldam.max_margin = 15.0
   config.ib.start_epoch = 100
   return config

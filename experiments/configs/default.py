@@ -1,4 +1,5 @@
-"""Default configuration: every field the trainer reads, with the reference recipe's values.
+"""Default configuration: every field the trainer reads (values of the REWEIGHT reference recipe where
+it has one; the reweighting start epoch is 0 here and deferred in the dataset configs).
 
 Variants (digits_lt.py, cifar10_lt.py, ...) start from `get_config()` here and override fields.
 CLI overrides: `--config=experiments/configs/cifar10_lt.py --config.loss=mr2 --config.imbalance_factor=100`.
@@ -51,7 +52,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.step_epochs = (160, 180)   # 'step': lr × 0.01 after the first, × 0.0001 after the second.
   config.step_factor = 0.01
 
-  # Parallelism: 'none' (jit on one device) or 'pmap' (data parallel over local devices).
+  # Parallelism: 'none' (jit on one device), 'pmap' (the devices of this process) or 'shard_map'
+  # (jit + shard_map over every device of every process; multi-host). See README.
   config.parallel = "none"
 
   # Bookkeeping.
