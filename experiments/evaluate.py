@@ -71,7 +71,40 @@ def method_table(methods: dict[str, list[dict]], reference: str | None) -> dict[
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()
+  if reference is not None:
+    for name, summaries in methods.items():
+      if name != reference:
+        table[name]["delta_vs_reference"] = paired_deltas(summaries, methods[reference], groups)
   return table
+
+
+def _metrics_of(summary: dict, groups) -> dict[str, float]:
+  accuracy = np.asarray(summary["per_class_accuracy"], np.float64)
+  metrics = {"overall": summary["overall_accuracy"], "worst_class": summary["worst_class_accuracy"]}
+  if groups is not None:
+    metrics.update(zip(mr2_jax.evaluation.GROUP_NAMES,
+                       mr2_jax.group_accuracy(accuracy, groups).tolist()))
+  for split, value in summary.get("many_medium_few", {}).items():
+    if value is not None:
+      metrics[split] = value
+  return metrics
+
+
+def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, list]:
+  """Per metric: (mean, std) over seeds of (method − reference) on the *same* seed, and the number of
+  seeds where the method is ahead. Seeds must match between the two methods."""
+  by_seed = {s["seed"]: s for s in reference}
+  seeds = [s["seed"] for s in summaries]
+  if sorted(seeds) != sorted(by_seed):
+    raise ValueError(f"paired comparison needs the same seeds: {sorted(seeds)} vs "
+                     f"{sorted(by_seed)}")
+  deltas = {}
+  for summary in summaries:
+    ours, theirs = _metrics_of(summary, groups), _metrics_of(by_seed[summary["seed"]], groups)
+    for key in ours:
+      deltas.setdefault(key, []).append(ours[key] - theirs[key])
+  return {key: [*mean_std(values), int(np.sum(np.asarray(values) > 0)), len(values)]
+          for key, values in deltas.items()}
 
 
 def _pct(pair) -> str:
@@ -102,6 +135,19 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
       cells += [f"{nc[k][0]:.3g} ± {nc[k][1]:.2g}" for k in ("nc1", "nc2", "nc3", "nc4", "rho")]
     lines.append("| " + " | ".join(cells) + " |")
   lines.append("")
+  paired = [m for m in methods if "delta_vs_reference" in table[m]]
+  if paired:
+    keys = list(table[paired[0]]["delta_vs_reference"])
+    lines.append("Paired Δ vs the reference, same seed (points; mean ± std, and seeds ahead / all):")
+    lines.append("")
+    lines.append("| method | " + " | ".join(f"Δ {k.replace('_', ' ')}" for k in keys) + " |")
+    lines.append("|" + "---|" * (len(keys) + 1))
+    for m in paired:
+      delta = table[m]["delta_vs_reference"]
+      lines.append(f"| {m} | " + " | ".join(
+          f"{100 * delta[k][0]:+.1f} ± {100 * delta[k][1]:.1f} ({delta[k][2]}/{delta[k][3]})"
+          for k in keys) + " |")
+    lines.append("")
   groups = table.get("_groups")
   header = ["class", "train n"] + (["group"] if groups else []) + methods
   lines.append("| " + " | ".join(header) + " |")

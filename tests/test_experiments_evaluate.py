@@ -44,6 +44,11 @@ def test_report_tables_groups_and_plots(tmp_path):
   assert table["ce"]["overall"][0] == pytest.approx(np.mean([np.mean(a) for a in erm]))
   overall = [np.mean(a) for a in other]  # overall: mean ± std over seeds, in percent
   assert f"| mr2 | {100 * np.mean(overall):.1f} ± {100 * np.std(overall):.1f} |" in markdown
+  delta = table["mr2"]["delta_vs_reference"]["hard"]
+  per_seed = [np.mean(o[4:]) - np.mean(e[4:]) for o, e in zip(other, erm)]  # same seed pairs
+  assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed)])
+  assert delta[2:] == [2, 2]  # ahead on both seeds
+  assert "Paired Δ vs the reference" in markdown
   assert (tmp_path / "report" / "per_class_accuracy.png").stat().st_size > 1000
   assert (tmp_path / "report" / "mr2_gamma.png").exists()
 
