@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,7 +96,11 @@ def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(los
     assert float(np.sum(state.reweight_state.batch_counts)) > 0
 
 
-@pytest.mark.parametrize("loss", ["mr2", "inverse_reweight", "mr2+inverse_reweight"])
+@pytest.mark.parametrize("loss", [
+    pytest.param("mr2", marks=pytest.mark.slow),
+    pytest.param("inverse_reweight", marks=pytest.mark.slow),
+    "mr2+inverse_reweight",  # both methods at once: the default run keeps this one
+])
 def test_1_2_4_8_devices_pmap_and_shard_map_equal_one_device(loss):
   modes = [("none", 1)] + [(p, n) for p in ("pmap", "shard_map") for n in (1, 2, 4, 8)]
   results = run_steps(tiny_config(loss), num_steps=3, modes=modes)
@@ -211,6 +216,16 @@ def _corrupt_cifar(folder):
   return folder
 
 
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+  """A short finished run (7 steps, one checkpoint), made once for the bad-config tests."""
+  root = tmp_path_factory.mktemp("finished")
+  subprocess.run(cli(root / "run", "--max_steps=7", "--config.checkpoint_every_steps=7",
+                     "--config.nc_metrics=False"),
+                 cwd=REPO, env=cli_env(root), check=True, capture_output=True)
+  return root / "run"
+
+
 @pytest.mark.parametrize("overrides, message", [
     (("--config.loss=nope",), "config.loss: unknown loss 'nope'"),
     (("--config.dataset=imagenet9",), "imagenet9"),
@@ -221,12 +236,11 @@ def _corrupt_cifar(folder):
     (("--config.mr2.decay=1.0",), "config.mr2.decay"),
     (("--config.loss=mr2",), "different config (fields loss)"),
 ])
-def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, overrides, message):
+def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished_run, overrides,
+                                                              message):
   env = cli_env(tmp_path)
   workdir = tmp_path / "run"
-  subprocess.run(cli(workdir, "--max_steps=7", "--config.checkpoint_every_steps=7",
-                     "--config.nc_metrics=False"),
-                 cwd=REPO, env=env, check=True, capture_output=True)
+  shutil.copytree(finished_run, workdir)
   before = {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
   corrupt = _corrupt_cifar(tmp_path / "corrupt")
   overrides = [o.format(corrupt=corrupt) for o in overrides]
