@@ -86,7 +86,7 @@ def _metrics_of(summary: dict, groups) -> dict[str, float]:
                        mr2_jax.group_accuracy(accuracy, groups).tolist()))
   for split, value in summary.get("many_medium_few", {}).items():
     if value is not None:
-      metrics[split] = value
+      metrics[f"{split}_shot"] = value  # 'medium_shot' apart from the Medium difficulty group
   return metrics
 
 

@@ -49,6 +49,10 @@ def test_report_tables_groups_and_plots(tmp_path):
   assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed)])
   assert delta[2:] == [2, 2]  # ahead on both seeds
   assert "Paired Δ vs the reference" in markdown
+  shots = table["mr2"]["delta_vs_reference"]
+  assert {"medium", "medium_shot", "many_shot", "few_shot"} <= set(shots)
+  assert shots["medium_shot"][0] == pytest.approx(
+      np.mean([np.mean(o[2:4]) - np.mean(e[2:4]) for o, e in zip(other, erm)]))
   assert (tmp_path / "report" / "per_class_accuracy.png").stat().st_size > 1000
   assert (tmp_path / "report" / "mr2_gamma.png").exists()
 
