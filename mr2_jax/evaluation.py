@@ -92,8 +92,12 @@ def group_accuracy(class_accuracy: Array, groups: Array) -> np.ndarray:
   if class_accuracy.shape != groups.shape:
     raise ValueError(f"groups: shape {groups.shape} does not match class_accuracy "
                      f"{class_accuracy.shape}.")
-  return np.array([np.nanmean(class_accuracy[groups == g]) if np.any(groups == g) else np.nan
-                   for g in range(len(GROUP_NAMES))])
+  means = []
+  for g in range(len(GROUP_NAMES)):
+    members = class_accuracy[groups == g]
+    members = members[~np.isnan(members)]  # classes without test examples
+    means.append(members.mean() if members.size else np.nan)
+  return np.array(means)
 
 
 def worst_class_accuracy(class_accuracy: Array) -> float:
