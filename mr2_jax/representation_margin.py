@@ -93,4 +93,6 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
       jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0))
   terms = jnp.where(positive, jnp.exp(jnp.where(positive, exponent, 0.0) - shift[:, None]), 0.0)
   loss = shift + jnp.log(jnp.exp(-shift) + jnp.sum(terms, axis=-1))
-  return jnp.where(valid, loss, 0.0)
+  # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
+  out_of_range = validation.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
+  return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))

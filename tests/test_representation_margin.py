@@ -71,6 +71,13 @@ class RepresentationMarginTest(chex.TestCase):
     np.testing.assert_allclose(mr2_jax.mean_class_deviation(stats), 2.0)
     self.assertEqual(float(mr2_jax.mean_class_deviation(mr2_jax.init_class_stats(3))), 0.0)
 
+  def test_out_of_range_label_under_jit_is_nan(self):
+    features = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    out = jax.jit(lambda f, y: mr2_jax.representation_margin_loss(f, y, 0.0, num_classes=3))(
+        features, np.array([0, 0, 1, 5]))
+    self.assertTrue(np.isnan(out[3]))
+    self.assertTrue(np.all(np.isfinite(out[:3])))
+
   def test_bad_input(self):
     with self.assertRaisesRegex(TypeError, "features: expected a floating"):
       mr2_jax.representation_margin_loss(jnp.zeros((2, 3), int), jnp.array([0, 1]), 0.0)
