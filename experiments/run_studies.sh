@@ -10,3 +10,7 @@ python -m experiments.compare --config=experiments/configs/study_reweight_cifar1
 python -m experiments.compare --config=experiments/configs/study_mr2_cifar10.py \
   --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/mr2_cifar10" \
   --methods=ce,mr2,mr2_gamma_only=mr2:mr2.lam=0.0,mr2_sbar_only=mr2:mr2.uniform_margin=True
+# Study 4 (pilot): MR2 + reweighting against each alone, same recipe and workdir as study 1.
+python -m experiments.compare --config=experiments/configs/study_reweight_cifar10_lt.py \
+  --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/reweight_cifar10_lt" \
+  --methods=ce,mr2,ir_macro=inverse_reweight,mr2_ir_macro=mr2+inverse_reweight
