@@ -71,6 +71,8 @@ def method_config(base, spec: str, seed: int):
       raise train.ConfigError(f"--methods: {name}: {field}: {error}") from None
   return name, config
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
+_REPORT_DIR = flags.DEFINE_string("report_dir", None,
+                                  "Where the report goes (default <workdir>/report).")
 
 
 def main(argv):
@@ -95,12 +97,13 @@ def main(argv):
         print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
               f"  ({time.perf_counter() - start:.0f} s, {summary['steps']} steps)", flush=True)
         runs[method].append(run_dir)
-    markdown = evaluate.write_report(runs, parse_method(_METHODS.value[0])[0], workdir / "report")
+    report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
+    markdown = evaluate.write_report(runs, parse_method(_METHODS.value[0])[0], report_dir)
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
         f"final-epoch test accuracy (%), mean ± std over seeds {seeds}; groups from "
         f"{parse_method(_METHODS.value[0])[0]}:\n")
   print(markdown)
-  print(f"report, plots and per-run summaries: {workdir}")
+  print(f"report: {report_dir}; per-run summaries: {workdir}")
 
 
 if __name__ == "__main__":

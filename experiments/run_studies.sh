@@ -13,4 +13,5 @@ python -m experiments.compare --config=experiments/configs/study_mr2_cifar10.py 
 # Study 4 (pilot): MR2 + reweighting against each alone, same recipe and workdir as study 1.
 python -m experiments.compare --config=experiments/configs/study_reweight_cifar10_lt.py \
   --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/reweight_cifar10_lt" \
+  --report_dir="$work/combined_cifar10_lt_report" \
   --methods=ce,mr2,ir_macro=inverse_reweight,mr2_ir_macro=mr2+inverse_reweight
