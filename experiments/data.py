@@ -92,10 +92,13 @@ class Split:
     if self.labels.ndim != 1 or len(self.labels) != len(self.images):
       raise DataError(f"Split {self.name!r}: labels shape {self.labels.shape} does not match "
                       f"{len(self.images)} images")
-    self.labels = self.labels.astype(np.int32, copy=False)
+    if not np.issubdtype(self.labels.dtype, np.integer):
+      raise DataError(f"Split {self.name!r}: labels must be integers, got {self.labels.dtype}")
+    # Range first, then the cast: an int64 label cast to int32 first could wrap into range.
     if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= self.num_classes):
       raise DataError(f"Split {self.name!r}: labels must lie in [0, {self.num_classes}), got "
                       f"[{self.labels.min()}, {self.labels.max()}]")
+    self.labels = self.labels.astype(np.int32, copy=False)
     if len(self.class_names) != self.num_classes:
       raise DataError(f"Split {self.name!r}: {len(self.class_names)} class names for "
                       f"{self.num_classes} classes")
@@ -180,7 +183,7 @@ def _load_mnist(path: pathlib.Path, split: str) -> Split:
   if images.dtype != np.uint8 or images.ndim != 3:
     raise DataError(f"{path}: 'images' must be uint8 [N, 28, 28], got {images.dtype} "
                     f"{images.shape}")
-  return Split(images[..., None], labels.astype(np.int32), 10, DIGIT_CLASS_NAMES, MNIST)
+  return Split(images[..., None], labels, 10, DIGIT_CLASS_NAMES, MNIST)
 
 
 def cache_dir() -> pathlib.Path:
@@ -194,7 +197,7 @@ def _load_cifar10_jpeg(path: pathlib.Path, split: str) -> Split:
   if offsets.ndim != 1 or len(offsets) != len(labels) + 1:
     raise DataError(f"{path}: {len(offsets)} offsets for {len(labels)} labels (need N + 1)")
   images = _decode_cached(path, split, jpeg, offsets)
-  return Split(images, labels.astype(np.int32), 10, CIFAR10_CLASS_NAMES, CIFAR10_JPEG)
+  return Split(images, labels, 10, CIFAR10_CLASS_NAMES, CIFAR10_JPEG)
 
 
 def _decode_cached(path: pathlib.Path, split: str, jpeg: np.ndarray,

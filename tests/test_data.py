@@ -407,3 +407,11 @@ def test_max_count_gives_a_balanced_or_long_tailed_subset_of_that_size():
   np.testing.assert_array_equal(np.bincount(labels[tailed], minlength=4), [40, 20, 10, 5])
   with pytest.raises(data.DataError, match="max_count"):
     data.long_tail_indices(labels, 4, 1.0, seed=0, max_count=0)
+
+
+def test_split_rejects_labels_that_would_wrap_or_truncate():
+  images = np.zeros((2, 2, 2, 1), np.uint8)
+  with pytest.raises(data.DataError, match="labels must lie in"):
+    data.Split(images, np.array([0, 2**32 + 1], np.int64), 10, tuple("abcdefghij"))
+  with pytest.raises(data.DataError, match="labels must be integers"):
+    data.Split(images, np.array([0.0, 1.7]), 10, tuple("abcdefghij"))
