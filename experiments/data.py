@@ -327,24 +327,31 @@ def long_tail_indices(labels: np.ndarray, num_classes: int, imbalance_factor: fl
   return np.sort(np.concatenate(kept))
 
 
-def validation_split(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
-  """Holds out round(fraction · n_k) training examples of every class k for model selection.
+def stratified_holdout(labels: np.ndarray, num_classes: int, fraction: float, seed: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+  """(kept, held-out) sorted indices: round(fraction · n_k) examples of every class k held out.
 
-  Stratified, so a long-tailed training set gives an equally long-tailed validation set; every class
-  with at least two examples keeps at least one in each part. Never carve this from the test set.
+  Stratified, so a long-tailed set gives an equally long-tailed hold-out; every class with at least
+  two examples keeps at least one in each part.
   """
   if not 0 < fraction < 1:
     raise DataError(f"validation fraction must lie in (0, 1), got {fraction}")
   rng = np.random.default_rng(seed)
   train_parts, val_parts = [], []
-  for k in range(split.num_classes):
-    members = rng.permutation(np.flatnonzero(split.labels == k))
+  for k in range(num_classes):
+    members = rng.permutation(np.flatnonzero(labels == k))
     num_val = int(np.floor(fraction * len(members) + 0.5))
     num_val = min(max(num_val, 1), len(members) - 1) if len(members) >= 2 else 0
     val_parts.append(members[:num_val])
     train_parts.append(members[num_val:])
-  return (split.subset(np.sort(np.concatenate(train_parts))),
-          split.subset(np.sort(np.concatenate(val_parts))))
+  return np.sort(np.concatenate(train_parts)), np.sort(np.concatenate(val_parts))
+
+
+def validation_split(split: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+  """(train, validation) splits from `stratified_holdout`, for model selection. Never carve this
+  from the test set."""
+  kept, held_out = stratified_holdout(split.labels, split.num_classes, fraction, seed)
+  return split.subset(kept), split.subset(held_out)
 
 
 def many_medium_few(train_counts: np.ndarray, many: int = 100, few: int = 20) -> np.ndarray:

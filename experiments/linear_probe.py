@@ -273,21 +273,6 @@ def train_probe(method: str, train_features: np.ndarray, train_labels: np.ndarra
 # Data of a setting, validation split, evaluation.
 
 
-def stratified_holdout(labels: np.ndarray, num_classes: int, fraction: float, seed: int
-                       ) -> tuple[np.ndarray, np.ndarray]:
-  """(train indices, validation indices): round(fraction·n_k) of each class held out, at least one
-  in each part for a class with two or more examples (as `experiments.data.validation_split`)."""
-  rng = np.random.default_rng(seed)
-  train_parts, val_parts = [], []
-  for k in range(num_classes):
-    members = rng.permutation(np.flatnonzero(labels == k))
-    num_val = int(np.floor(fraction * len(members) + 0.5))
-    num_val = min(max(num_val, 1), len(members) - 1) if len(members) >= 2 else 0
-    val_parts.append(members[:num_val])
-    train_parts.append(members[num_val:])
-  return np.sort(np.concatenate(train_parts)), np.sort(np.concatenate(val_parts))
-
-
 def setting_train_indices(train_labels: np.ndarray, imbalance_factor: float, seed: int) -> np.ndarray:
   """All training examples (balanced) or the CIFAR-10-LT subset drawn with `seed`."""
   if imbalance_factor == 1.0:
@@ -429,7 +414,7 @@ def select_command(args: argparse.Namespace) -> None:
   results = []
   for setting, (imbalance_factor, _) in SETTINGS.items():
     subset = setting_train_indices(labels, imbalance_factor, seed=0)
-    fit, val = stratified_holdout(labels[subset], NUM_CLASSES, 0.1, seed=0)
+    fit, val = data.stratified_holdout(labels[subset], NUM_CLASSES, 0.1, seed=0)
     fit, val = subset[fit], subset[val]
     for learning_rate in args.learning_rates:
       for epochs in args.epochs_grid:

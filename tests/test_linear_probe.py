@@ -22,13 +22,13 @@ def synthetic_features(num_per_class=30, dim=8, seed=0):
 
 def test_stratified_holdout_partitions_every_class():
   labels = np.repeat(np.arange(K), [50, 40, 30, 20, 10, 5, 3, 2, 2, 1])
-  train, val = lp.stratified_holdout(labels, K, 0.1, seed=3)
+  train, val = data.stratified_holdout(labels, K, 0.1, seed=3)
   assert len(np.intersect1d(train, val)) == 0
   assert np.array_equal(np.sort(np.concatenate([train, val])), np.arange(len(labels)))
   val_counts = np.bincount(labels[val], minlength=K)
   assert val_counts.tolist() == [5, 4, 3, 2, 1, 1, 1, 1, 1, 0]
   assert np.bincount(labels[train], minlength=K).min() >= 1
-  again = lp.stratified_holdout(labels, K, 0.1, seed=3)
+  again = data.stratified_holdout(labels, K, 0.1, seed=3)
   assert np.array_equal(again[1], val)
 
 
