@@ -104,11 +104,10 @@ def per_example_weights(class_weights, labels):
 def weighted_mean_share(values, weights, axis_name):
   """This device's share of Σ w_i ℓ_i / Σ w_i over the global batch (pmean of shares = the value)."""
   total_weight = jnp.sum(weights)
-  devices = 1
   if axis_name is not None:
     total_weight = jax.lax.psum(total_weight, axis_name)
-    devices = jax.lax.axis_size(axis_name)
-  return devices * jnp.sum(weights * values) / jnp.maximum(total_weight, 1e-12)
+  return (mr2_jax.class_sums.num_devices(axis_name) * jnp.sum(weights * values)
+          / jnp.maximum(total_weight, 1e-12))
 
 
 def compute_loss(config, task: Task, logits, features, labels, state: TrainState, epoch,

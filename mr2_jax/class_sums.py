@@ -35,10 +35,17 @@ class ClassSlots(NamedTuple):
   slot: jax.Array
 
 
+def num_devices(axis_name: str | None) -> int:
+  """Devices along the data-parallel axis (1 without one).
+
+  Losses reduced over the global batch are returned as this device's share, N·(local sum)/(global
+  normaliser), so that `lax.pmean` of the shares, and of their gradients, is the global value.
+  """
+  return 1 if axis_name is None else jax.lax.axis_size(axis_name)
+
+
 def _global_batch_size(batch: int, axis_name: str | None) -> int:
-  if axis_name is None:
-    return batch
-  return batch * jax.lax.axis_size(axis_name)
+  return batch * num_devices(axis_name)
 
 
 def class_slots(labels: Array, valid: Array, num_classes: int, *,

@@ -19,10 +19,6 @@ Array = Any
 FORMS = ("paper", "released")
 
 
-def _device_count(axis_name: str | None) -> int:
-  return 1 if axis_name is None else jax.lax.axis_size(axis_name)
-
-
 def _global_sum(x: Array, axis_name: str | None) -> jax.Array:
   total = jnp.sum(x)
   return total if axis_name is None else jax.lax.psum(total, axis_name)
@@ -161,7 +157,7 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
     rep_weight = jnp.where(valid, per_anchor, 0.0) * num_valid * dim / (10.0 * num_classes)
   rep_sum = jnp.sum(rep_weight * rep)
 
-  share = _device_count(axis_name) / num_valid
+  share = class_sums.num_devices(axis_name) / num_valid
   loss = share * (ce_sum + lam * rep_sum)
   aux.update(
       margin_ce=jax.lax.stop_gradient(

@@ -162,9 +162,8 @@ def inverse_reweighted_loss(
 
   example_weights = jnp.where(valid, slot_weights[slots.slot], 0)
   weighted_sum = jnp.sum(example_weights * jnp.where(valid, per_example_loss, 0))
-  num_devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
   global_valid = jnp.sum(slots.counts).astype(dtype)
-  loss = num_devices * weighted_sum / jnp.maximum(global_valid, 1)
+  loss = class_sums.num_devices(axis_name) * weighted_sum / jnp.maximum(global_valid, 1)
   loss = jnp.where(jnp.all(in_range), loss, jnp.nan)
 
   new_counts = class_sums.scatter_to_classes(
