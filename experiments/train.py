@@ -436,19 +436,19 @@ def classifier_weights(params, head_kind: str) -> tuple[jax.Array, jax.Array | N
 
 
 def evaluate_split(state, eval_fn, split, batch_size, num_classes):
-  """Per-class correct counts and counts, and per-class mean CE, over every example (padded tail)."""
+  """Per-class correct counts and counts, and per-class CE sums, over every example (padded tail)."""
   correct = np.zeros(num_classes)
   counts = np.zeros(num_classes)
   loss_sums = np.zeros(num_classes)
   for batch in data_lib.eval_batches(split, batch_size):
     logits, _ = eval_fn(state, batch)
-    mask = batch["mask"]
-    labels = batch["label"][mask]
-    logits = np.asarray(logits, np.float64)[mask]
-    log_probs = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
-    np.add.at(correct, labels, logits.argmax(1) == labels)
-    np.add.at(counts, labels, 1)
-    np.add.at(loss_sums, labels, -log_probs[np.arange(len(labels)), labels])
+    mask, labels = batch["mask"], batch["label"]
+    batch_correct, batch_counts = mr2_jax.per_class_correct(jnp.argmax(logits, -1), labels,
+                                                            num_classes, where=mask)
+    correct += np.asarray(batch_correct)
+    counts += np.asarray(batch_counts)
+    losses = np.asarray(reweight_jax.cross_entropy_loss(logits, labels, where=mask))
+    np.add.at(loss_sums, labels[mask], losses[mask])
   return correct, counts, loss_sums
 
 
