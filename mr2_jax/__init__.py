@@ -22,6 +22,7 @@ from mr2_jax.objective import mr2_loss
 from mr2_jax.objective import mr2_terms
 from mr2_jax.representation_margin import mean_class_deviation
 from mr2_jax.representation_margin import representation_margin_loss
+from mr2_jax.validation import traced_checks
 
 __all__ = [
     "ClassStats",
@@ -41,6 +42,7 @@ __all__ = [
     "per_class_accuracy",
     "per_class_correct",
     "representation_margin_loss",
+    "traced_checks",
     "update_class_stats",
     "worst_class_accuracy",
 ]

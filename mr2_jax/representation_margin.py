@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -12,6 +13,111 @@ from mr2_jax import validation
 from mr2_jax.class_stats import ClassStats
 
 Array = Any
+
+
+_TILE_SIZES = (8, 16, 32, 64, 128, 256, 512)
+
+
+def _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature):
+  """log(1 + Σ_{j positive} exp((d_ij − 2 s̄)/τ)) over the last axis, as a stable log-sum-exp."""
+  exponent = (sq_dist - 2.0 * s_bar) / temperature
+  # log(1 + Σ_j e^{x_j}) as a log-sum-exp over {0} ∪ {x_j}; masked terms are replaced before exp
+  # (double-where) so their gradient is exactly 0 rather than 0·inf.
+  shift = jax.lax.stop_gradient(
+      jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0))
+  terms = jnp.where(positive, jnp.exp(jnp.where(positive, exponent, 0.0) - shift[..., None]), 0.0)
+  return shift + jnp.log(jnp.exp(-shift) + jnp.sum(terms, axis=-1))
+
+
+def _dense_anchor_loss(centred, all_centred, anchor_slot, all_slot, valid, all_valid, s_bar,
+                       anchor_offset, *, batch, temperature):
+  """Local anchors against every row of the global batch: [B, B_global] distances."""
+  sq_norm_anchor = jnp.sum(jnp.square(centred), axis=-1)
+  sq_norm_all = jnp.sum(jnp.square(all_centred), axis=-1)
+  sq_dist = sq_norm_anchor[:, None] + sq_norm_all[None, :] - 2.0 * centred @ all_centred.T
+  sq_dist = jnp.maximum(sq_dist, 0.0)
+  positive = (anchor_slot[:, None] == all_slot[None, :]) & valid[:, None] & all_valid[None, :]
+  anchor_index = jnp.arange(batch) + anchor_offset
+  positive &= anchor_index[:, None] != jnp.arange(all_slot.shape[0])[None, :]
+  return _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature)
+
+
+def _windows(tiled, fill):
+  """[n, T, ...] tiles → [n, 3T, ...]: the previous tile, the tile, the next tile (`fill` at ends)."""
+  edge = jnp.full((1,) + tiled.shape[1:], fill, tiled.dtype)
+  previous = jnp.concatenate([edge, tiled[:-1]], axis=0)
+  following = jnp.concatenate([tiled[1:], edge], axis=0)
+  return jnp.concatenate([previous, tiled, following], axis=1)
+
+
+def _tiled_anchor_loss(centred, all_centred, anchor_slot, all_slot, valid, all_valid, s_bar,
+                       anchor_offset, *, tile, batch, temperature, num_slots):
+  """Every global row against the rows of its class only, on the class-sorted batch.
+
+  Exact when every class has at most tile + 1 rows: then all same-class partners of a row lie
+  within `tile` positions of it in sorted order, hence in its own or an adjacent tile.
+  """
+  del centred, anchor_slot, valid  # the local anchors are read back from the global result
+  rows = all_slot.shape[0]
+  key = jnp.where(all_valid, all_slot, num_slots)  # masked rows sort last and match nothing
+  order = jnp.argsort(key, stable=True)
+  padded = -(-rows // tile) * tile
+  pad = padded - rows
+  features = jnp.pad(all_centred[order], ((0, pad), (0, 0)))
+  key = jnp.pad(key[order], (0, pad), constant_values=num_slots)
+  live = jnp.pad(all_valid[order], (0, pad))
+  position = jnp.arange(padded)
+  n = padded // tile
+  tiles = features.reshape(n, tile, -1)
+  sq_norm = jnp.sum(jnp.square(tiles), axis=-1)
+  # Gram blocks of each tile with itself and with the next tile; the block with the previous tile is
+  # the transpose of the previous tile's "next" block. Only [n, T, T] products, no [n, 3T, d] copy.
+  own = jnp.einsum("ntd,nsd->nts", tiles, tiles)
+  following = jnp.einsum("ntd,nsd->nts", tiles[:-1], tiles[1:])
+  no_block = jnp.zeros((1, tile, tile), own.dtype)
+  gram = jnp.concatenate([jnp.concatenate([no_block, jnp.swapaxes(following, 1, 2)], axis=0), own,
+                          jnp.concatenate([following, no_block], axis=0)], axis=2)
+  sq_dist = sq_norm[:, :, None] + _windows(sq_norm, 0.0)[:, None, :] - 2.0 * gram
+  sq_dist = jnp.maximum(sq_dist, 0.0)
+  key_t, live_t, pos_t = (x.reshape(n, tile) for x in (key, live, position))
+  key_w, live_w, pos_w = _windows(key_t, num_slots), _windows(live_t, False), _windows(pos_t, -1)
+  positive = ((key_t[:, :, None] == key_w[:, None, :]) & live_t[:, :, None] & live_w[:, None, :]
+              & (pos_t[:, :, None] != pos_w[:, None, :]))
+  sorted_loss = _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature).reshape(padded)
+  row_loss = jnp.zeros((rows,), sorted_loss.dtype).at[order].set(sorted_loss[:rows])
+  return jax.lax.dynamic_slice_in_dim(row_loss, anchor_offset, batch)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _switch(branches, index, centred, all_centred, *rest):
+  """`lax.switch(index, branches, ...)` whose gradient re-runs only the chosen branch.
+
+  Differentiating `lax.switch` directly makes every branch return zero-filled copies of every other
+  branch's residuals ([B, B_global] and [n, T, 3T] arrays alike): that alone cost more than the loss.
+  Here the forward saves only the inputs and the backward takes the vjp of the chosen branch.
+  Cotangents flow to the two feature arguments only.
+  """
+  return jax.lax.switch(index, branches, centred, all_centred, *rest)
+
+
+def _switch_fwd(branches, index, centred, all_centred, *rest):
+  return _switch(branches, index, centred, all_centred, *rest), (index, centred, all_centred, rest)
+
+
+def _switch_bwd(branches, residuals, cotangent):
+  index, centred, all_centred, rest = residuals
+
+  def pullback(branch):
+    def run(centred, all_centred, *rest):
+      _, vjp = jax.vjp(lambda c, a: branch(c, a, *rest), centred, all_centred)
+      return vjp(cotangent)
+    return run
+
+  grads = jax.lax.switch(index, [pullback(b) for b in branches], centred, all_centred, *rest)
+  return (None, *grads) + (None,) * len(rest)
+
+
+_switch.defvjp(_switch_fwd, _switch_bwd)
 
 
 def mean_class_deviation(stats: ClassStats) -> jax.Array:
@@ -47,6 +153,13 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
     num_classes: K, to range-check labels against [0, K); when None, labels need only be ≥ 0
       (positives are matched by label equality, so K is not otherwise needed).
 
+  Cost: positives are same-class pairs, so the global batch is sorted by class and the squared
+  distances are computed in tiles of T rows against the tile before, the tile itself and the tile
+  after (3·T·B_global·d multiply-adds), with T the smallest of 8, 16, … that covers the largest class
+  of the batch (largest count − 1 ≤ T). When no tile is smaller than a quarter of the local batch it
+  falls back to the dense local-anchors × global-rows product (B·B_global·d). Both are exact; the
+  choice is made at run time (`lax.switch`) from the batch's class counts.
+
   Returns:
     float [B] per-anchor losses (the caller reduces them).
   """
@@ -78,21 +191,20 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   centred = jnp.where(valid[:, None], features - class_means[anchor_slot], 0.0)
   all_centred = jnp.where(all_valid[:, None], all_features - class_means[slots.slot], 0.0)
 
-  sq_norm_anchor = jnp.sum(jnp.square(centred), axis=-1)
-  sq_norm_all = jnp.sum(jnp.square(all_centred), axis=-1)
-  sq_dist = sq_norm_anchor[:, None] + sq_norm_all[None, :] - 2.0 * centred @ all_centred.T
-  sq_dist = jnp.maximum(sq_dist, 0.0)
-  positive = (anchor_slot[:, None] == slots.slot[None, :]) & valid[:, None] & all_valid[None, :]
-  anchor_index = jnp.arange(batch) + anchor_offset
-  positive &= anchor_index[:, None] != jnp.arange(all_labels.shape[0])[None, :]
-
-  exponent = (sq_dist - 2.0 * s_bar) / temperature
-  # log(1 + Σ_j e^{x_j}) as a log-sum-exp over {0} ∪ {x_j}; masked terms are replaced before exp
-  # (double-where) so their gradient is exactly 0 rather than 0·inf.
-  shift = jax.lax.stop_gradient(
-      jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0))
-  terms = jnp.where(positive, jnp.exp(jnp.where(positive, exponent, 0.0) - shift[:, None]), 0.0)
-  loss = shift + jnp.log(jnp.exp(-shift) + jnp.sum(terms, axis=-1))
+  max_class_count = jnp.max(jnp.where(slots.classes < num_classes, slots.counts, 0.0))
+  tiles = tuple(t for t in _TILE_SIZES if 4 * t <= batch)
+  dense = functools.partial(_dense_anchor_loss, batch=batch, temperature=temperature)
+  operands = (centred, all_centred, anchor_slot, slots.slot, valid, all_valid, s_bar,
+              jnp.asarray(anchor_offset, jnp.int32))
+  if not tiles:
+    loss = dense(*operands)
+  else:
+    # The smallest tile T with (largest class count − 1) ≤ T, else the dense form. Exact either way.
+    branch = jnp.sum(jnp.asarray(tiles, jnp.float32) < max_class_count - 1.0).astype(jnp.int32)
+    branches = tuple(functools.partial(_tiled_anchor_loss, tile=t, batch=batch,
+                                       temperature=temperature, num_slots=slots.classes.shape[0])
+                     for t in tiles) + (dense,)
+    loss = _switch(branches, branch, *operands)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = validation.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
   return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))

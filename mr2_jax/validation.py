@@ -1,11 +1,16 @@
 """Input checks shared by every public function of `mr2_jax` and `reweight_jax`.
 
 Shapes, ranks and dtypes are checked at trace time and raise an error that names the argument. Label
-*values* can only be checked when they are concrete: eagerly they raise `ValueError`; under `jit` or
-`pmap` they are checked by `jax.experimental.checkify` when the caller wraps the step with
-`checkify.checkify` (a no-op otherwise), and the functions also exclude out-of-range labels from every
-class statistic and give those examples a NaN loss, so a bad label is never silently clipped into a
-valid class (plain JAX indexing would clip it).
+*values* can only be checked when they are concrete: eagerly they raise `ValueError`. Under `jit` or
+`pmap` the functions exclude out-of-range labels from every class statistic and give those examples a
+NaN loss, so a bad label is never silently clipped into a valid class (plain JAX indexing would clip
+it); for the error itself, trace the step inside `traced_checks()` and wrap it with
+`jax.experimental.checkify.checkify`.
+
+Why opt-in: a `checkify.check` is an effect even when nothing checkifies it, and a jitted function
+with an effect loses JAX's C++ dispatch fast path (about 45 µs more per call on the development CPU,
+measured by `experiments/benchmarks/run.py`, section 'scaling'), so by default a traced function
+emits no check at all.
 """
 
 from __future__ import annotations
@@ -18,6 +23,30 @@ import numpy as np
 from jax.experimental import checkify
 
 Array = Any
+
+
+# Part of jit's cache key: a function traced inside `traced_checks()` is traced again (with checks),
+# not served from a trace made outside it.
+_TRACED_CHECKS = jax.make_user_context(default_value=False)
+
+
+def traced_checks(enabled: bool = True):
+  """Context manager: functions traced inside it emit `checkify` checks of label and count values.
+
+      with mr2_jax.traced_checks():
+        err, out = checkify.checkify(jax.jit(step), errors=checkify.user_checks)(...)
+      err.throw()   # ValueError-like message naming the argument and the offending range
+
+  Outside it (the default) nothing is emitted and an out-of-range label only yields NaN (see the
+  module docstring for why). The setting is part of `jax.jit`'s cache key, so a function first
+  traced outside the context is traced again inside it.
+  """
+  return _TRACED_CHECKS(bool(enabled))
+
+
+def traced_checks_enabled() -> bool:
+  """True inside `traced_checks()`."""
+  return bool(_TRACED_CHECKS.value)
 
 
 def is_concrete(x: Array) -> bool:
@@ -38,8 +67,9 @@ def check_labels(labels: Array, num_classes: int, name: str = "labels") -> jax.A
   """Checks integer class labels of shape [batch] and returns the mask of in-range labels.
 
   Raises `ValueError`/`TypeError` naming `name` for a wrong rank or dtype, and, when the values are
-  concrete, for any label outside [0, num_classes). Under tracing, the range check is a
-  `checkify.check(..., debug=True)`: active under `checkify.checkify`, free otherwise.
+  concrete, for any label outside [0, num_classes). Under tracing inside `traced_checks()`, the
+  range check is a `checkify.check(..., debug=True)` (reported under `checkify.checkify`); outside
+  it nothing is emitted.
   """
   labels = jnp.asarray(labels)
   if labels.ndim != 1:
@@ -52,7 +82,7 @@ def check_labels(labels: Array, num_classes: int, name: str = "labels") -> jax.A
       raise ValueError(
           f"{name}: class labels must lie in [0, {num_classes}); got values from {values.min()} "
           f"to {values.max()}.")
-  else:
+  elif traced_checks_enabled():
     checkify.check(
         jnp.all((labels >= 0) & (labels < num_classes)),
         f"{name}: class labels must lie in [0, {num_classes}); got values from {{lo}} to {{hi}}.",

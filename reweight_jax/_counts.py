@@ -15,6 +15,7 @@ import numpy as np
 from jax.experimental import checkify
 
 from mr2_jax.validation import is_concrete
+from mr2_jax.validation import traced_checks_enabled
 
 Array = Any
 
@@ -23,8 +24,9 @@ def check_counts(counts: Array, name: str = "counts") -> jax.Array:
   """Checks a rank-1 vector of non-negative counts (integer or floating); returns it as float32.
 
   Raises `ValueError`/`TypeError` naming `name` for a wrong rank or dtype and, when the values are
-  concrete, for a negative entry. Under tracing the sign check is a `checkify.check(..., debug=True)`;
-  callers turn negative entries into NaN so that they are never silently used.
+  concrete, for a negative entry. Under tracing inside `mr2_jax.traced_checks()` the sign check is a
+  `checkify.check(..., debug=True)`; in any case callers turn negative entries into NaN so that they
+  are never silently used.
   """
   counts = jnp.asarray(counts)
   if counts.ndim != 1:
@@ -38,7 +40,7 @@ def check_counts(counts: Array, name: str = "counts") -> jax.Array:
     if np.any(values < 0) or np.any(np.isnan(values)):
       raise ValueError(f"{name}: counts must be non-negative, got minimum {np.nanmin(values)}"
                        f"{' and NaN' if np.any(np.isnan(values)) else ''}.")
-  else:
+  elif traced_checks_enabled():
     checkify.check(jnp.all(counts >= 0), f"{name}: counts must be non-negative.", debug=True)
   return counts.astype(jnp.float32)
 

@@ -88,11 +88,21 @@ def _check_logits_and_labels(logits: Array, labels: Array, where: Array | None
   return jnp.where(mask[:, None], logits, 0), labels, in_range
 
 
+def label_log_softmax(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """log softmax(z)_y = (z_y − m) − log Σ_k exp(z_k − m), m = max_k z_k, per example [B].
+
+  The same rounding as `jax.nn.log_softmax` (the label's shifted logit is exact, 0 when it is the
+  maximum), without materialising the [B, K] log-probabilities. Labels must be in range.
+  """
+  shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+  return (jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0]
+          - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1)))
+
+
 def _label_log_prob(logits: jax.Array, labels: jax.Array) -> jax.Array:
   """log softmax(z)_y per example [B] (labels already range-checked; bad ones handled by callers)."""
-  log_probs = jax.nn.log_softmax(logits, axis=-1)
   safe_labels = jnp.clip(labels, 0, logits.shape[1] - 1)
-  return jnp.take_along_axis(log_probs, safe_labels[:, None], axis=-1)[:, 0]
+  return label_log_softmax(logits, safe_labels)
 
 
 def _finish(values: jax.Array, labels: jax.Array, in_range: jax.Array, where: Array | None,

@@ -96,11 +96,24 @@ class BadInputTest(parameterized.TestCase):
   def test_label_out_of_range_under_checkify(self):
     from jax.experimental import checkify
     checked = jax.jit(checkify.checkify(mr2_jax.margin_cross_entropy))
-    err, _ = checked(jnp.zeros((2, 3)), jnp.array([0, 7]), jnp.ones(3))
-    with self.assertRaisesRegex(checkify.JaxRuntimeError, r"labels: .*\[0, 3\).*to 7"):
-      err.throw()
-    err, _ = checked(jnp.zeros((2, 3)), jnp.array([0, 2]), jnp.ones(3))
-    err.throw()  # valid labels: no error
+    with mr2_jax.traced_checks():
+      err, _ = checked(jnp.zeros((2, 3)), jnp.array([0, 7]), jnp.ones(3))
+      with self.assertRaisesRegex(checkify.JaxRuntimeError, r"labels: .*\[0, 3\).*to 7"):
+        err.throw()
+      err, _ = checked(jnp.zeros((2, 3)), jnp.array([0, 2]), jnp.ones(3))
+      err.throw()  # valid labels: no error
+
+  def test_no_traced_check_by_default(self):
+    # Outside traced_checks() the jitted loss has no effect (keeps jit's C++ fast path) and a bad
+    # label is still NaN, not clipped; the same function traced inside the context carries the check.
+    from jax.experimental import checkify
+    args = (jnp.zeros((2, 3)), jnp.array([0, 7]), jnp.ones(3))
+    self.assertFalse(jax.make_jaxpr(mr2_jax.margin_cross_entropy)(*args).effects)
+    with mr2_jax.traced_checks():
+      self.assertTrue(jax.make_jaxpr(mr2_jax.margin_cross_entropy)(*args).effects)
+    err, out = checkify.checkify(jax.jit(mr2_jax.margin_cross_entropy))(*args)
+    err.throw()  # not checked outside the context ...
+    self.assertTrue(np.isnan(out[1]))  # ... but the bad label still gives NaN
 
   def test_shape_and_dtype_errors_name_the_argument(self):
     with self.assertRaisesRegex(ValueError, "logits: expected rank 2"):

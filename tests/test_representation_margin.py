@@ -89,3 +89,82 @@ class RepresentationMarginTest(chex.TestCase):
       mr2_jax.representation_margin_loss(jnp.zeros((2, 3)), jnp.array([0, 1]), jnp.ones(2))
     with self.assertRaisesRegex(ValueError, "temperature"):
       mr2_jax.representation_margin_loss(jnp.zeros((2, 3)), jnp.array([0, 1]), 0.0, temperature=0.)
+
+
+def _labels_with_counts(counts, seed=0):
+  labels = np.repeat(np.arange(len(counts)), counts)
+  return np.random.default_rng(seed).permutation(labels).astype(np.int32)
+
+
+class TiledTest(chex.TestCase):
+  """The class-sorted tiled form (batch ≥ 32) at every switch boundary, against the reference.
+
+  With a local batch of 64 the candidate tiles are 8 and 16: a largest class of 9 rows uses T = 8
+  (9 − 1 ≤ 8), 10 rows T = 16, 17 rows T = 16, 18 rows the dense form. A tile one too small would
+  miss partners that lie two tiles apart and change the value (checked: choosing the tile with
+  `count − 2` instead of `count − 1` fails these cases).
+  """
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.named_parameters(
+      # Classes are sorted in label order; the leading class of 7 (15) rows makes the next class start
+      # at the last row of a tile, so its partners span the most tiles.
+      ("tile8_exact", (7, 9, 9, 9, 9, 9, 9, 3)),
+      ("tile16_just_over_8", (7, 10, 10, 10, 10, 10, 7)),
+      ("tile16_exact", (15, 17, 17, 15)),
+      ("dense_just_over_16", (15, 18, 18, 13)),
+      ("singletons_and_pairs", (2,) * 20 + (1,) * 24),
+      ("one_class", (64,)),
+  )
+  def test_matches_reference(self, counts):
+    labels = _labels_with_counts(counts)
+    rng = np.random.default_rng(1)
+    features = (rng.normal(size=(64, 6)) + 3 * rng.normal(size=(len(counts), 6))[labels])
+    features = features.astype(np.float32)
+    for s_bar, tau in ((0.0, 1.0), (2.5, 1.0), (1.0, 60.0)):
+      out = self.variant(lambda f, y: mr2_jax.representation_margin_loss(
+          f, y, s_bar, temperature=tau, num_classes=len(counts)))(features, labels)
+      expected = ref.representation_margin_loss(features, labels, s_bar, tau)
+      np.testing.assert_allclose(out, expected, rtol=RTOL, atol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_masked_rows_with_huge_norms(self):
+    labels = _labels_with_counts((9, 9, 9, 9, 9, 9, 9, 1), seed=2)
+    rng = np.random.default_rng(2)
+    features = rng.normal(size=(64, 5)).astype(np.float32)
+    where = np.arange(64) % 5 != 0
+    features[~where] = 1e6
+    out = self.variant(lambda f, y, w: mr2_jax.representation_margin_loss(
+        f, y, 1.0, where=w, num_classes=8))(features, labels, where)
+    np.testing.assert_allclose(
+        out, ref.representation_margin_loss(features, labels, 1.0, 1.0, where=where),
+        rtol=RTOL, atol=1e-6)
+
+  def test_gradient_equals_dense_form(self):
+    # Same value and gradient from the tiled (T = 8) and the dense branch of the same batch.
+    from mr2_jax import representation_margin as rm
+    labels = jnp.asarray(_labels_with_counts((9, 9, 9, 9, 9, 9, 9, 1), seed=3))
+    features = jnp.asarray(np.random.default_rng(3).normal(size=(64, 7)), jnp.float32)
+    valid = jnp.ones(64, bool)
+    args = (labels, labels, valid, valid, jnp.float32(0.5), jnp.int32(0))
+
+    def loss(branch, f):
+      if branch == "dense":
+        out = rm._dense_anchor_loss(f, f, *args, batch=64, temperature=1.0)
+      else:
+        out = rm._tiled_anchor_loss(f, f, *args, tile=8, batch=64, temperature=1.0, num_slots=8)
+      return jnp.sum(out ** 2)
+
+    for f in (loss, jax.grad(loss, argnums=1)):
+      np.testing.assert_allclose(f("tiled", features), f("dense", features), rtol=2e-5, atol=1e-6)
+
+  def test_pmap_global_batch_equals_reference(self):
+    # 8 devices × 32 rows: each device uses the tiled form (T = 8) on the gathered global batch.
+    labels = _labels_with_counts((5,) * 48 + (2,) * 8, seed=4)  # 256 rows, largest class 5
+    features = np.random.default_rng(4).normal(size=(256, 4)).astype(np.float32)
+    out = jax.pmap(lambda f, y: mr2_jax.representation_margin_loss(
+        f, y, 0.3, axis_name="i", num_classes=56), axis_name="i")(
+            features.reshape(8, 32, 4), labels.reshape(8, 32))
+    np.testing.assert_allclose(np.asarray(out).reshape(-1),
+                               ref.representation_margin_loss(features, labels, 0.3, 1.0),
+                               rtol=RTOL, atol=1e-6)

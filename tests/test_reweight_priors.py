@@ -9,6 +9,7 @@ import numpy as np
 from absl.testing import parameterized
 from jax.experimental import checkify
 
+import mr2_jax
 import reweight_jax as rw
 from tests.reference import numpy_reweight as ref
 
@@ -47,7 +48,8 @@ class ClassPriorTest(chex.TestCase):
   def test_negative_counts_under_jit_are_nan_and_checkified(self):
     fn = jax.jit(functools.partial(rw.class_prior, kind="inv_freq"))
     self.assertTrue(np.all(np.isnan(fn(jnp.array([3.0, -1.0])))))
-    err, _ = checkify.checkify(fn, errors=checkify.user_checks)(jnp.array([3.0, -1.0]))
+    with mr2_jax.traced_checks():
+      err, _ = checkify.checkify(fn, errors=checkify.user_checks)(jnp.array([3.0, -1.0]))
     with self.assertRaisesRegex(Exception, "counts"):
       err.throw()
 
