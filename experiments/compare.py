@@ -26,6 +26,7 @@ from ml_collections import config_flags
 from experiments import cli_errors
 from experiments import evaluate
 from experiments import train
+from experiments import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
                                           "Base configuration; `loss` and `seed` are set per run.")
@@ -71,6 +72,8 @@ def method_config(base, spec: str, seed: int):
       raise train.ConfigError(f"--methods: {name}: {field}: {error}") from None
   return name, config
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
+_XLA_CPU_TUNING = flags.DEFINE_bool(
+    "xla_cpu_tuning", True, "Add experiments.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
 _REPORT_DIR = flags.DEFINE_string("report_dir", None,
                                   "Where the report goes (default <workdir>/report).")
 
@@ -79,6 +82,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
+  xla_cpu.configure(_XLA_CPU_TUNING.value)
   base = _CONFIG.value
   workdir = pathlib.Path(_WORKDIR.value)
   seeds = [int(s) for s in _SEEDS.value]

@@ -49,6 +49,7 @@ import optax
 import mr2_jax
 import reweight_jax
 from experiments import data
+from experiments import xla_cpu
 
 log = logging.getLogger(__name__)
 
@@ -502,6 +503,8 @@ def study_command(args: argparse.Namespace) -> None:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser = argparse.ArgumentParser(prog="python -m experiments.linear_probe",
                                    description=__doc__.split("\n")[0])
+  parser.add_argument("--no_xla_cpu_tuning", action="store_true",
+                      help="leave XLA_FLAGS as they are (see experiments.xla_cpu)")
   commands = parser.add_subparsers(dest="command", required=True)
   features = commands.add_parser("features", help="extract and cache Lite0 features of CIFAR-10")
   features.add_argument("--data_dir", default="../shared/data/cifar10_jpeg")
@@ -526,6 +529,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   args = parse_args(sys.argv[1:] if argv is None else argv)
+  xla_cpu.configure(not args.no_xla_cpu_tuning)
   {"features": features_command, "select": select_command,
    "study": study_command}[args.command](args)
 

@@ -19,6 +19,7 @@ from ml_collections import config_flags
 
 from experiments import cli_errors
 from experiments import train
+from experiments import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                           "Training configuration (a Python file).")
@@ -28,6 +29,8 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "Multi-process: host:port of process 0 (see experiments.launch).")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Multi-process: number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", 0, "Multi-process: this process's index.")
+_XLA_CPU_TUNING = flags.DEFINE_bool(
+    "xla_cpu_tuning", True, "Add experiments.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
 
 
 def initialize_distributed():
@@ -43,6 +46,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.set_verbosity(logging.WARNING)
+  xla_cpu.configure(_XLA_CPU_TUNING.value)
   if not _WORKDIR.value:
     cli_errors.fail("--workdir is required")
   if _NUM_PROCESSES.value > 1:

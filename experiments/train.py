@@ -476,6 +476,13 @@ def neural_collapse_metrics(state, eval_fn, split, batch_size, num_classes, head
   return {name: float(value) for name, value in metrics._asdict().items()}
 
 
+def runtime_info() -> dict[str, Any]:
+  """What executed the run: JAX version, backend, devices and the XLA flags in effect."""
+  return {"jax": jax.__version__, "backend": jax.default_backend(),
+          "device_kind": jax.devices()[0].device_kind, "local_devices": jax.local_device_count(),
+          "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
 def summarize(config, train, test_correct, test_counts, reference_groups):
   """Overall / per-class / Many-Medium-Few / Easy-Medium-Hard accuracy (fractions)."""
   accuracy = mr2_jax.accuracy_from_counts(test_correct, test_counts)
@@ -701,7 +708,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   summary.update(steps=step, epochs=step / steps_per_epoch, loss=config.loss,
                  dataset=config.dataset, imbalance_factor=config.imbalance_factor,
                  seed=config.seed, parallel=config.parallel, num_devices=runner.num_devices,
-                 num_processes=process_count)
+                 num_processes=process_count, runtime=runtime_info())
   if is_main:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
   writer.close()
