@@ -16,6 +16,9 @@ Array = Any
 
 
 _TILE_SIZES = (8, 16, 32, 64, 128, 256, 512)
+# Below this many multiply-adds (B·B_global·d) the dense product is cheaper than sorting, tiling and
+# switching (measured: B = 128, d = 64 runs 0.32 ms per call tiled, less dense).
+TILED_MIN_WORK = 1 << 22
 
 
 def _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature):
@@ -156,9 +159,10 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   Cost: positives are same-class pairs, so the global batch is sorted by class and the squared
   distances are computed in tiles of T rows against the tile before, the tile itself and the tile
   after (3·T·B_global·d multiply-adds), with T the smallest of 8, 16, … that covers the largest class
-  of the batch (largest count − 1 ≤ T). When no tile is smaller than a quarter of the local batch it
-  falls back to the dense local-anchors × global-rows product (B·B_global·d). Both are exact; the
-  choice is made at run time (`lax.switch`) from the batch's class counts.
+  of the batch (largest count − 1 ≤ T). When no tile is smaller than a quarter of the local batch, or
+  the dense local-anchors × global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense
+  product is used. Both are exact; the choice is made at run time (`lax.switch`) from the batch's
+  class counts.
 
   Returns:
     float [B] per-anchor losses (the caller reduces them).
@@ -192,7 +196,9 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   all_centred = jnp.where(all_valid[:, None], all_features - class_means[slots.slot], 0.0)
 
   max_class_count = jnp.max(jnp.where(slots.classes < num_classes, slots.counts, 0.0))
-  tiles = tuple(t for t in _TILE_SIZES if 4 * t <= batch)
+  dense_work = batch * all_centred.shape[0] * all_centred.shape[1]
+  tiles = (tuple(t for t in _TILE_SIZES if 4 * t <= batch) if dense_work >= TILED_MIN_WORK
+           else ())
   dense = functools.partial(_dense_anchor_loss, batch=batch, temperature=temperature)
   operands = (centred, all_centred, anchor_slot, slots.slot, valid, all_valid, s_bar,
               jnp.asarray(anchor_offset, jnp.int32))

@@ -1,5 +1,7 @@
 """mr2_jax.representation_margin against the float64 NumPy reference written from the MR2 spec."""
 
+from unittest import mock
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -102,8 +104,14 @@ class TiledTest(chex.TestCase):
   With a local batch of 64 the candidate tiles are 8 and 16: a largest class of 9 rows uses T = 8
   (9 − 1 ≤ 8), 10 rows T = 16, 17 rows T = 16, 18 rows the dense form. A tile one too small would
   miss partners that lie two tiles apart and change the value (checked: choosing the tile with
-  `count − 2` instead of `count − 1` fails these cases).
+  `count − 2` instead of `count − 1` fails these cases). The work threshold below which the dense
+  form is always used is lowered to 0 here, so that these small cases take the tiled form.
   """
+
+  def setUp(self):
+    super().setUp()
+    from mr2_jax import representation_margin as rm
+    self.enter_context(mock.patch.object(rm, "TILED_MIN_WORK", 0))
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(

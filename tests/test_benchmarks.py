@@ -1,0 +1,64 @@
+"""experiments.benchmarks.run: the timed functions compute what they claim (timings are not tested)."""
+
+import jax
+import numpy as np
+import pytest
+
+import mr2_jax
+from experiments.benchmarks import run
+
+
+def test_loss_fns_per_call_and_loop_agree():
+  # The per-call function is the library's loss; the looped variant runs the same loss `loop` times
+  # with the carried statistics, so both are benchmarks of the real thing.
+  fns = run._loss_fns(batch=32, dim=8, classes=5, loop=3)
+  fn, args, looped = fns["mr2"]
+  value, new_stats, grads = fn(*args)
+  stats = args[0]
+  total = 0.0
+  for _ in range(3):
+    v, stats, g = fn(stats, *args[1:])
+    total += float(v) + 1e-12 * sum(float(np.sum(x)) for x in jax.tree.leaves(g))
+  loop_stats, loop_total = looped()
+  np.testing.assert_allclose(loop_total, total, rtol=1e-5)
+  np.testing.assert_allclose(loop_stats.mean_sq_deviation, stats.mean_sq_deviation, rtol=1e-5)
+  expected, _, _ = mr2_jax.mr2_loss(args[1], args[2], fns["_labels"], args[0])
+  np.testing.assert_allclose(value, expected, rtol=1e-6)
+  fn, args, looped = fns["inverse_reweight"]
+  value, new_state, _ = fn(*args)
+  assert np.isfinite(value) and float(np.sum(new_state.batch_counts)) > 0
+
+
+def test_interleaved_and_summary():
+  calls = []
+  times = run.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                          rounds=2, per_round=2, block=lambda x: x)
+  assert calls == ["a", "a", "b", "b", "a", "a", "b", "b"]
+  assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4}
+  summary = run.summarize_times([0.001, 0.003, 0.002])
+  assert summary == {"median_ms": pytest.approx(2.0), "min_ms": pytest.approx(1.0),
+                     "max_ms": pytest.approx(3.0), "n": 3}
+
+
+def test_markdown_has_every_section():
+  row = {"median_ms": 2.0, "min_ms": 1.0, "max_ms": 3.0, "n": 3}
+  results = {
+      "machine": {"cpu": "cpu", "cores": 2, "jax": "x", "flax": "y", "xla_flags": "", "date": "d"},
+      "overhead": {"rows": {"ce": {**row, "ratio_to_ce": 1.0, "ratio_per_round_min": 1.0,
+                                   "ratio_per_round_max": 1.0}}},
+      "scaling": {"rows": [{"loss": "mr2", "batch": 128, "dim": 64, "classes": 10, "per_call": row,
+                            "in_loop": row, "authors_pytorch_ms": 3.0, "speedup_per_call": 1.5,
+                            "speedup_in_loop": 1.5}]},
+      "neural_collapse": {"examples": 10, "dim": 2, "classes": 2, "features_mb": 0.1, "rows": {
+          "one_shot": {**row, "peak_mb": 1, "added_peak_mb": 1},
+          "streaming": {**row, "peak_mb": 1, "added_peak_mb": 1}, "max_relative_difference": 0}},
+      "compile": {"rows": {"ce": {"trace_lower_s": 1, "compile_s": 1, "first_step_s": 1,
+                                  "total_to_first_step_s": 3, "steady_step_ms": 700,
+                                  "startup_in_steps": 4.3}}},
+      "cpu_gap": {"rows": {"jax_tuned_flags": {**row, "speed_vs_pytorch": 0.6}},
+                  "profiles_ms_per_step": {"jax_tuned_flags": {"ynn_fusion": 3.0}}},
+  }
+  markdown = run.to_markdown(results)
+  for title in ("Overhead", "Scaling", "Neural-Collapse", "Compile time", "CPU gap"):
+    assert f"### {title}" in markdown
+  assert "| mr2 | 128 | 64 | 10 | 2.00 (1.00–3.00) | 2.00 (1.00–3.00) | 3 | 1.5× / 1.5× |" in markdown
