@@ -163,7 +163,9 @@ class TiledTest(chex.TestCase):
         out = rm._tiled_anchor_loss(f, f, *args, tile=8, batch=64, temperature=1.0, num_slots=8)
       return jnp.sum(out ** 2)
 
-    for f in (loss, jax.grad(loss, argnums=1)):
+    value_and_grad = (jax.jit(loss, static_argnums=0),
+                      jax.jit(jax.grad(loss, argnums=1), static_argnums=0))
+    for f in value_and_grad:
       np.testing.assert_allclose(f("tiled", features), f("dense", features), rtol=2e-5, atol=1e-6)
 
   def test_pmap_global_batch_equals_reference(self):
