@@ -1,7 +1,7 @@
 """All benchmarks of issue 7 in one command; writes JSON and a Markdown table per section.
 
     python -m experiments.benchmarks.run [--only overhead,scaling,neural_collapse,compile,cpu_gap]
-        [--out experiments/benchmarks/results] [--quick]
+        [--out experiments/benchmarks/results] [--quick] [--gap_variant NAME=XLA_FLAGS ...]
 
 Sections (every time is a median over repeated measurements with its min–max; methods compared in a
 section are measured interleaved, round by round, in one run, because this machine is shared and
@@ -440,12 +440,14 @@ def gap_worker(kind: str) -> None:
     print(json.dumps({"times": times}), flush=True)
 
 
-def bench_cpu_gap(quick: bool) -> dict:
+def bench_cpu_gap(quick: bool, extra_variants: dict[str, str] | None = None) -> dict:
   from experiments import xla_cpu  # pylint: disable=g-import-not-at-top
   base_env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   base_env["PYTHONPATH"] = str(REPO)
   variants = {"jax_default_flags": {**base_env, "XLA_FLAGS": ""},
               "jax_tuned_flags": {**base_env, "XLA_FLAGS": " ".join(xla_cpu.TUNED_FLAGS)}}
+  for name, flags in (extra_variants or {}).items():
+    variants[f"jax_{name}"] = {**base_env, "XLA_FLAGS": flags}
   try:
     import torch  # pylint: disable=g-import-not-at-top,unused-import
     variants["pytorch_eager"] = base_env
@@ -557,6 +559,9 @@ def main(argv=None) -> None:
   parser.add_argument("--out", default=str(REPO / "experiments" / "benchmarks" / "results"))
   parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats (smoke test)")
   parser.add_argument("--no_xla_cpu_tuning", action="store_true")
+  parser.add_argument("--gap_variant", action="append", default=[], metavar="NAME=XLA_FLAGS",
+                      help="cpu_gap: another JAX worker with these XLA_FLAGS (repeatable)")
+  parser.add_argument("--tag", default=None, help="output file suffix (default: quick / full)")
   parser.add_argument("--nc_child", choices=("one_shot", "streaming"), help=argparse.SUPPRESS)
   parser.add_argument("--gap_worker", choices=("jax", "torch"), help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -592,10 +597,11 @@ def main(argv=None) -> None:
     results["neural_collapse"] = bench_neural_collapse(args.quick)
   if "cpu_gap" in sections:
     print("cpu_gap ...", flush=True)
-    results["cpu_gap"] = bench_cpu_gap(args.quick)
+    extra = dict(v.split("=", 1) for v in args.gap_variant)
+    results["cpu_gap"] = bench_cpu_gap(args.quick, extra)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  tag = "quick" if args.quick else "full"
+  tag = args.tag or ("quick" if args.quick else "full")
   (out / f"benchmarks_{tag}.json").write_text(json.dumps(results, indent=2) + "\n")
   markdown = to_markdown(results)
   (out / f"benchmarks_{tag}.md").write_text(markdown + "\n")
