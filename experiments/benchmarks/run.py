@@ -21,6 +21,9 @@ noisy and only ratios within a run are meaningful):
   `experiments.xla_cpu.TUNED_FLAGS`, and PyTorch eager (optional dependency: `pip install ".[bench]"`),
   each in its own long-lived worker process, interleaved round by round; plus an XLA op profile of the
   two JAX variants (where the time goes).
+* ablations — the two library choices behind the scaling numbers, each against its alternative in
+  the same run: a jitted function with and without one (unused) `checkify.check`, and the MR2 loss
+  with ℓ_s̄ tiled over same-class pairs vs forced to the dense [B, B] product.
 
 The XLA flags of this process (and of the overhead / scaling / compile sections) are the tuned ones
 unless `--no_xla_cpu_tuning`.
@@ -43,7 +46,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-SECTIONS = ("overhead", "scaling", "neural_collapse", "compile", "cpu_gap")
+SECTIONS = ("overhead", "scaling", "neural_collapse", "compile", "cpu_gap", "ablations")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # The issue's figures for the authors' PyTorch losses on this CPU (forward + backward, 2 threads).
@@ -262,6 +265,46 @@ def bench_scaling(quick: bool) -> dict:
             f"{row['per_call']['median_ms']:.3f} ms per call, "
             f"{row['in_loop']['median_ms']:.3f} ms in loop", flush=True)
   return {"rows": rows, "loop_iterations": loop}
+
+
+def bench_ablations(quick: bool) -> dict:
+  import unittest.mock  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jax.experimental import checkify  # pylint: disable=g-import-not-at-top
+  from mr2_jax import representation_margin  # pylint: disable=g-import-not-at-top
+
+  x = jnp.ones(10)
+
+  def with_check(x):
+    checkify.check(jnp.all(x > -100), "x: {lo}", lo=jnp.min(x), debug=True)
+    return x + 1
+
+  calls = {"plain": jax.jit(lambda x: x + 1), "with_unused_check": jax.jit(with_check)}
+  for fn in calls.values():
+    fn(x).block_until_ready()
+  reps = 3 if quick else 5
+  times = interleaved({k: (lambda f=f: f(x)) for k, f in calls.items()}, reps, 2000,
+                      jax.block_until_ready)
+  dispatch = {k: {**summarize_times(v), "median_us": 1e3 * summarize_times(v)["median_ms"]}
+              for k, v in times.items()}
+
+  rows = []
+  for batch, dim, classes in ([(512, 2048, 1000)] if quick else
+                              [(512, 2048, 10), (512, 2048, 1000), (512, 2048, 8142)]):
+    fns = {}
+    tiled_fn, args, _ = _loss_fns(batch, dim, classes, 1)["mr2"]
+    fns["tiled"] = lambda f=tiled_fn, a=args: f(*a)
+    with unittest.mock.patch.object(representation_margin, "TILED_MIN_WORK", float("inf")):
+      dense_fn, dense_args, _ = _loss_fns(batch, dim, classes, 1)["mr2"]
+      jax.block_until_ready(dense_fn(*dense_args))  # traced and compiled with the dense form
+    fns["dense"] = lambda f=dense_fn, a=dense_args: f(*a)
+    for fn in fns.values():
+      jax.block_until_ready(fn())
+    times = interleaved(fns, reps, 10, jax.block_until_ready)
+    rows.append({"batch": batch, "dim": dim, "classes": classes,
+                 **{k: summarize_times(v) for k, v in times.items()}})
+  return {"dispatch": dispatch, "representation_margin": rows}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -549,6 +592,19 @@ def to_markdown(results: dict) -> str:
       top = ", ".join(f"{k} {v:.0f}" for k, v in profile.items())
       lines.append(f"- {name}: {top}")
     lines.append("")
+  if "ablations" in results:
+    ab = results["ablations"]
+    lines += ["### Ablations", "", "| jitted function (10 floats) | µs per call, median (min–max) |",
+              "|---|---|"]
+    for name, row in ab["dispatch"].items():
+      lines.append(f"| {name} | {1e3 * row['median_ms']:.1f} ({1e3 * row['min_ms']:.1f}–"
+                   f"{1e3 * row['max_ms']:.1f}) |")
+    lines += ["", "| B | d | K | MR2 loss + gradient, ℓ_s̄ tiled, ms | same, ℓ_s̄ dense, ms |",
+              "|---|---|---|---|---|"]
+    for row in ab["representation_margin"]:
+      lines.append(f"| {row['batch']} | {row['dim']} | {row['classes']} | {_range(row['tiled'])} | "
+                   f"{_range(row['dense'])} |")
+    lines.append("")
   return "\n".join(lines)
 
 
@@ -595,6 +651,9 @@ def main(argv=None) -> None:
   if "neural_collapse" in sections:
     print("neural_collapse ...", flush=True)
     results["neural_collapse"] = bench_neural_collapse(args.quick)
+  if "ablations" in sections:
+    print("ablations ...", flush=True)
+    results["ablations"] = bench_ablations(args.quick)
   if "cpu_gap" in sections:
     print("cpu_gap ...", flush=True)
     extra = dict(v.split("=", 1) for v in args.gap_variant)
