@@ -15,3 +15,15 @@ python -m experiments.compare --config=experiments/configs/study_reweight_cifar1
   --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/reweight_cifar10_lt" \
   --report_dir="$work/combined_cifar10_lt_report" \
   --methods=ce,mr2,ir_macro=inverse_reweight,mr2_ir_macro=mr2+inverse_reweight
+# Added in session 9 (after the XLA CPU flags became the default; --noxla_cpu_tuning keeps these runs
+# numerically identical to the ones above, which ran before):
+# Study 2 on MNIST (1,000 per class, 5 epochs, no augmentation).
+python -m experiments.compare --noxla_cpu_tuning --config=experiments/configs/study_mr2_mnist.py \
+  --config.data_dir="${mnist:-../shared/data/mnist}" --seeds=0,1,2 --workdir="$work/mr2_mnist" \
+  --methods=ce,mr2,mr2_gamma_only=mr2:mr2.lam=0.0,mr2_sbar_only=mr2:mr2.uniform_margin=True
+# Study 2 on CIFAR-10: seeds 3 and 4, and the uniform-margin ablation at c̄ = 1.5 (class-dependent
+# γ with mean 1.5 vs γ ≡ 1.5 for every class, both without ℓ_s̄). Seeds 0–2 of the first four
+# methods are the runs above (resumed from their final checkpoints, re-evaluated).
+python -m experiments.compare --noxla_cpu_tuning --config=experiments/configs/study_mr2_cifar10.py \
+  --config.data_dir="$data" --seeds=0,1,2,3,4 --workdir="$work/mr2_cifar10" \
+  --methods=ce,mr2,mr2_gamma_only=mr2:mr2.lam=0.0,mr2_sbar_only=mr2:mr2.uniform_margin=True,gamma_only_cbar1.5=mr2:mr2.lam=0.0:mr2.c_bar=1.5,uniform_cbar1.5=mr2:mr2.lam=0.0:mr2.c_bar=1.5:mr2.uniform_margin=True
