@@ -39,8 +39,15 @@ def mean_std(values) -> tuple[float, float]:
   return float(np.mean(values)), float(np.std(values))
 
 
-def method_table(methods: dict[str, list[dict]], reference: str | None) -> dict[str, dict]:
-  """Per method: mean ± std over seeds of overall, worst-class, std-of-classes, groups, per class."""
+def method_table(methods: dict[str, list[dict]], reference: str | None,
+                 paired_against: str | None = None) -> dict[str, dict]:
+  """Per method: mean ± std over seeds of overall, worst-class, std-of-classes, groups, per class.
+
+  Easy / Medium / Hard come from `reference` (ERM); the paired per-seed Δ is taken against
+  `paired_against` (default: the reference), e.g. a uniform-margin ablation against γ at the same c̄.
+  """
+  if paired_against is not None and paired_against not in methods:
+    raise KeyError(f"paired_against: no method {paired_against!r} among {sorted(methods)}")
   groups = None
   if reference is not None:
     reference_accuracy = np.mean([s["per_class_accuracy"] for s in methods[reference]], axis=0)
@@ -71,10 +78,12 @@ def method_table(methods: dict[str, list[dict]], reference: str | None) -> dict[
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()
-  if reference is not None:
+  baseline = paired_against or reference
+  if baseline is not None:
     for name, summaries in methods.items():
-      if name != reference:
-        table[name]["delta_vs_reference"] = paired_deltas(summaries, methods[reference], groups)
+      if name != baseline:
+        table[name]["delta_vs_reference"] = paired_deltas(summaries, methods[baseline], groups)
+    table["_paired_against"] = baseline
   return table
 
 
@@ -138,7 +147,8 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   paired = [m for m in methods if "delta_vs_reference" in table[m]]
   if paired:
     keys = list(table[paired[0]]["delta_vs_reference"])
-    lines.append("Paired Δ vs the reference, same seed (points; mean ± std, and seeds ahead / all):")
+    lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points; "
+                 "mean ± std, and seeds ahead / all):")
     lines.append("")
     lines.append("| method | " + " | ".join(f"Δ {k.replace('_', ' ')}" for k in keys) + " |")
     lines.append("|" + "---|" * (len(keys) + 1))
@@ -215,11 +225,11 @@ def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list
 
 
 def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
-                 out: pathlib.Path) -> str:
+                 out: pathlib.Path, paired_against: str | None = None) -> str:
   """Tables (report.md), comparison.json and plots in `out`; returns the Markdown."""
   out.mkdir(parents=True, exist_ok=True)
   summaries = {name: load_summaries(dirs) for name, dirs in methods.items()}
-  table = method_table(summaries, reference)
+  table = method_table(summaries, reference, paired_against)
   class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
   markdown = markdown_tables(table, class_counts)
   (out / "report.md").write_text(markdown)
@@ -244,10 +254,13 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--runs", nargs="+", required=True, help="name=workdir[,workdir...]")
   parser.add_argument("--reference", default=None, help="method fixing Easy/Medium/Hard (ERM)")
+  parser.add_argument("--paired_against", default=None,
+                      help="method the paired per-seed Δ is taken against (default: --reference)")
   parser.add_argument("--out", required=True)
   args = parser.parse_args(argv)
   try:
-    print(write_report(parse_runs(args.runs), args.reference, pathlib.Path(args.out)))
+    print(write_report(parse_runs(args.runs), args.reference, pathlib.Path(args.out),
+                       args.paired_against))
   except (FileNotFoundError, KeyError) as error:
     raise SystemExit(f"error: {error}") from None
 

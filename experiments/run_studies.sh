@@ -27,3 +27,7 @@ python -m experiments.compare --noxla_cpu_tuning --config=experiments/configs/st
 python -m experiments.compare --noxla_cpu_tuning --config=experiments/configs/study_mr2_cifar10.py \
   --config.data_dir="$data" --seeds=0,1,2,3,4 --workdir="$work/mr2_cifar10" \
   --methods=ce,mr2,mr2_gamma_only=mr2:mr2.lam=0.0,mr2_sbar_only=mr2:mr2.uniform_margin=True,gamma_only_cbar1.5=mr2:mr2.lam=0.0:mr2.c_bar=1.5,uniform_cbar1.5=mr2:mr2.lam=0.0:mr2.c_bar=1.5:mr2.uniform_margin=True
+# The uniform-margin ablation as a paired comparison: Easy/Medium/Hard from ERM, Δ against γ ≡ 1.5.
+runs() { echo "$1=$(ls -d "$work/mr2_cifar10/$1"/seed* | sort | paste -sd,)"; }
+python -m experiments.evaluate --runs "$(runs ce)" "$(runs gamma_only_cbar1.5)" "$(runs uniform_cbar1.5)" \
+  --reference ce --paired_against uniform_cbar1.5 --out "$work/mr2_cifar10_uniform_margin_report"

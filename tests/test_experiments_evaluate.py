@@ -48,13 +48,37 @@ def test_report_tables_groups_and_plots(tmp_path):
   per_seed = [np.mean(o[4:]) - np.mean(e[4:]) for o, e in zip(other, erm)]  # same seed pairs
   assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed)])
   assert delta[2:] == [2, 2]  # ahead on both seeds
-  assert "Paired Δ vs the reference" in markdown
+  assert "Paired Δ vs ce, same seed" in markdown
   shots = table["mr2"]["delta_vs_reference"]
   assert {"medium", "medium_shot", "many_shot", "few_shot"} <= set(shots)
   assert shots["medium_shot"][0] == pytest.approx(
       np.mean([np.mean(o[2:4]) - np.mean(e[2:4]) for o, e in zip(other, erm)]))
   assert (tmp_path / "report" / "per_class_accuracy.png").stat().st_size > 1000
   assert (tmp_path / "report" / "mr2_gamma.png").exists()
+
+
+def test_paired_against_another_method_keeps_erm_groups(tmp_path):
+  erm = [[0.9, 0.8, 0.7, 0.6, 0.5, 0.4], [0.92, 0.78, 0.7, 0.62, 0.48, 0.4]]
+  uniform = [[0.5, 0.5, 0.9, 0.9, 0.3, 0.3], [0.52, 0.5, 0.9, 0.88, 0.31, 0.3]]
+  gamma = [[0.5, 0.5, 0.9, 0.9, 0.35, 0.32], [0.5, 0.5, 0.9, 0.9, 0.3, 0.36]]
+  runs = {}
+  for name, accs in (("ce", erm), ("uniform", uniform), ("gamma", gamma)):
+    runs[name] = []
+    for seed, acc in enumerate(accs):
+      _write_run(tmp_path / name / f"seed{seed}", seed, acc, history=False)
+      runs[name].append(tmp_path / name / f"seed{seed}")
+  markdown = evaluate.write_report(runs, "ce", tmp_path / "report", paired_against="uniform")
+  table = json.loads((tmp_path / "report" / "comparison.json").read_text())
+  assert table["_groups"] == [0, 0, 1, 1, 2, 2]  # still from ERM, not from the uniform runs
+  assert table["_paired_against"] == "uniform"
+  assert "delta_vs_reference" not in table["uniform"]
+  per_seed = [np.mean(g[4:]) - np.mean(u[4:]) for g, u in zip(gamma, uniform)]
+  assert table["gamma"]["delta_vs_reference"]["hard"][:2] == pytest.approx(
+      [np.mean(per_seed), np.std(per_seed)])
+  assert table["ce"]["delta_vs_reference"]["hard"][2:] == [2, 2]
+  assert "Paired Δ vs uniform, same seed" in markdown
+  with pytest.raises(KeyError, match="paired_against"):
+    evaluate.method_table({"ce": []}, "ce", paired_against="nope")
 
 
 def test_missing_summary_is_a_clear_error(tmp_path):
