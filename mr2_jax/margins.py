@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from mr2_jax import validation
 from mr2_jax.class_stats import ClassStats
+from mr2_jax.log_softmax import label_log_softmax
 
 Array = Any
 
@@ -76,9 +77,5 @@ def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Arra
   gamma = jax.lax.stop_gradient(gamma)
   safe_labels = jnp.where(in_range, labels, 0)
   scaled = logits / gamma[safe_labels][:, None].astype(logits.dtype)
-  # −log_softmax(s)_y = log Σ_k exp(s_k − m) − (s_y − m), m = max_k s_k, without materialising the
-  # [B, K] log-probabilities (same rounding as jax.nn.log_softmax).
-  shifted = scaled - jax.lax.stop_gradient(jnp.max(scaled, axis=-1, keepdims=True))
-  loss = (jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
-          - jnp.take_along_axis(shifted, safe_labels[:, None], axis=-1)[:, 0])
+  loss = -label_log_softmax(scaled, safe_labels)
   return jnp.where(in_range, loss, jnp.nan)

@@ -69,7 +69,6 @@ def _tiled_anchor_loss(centred, all_centred, anchor_slot, all_slot, valid, all_v
   features = jnp.pad(all_centred[order], ((0, pad), (0, 0)))
   key = jnp.pad(key[order], (0, pad), constant_values=num_slots)
   live = jnp.pad(all_valid[order], (0, pad))
-  position = jnp.arange(padded)
   n = padded // tile
   tiles = features.reshape(n, tile, -1)
   sq_norm = jnp.sum(jnp.square(tiles), axis=-1)
@@ -82,10 +81,12 @@ def _tiled_anchor_loss(centred, all_centred, anchor_slot, all_slot, valid, all_v
                           jnp.concatenate([following, no_block], axis=0)], axis=2)
   sq_dist = sq_norm[:, :, None] + _windows(sq_norm, 0.0)[:, None, :] - 2.0 * gram
   sq_dist = jnp.maximum(sq_dist, 0.0)
-  key_t, live_t, pos_t = (x.reshape(n, tile) for x in (key, live, position))
-  key_w, live_w, pos_w = _windows(key_t, num_slots), _windows(live_t, False), _windows(pos_t, -1)
+  key_t, live_t = key.reshape(n, tile), live.reshape(n, tile)
+  key_w, live_w = _windows(key_t, num_slots), _windows(live_t, False)
+  # A row meets itself at window column T + t of its own tile: a static [T, 3T] mask.
+  itself = jnp.eye(tile, 3 * tile, k=tile, dtype=bool)
   positive = ((key_t[:, :, None] == key_w[:, None, :]) & live_t[:, :, None] & live_w[:, None, :]
-              & (pos_t[:, :, None] != pos_w[:, None, :]))
+              & ~itself)
   sorted_loss = _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature).reshape(padded)
   row_loss = jnp.zeros((rows,), sorted_loss.dtype).at[order].set(sorted_loss[:rows])
   return jax.lax.dynamic_slice_in_dim(row_loss, anchor_offset, batch)
@@ -195,7 +196,6 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   centred = jnp.where(valid[:, None], features - class_means[anchor_slot], 0.0)
   all_centred = jnp.where(all_valid[:, None], all_features - class_means[slots.slot], 0.0)
 
-  max_class_count = jnp.max(jnp.where(slots.classes < num_classes, slots.counts, 0.0))
   dense_work = batch * all_centred.shape[0] * all_centred.shape[1]
   tiles = (tuple(t for t in _TILE_SIZES if 4 * t <= batch) if dense_work >= TILED_MIN_WORK
            else ())
@@ -206,6 +206,7 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
     loss = dense(*operands)
   else:
     # The smallest tile T with (largest class count − 1) ≤ T, else the dense form. Exact either way.
+    max_class_count = jnp.max(jnp.where(slots.classes < num_classes, slots.counts, 0.0))
     branch = jnp.sum(jnp.asarray(tiles, jnp.float32) < max_class_count - 1.0).astype(jnp.int32)
     branches = tuple(functools.partial(_tiled_anchor_loss, tile=t, batch=batch,
                                        temperature=temperature, num_slots=slots.classes.shape[0])

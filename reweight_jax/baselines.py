@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from mr2_jax.log_softmax import label_log_softmax
 from mr2_jax.validation import check_batch_dim
 from mr2_jax.validation import check_class_vector
 from mr2_jax.validation import check_floating
@@ -86,17 +87,6 @@ def _check_logits_and_labels(logits: Array, labels: Array, where: Array | None
   check_batch_dim(logits, labels.shape[0], "logits")
   mask = check_where(where, labels.shape[0])
   return jnp.where(mask[:, None], logits, 0), labels, in_range
-
-
-def label_log_softmax(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """log softmax(z)_y = (z_y − m) − log Σ_k exp(z_k − m), m = max_k z_k, per example [B].
-
-  The same rounding as `jax.nn.log_softmax` (the label's shifted logit is exact, 0 when it is the
-  maximum), without materialising the [B, K] log-probabilities. Labels must be in range.
-  """
-  shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
-  return (jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0]
-          - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1)))
 
 
 def _label_log_prob(logits: jax.Array, labels: jax.Array) -> jax.Array:
