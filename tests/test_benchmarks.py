@@ -11,7 +11,7 @@ from experiments.benchmarks import run
 def test_loss_fns_per_call_and_loop_agree():
   # The per-call function is the library's loss; the looped variant runs the same loss `loop` times
   # with the carried statistics, so both are benchmarks of the real thing.
-  fns = run._loss_fns(batch=32, dim=8, classes=5, loop=3)
+  fns, labels = run._loss_fns(batch=32, dim=8, classes=5, loop=3)
   fn, args, looped = fns["mr2"]
   value, new_stats, grads = fn(*args)
   stats = args[0]
@@ -22,7 +22,7 @@ def test_loss_fns_per_call_and_loop_agree():
   loop_stats, loop_total = looped()
   np.testing.assert_allclose(loop_total, total, rtol=1e-5)
   np.testing.assert_allclose(loop_stats.mean_sq_deviation, stats.mean_sq_deviation, rtol=1e-5)
-  expected, _, _ = mr2_jax.mr2_loss(args[1], args[2], fns["_labels"], args[0])
+  expected, _, _ = mr2_jax.mr2_loss(args[1], args[2], labels, args[0])
   np.testing.assert_allclose(value, expected, rtol=1e-6)
   fn, args, looped = fns["inverse_reweight"]
   value, new_state, _ = fn(*args)

@@ -84,9 +84,9 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int,
 
 
 def machine_info() -> dict[str, Any]:
-  import jax  # pylint: disable=g-import-not-at-top
   import jaxlib  # pylint: disable=g-import-not-at-top
   import flax  # pylint: disable=g-import-not-at-top
+  from experiments import train  # pylint: disable=g-import-not-at-top
   cpu = "unknown"
   try:
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -95,10 +95,9 @@ def machine_info() -> dict[str, Any]:
         break
   except OSError:
     pass
-  return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-          "jax": jax.__version__, "jaxlib": jaxlib.__version__, "flax": flax.__version__,
-          "backend": jax.default_backend(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
-          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+  return {**train.runtime_info(), "cpu": cpu, "cores": os.cpu_count(),
+          "python": platform.python_version(), "jaxlib": jaxlib.__version__,
+          "flax": flax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -178,6 +177,7 @@ def bench_compile_and_overhead(quick: bool) -> tuple[dict, dict]:
 # ------------------------------------------------------------------------------------------------
 
 def _loss_fns(batch: int, dim: int, classes: int, loop: int):
+  """({loss: (jitted fn, its args, looped call)}, labels) on one random batch."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -227,8 +227,7 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
               lambda: loop_mr2(stats0, logits, features)),
       "inverse_reweight": (jax.jit(reweight), (state0, logits),
                            lambda: loop_reweight(state0, logits)),
-      "_labels": labels,
-  }
+  }, labels
 
 
 def bench_scaling(quick: bool) -> dict:
@@ -240,9 +239,8 @@ def bench_scaling(quick: bool) -> dict:
   loop = 10
   rows = []
   for batch, dim, classes in sizes:
-    fns = _loss_fns(batch, dim, classes, loop)
+    fns, _ = _loss_fns(batch, dim, classes, loop)
     calls, loops = {}, {}
-    fns.pop("_labels")
     for name, (fn, args, looped) in fns.items():
       calls[name] = lambda fn=fn, args=args: fn(*args)
       loops[name] = looped
@@ -293,10 +291,10 @@ def bench_ablations(quick: bool) -> dict:
   for batch, dim, classes in ([(512, 2048, 1000)] if quick else
                               [(512, 2048, 10), (512, 2048, 1000), (512, 2048, 8142)]):
     fns = {}
-    tiled_fn, args, _ = _loss_fns(batch, dim, classes, 1)["mr2"]
+    tiled_fn, args, _ = _loss_fns(batch, dim, classes, 1)[0]["mr2"]
     fns["tiled"] = lambda f=tiled_fn, a=args: f(*a)
     with unittest.mock.patch.object(representation_margin, "TILED_MIN_WORK", float("inf")):
-      dense_fn, dense_args, _ = _loss_fns(batch, dim, classes, 1)["mr2"]
+      dense_fn, dense_args, _ = _loss_fns(batch, dim, classes, 1)[0]["mr2"]
       jax.block_until_ready(dense_fn(*dense_args))  # traced and compiled with the dense form
     fns["dense"] = lambda f=dense_fn, a=dense_args: f(*a)
     for fn in fns.values():
