@@ -20,6 +20,7 @@ import numpy as np
 import mr2_jax
 
 PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
+                   ("train_class_ce", "per-class cross-entropy L_c on the training set"),
                    ("class_weight", "per-class weight ŵ_c"),
                    ("gamma", "per-class margin γ_c"))
 
@@ -224,6 +225,57 @@ def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list
   return written
 
 
+def rho_history(workdirs: Sequence[str | pathlib.Path]) -> dict[str, list[float]] | None:
+  """ρ on the training set over training (`config.class_loss_every_epochs`), mean ± std over the
+  runs at the epochs every run logged: {"epoch": [...], "mean": [...], "std": [...]}; None when a
+  run logged none."""
+  per_run = []
+  for workdir in workdirs:
+    path = pathlib.Path(workdir) / "metrics.jsonl"
+    records = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+               if path.exists() else [])
+    per_run.append({round(r["epoch"], 6): r["train_rho"] for r in records if "train_rho" in r})
+  epochs = sorted(set.intersection(*(set(run) for run in per_run))) if per_run else []
+  if not epochs:
+    return None
+  values = np.array([[run[e] for e in epochs] for run in per_run], np.float64)
+  return {"epoch": epochs, "mean": values.mean(0).tolist(), "std": values.std(0).tolist()}
+
+
+def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
+  """ρ over training, one row per method, at `columns` epochs spread over the logged ones."""
+  epochs = next(iter(histories.values()))["epoch"]
+  picks = sorted(set(np.linspace(0, len(epochs) - 1, min(columns, len(epochs))).round().astype(int)))
+  lines = ["ρ = std_c L_c / mean_c L_c of the per-class cross-entropy on the training set, over "
+           "training (mean ± std over seeds):", "",
+           "| method | " + " | ".join(f"epoch {epochs[i]:g}" for i in picks) + " |",
+           "|" + "---|" * (len(picks) + 1)]
+  for name, history in histories.items():
+    lines.append(f"| {name} | " + " | ".join(
+        f"{history['mean'][i]:.3f} ± {history['std'][i]:.3f}" for i in picks) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
+  """ρ on the training set against epochs, one line (mean ± std band over seeds) per method."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for name, history in histories.items():
+    epoch, mean, std = (np.asarray(history[k]) for k in ("epoch", "mean", "std"))
+    ax.plot(epoch, mean, label=name, lw=1.2)
+    ax.fill_between(epoch, mean - std, mean + std, alpha=0.15)
+  ax.set_xlabel("epoch")
+  ax.set_ylabel("ρ (training set)")
+  ax.set_title("per-class loss spread ρ = std_c L_c / mean_c L_c")
+  ax.legend(fontsize=7, ncol=2)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
                  out: pathlib.Path, paired_against: str | None = None) -> str:
   """Tables (report.md), comparison.json and plots in `out`; returns the Markdown."""
@@ -232,6 +284,12 @@ def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
   table = method_table(summaries, reference, paired_against)
   class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
   markdown = markdown_tables(table, class_counts)
+  histories = {name: rho_history(dirs) for name, dirs in methods.items()}
+  histories = {name: h for name, h in histories.items() if h is not None}
+  if histories:
+    table["_rho_history"] = histories
+    markdown += "\n" + rho_markdown(histories)
+    plot_rho_history(histories, out / "rho_over_training.png")
   (out / "report.md").write_text(markdown)
   (out / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
   plot_per_class_accuracy(table, out / "per_class_accuracy.png")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the pilot studies of experiments/results/README.md (issue 6) on this CPU.
 # Usage: bash experiments/run_studies.sh [CIFAR10_DIR] [WORKDIR] [MNIST_DIR]
-# --noxla_cpu_tuning: the committed runs used XLA's default CPU flags (most of them ran before
-# experiments/xla_cpu.py existed); with it the numbers are reproduced as committed.
+# --noxla_cpu_tuning: the runs of studies 1, 2 and 4 used XLA's default CPU flags (most of them ran
+# before experiments/xla_cpu.py existed); with it they are rerun as committed. The imbalance-factor
+# sweep (study 1b, session 10) ran with the tuned flags (experiments/xla_cpu.py, 1.9x faster here).
 set -euo pipefail
 data=${1:-../shared/data/cifar10_jpeg}
 work=${2:-workdirs/studies}
@@ -30,3 +31,11 @@ python -m experiments.compare --noxla_cpu_tuning --config=experiments/configs/st
   --config.data_dir="$data" --seeds=0,1,2,3,4 --workdir="$work/reweight_cifar10_lt" \
   --report_dir="$work/combined_cifar10_lt_report" \
   --methods=ce,mr2,ir_macro=inverse_reweight,mr2_ir_macro=mr2+inverse_reweight
+# Study 1b: imbalance factors 50, 100, 200 (same recipe as study 1, seeds 0-2, six methods), with the
+# per-class training-set loss L_c and rho logged every epoch (config.class_loss_every_epochs = 1).
+for imbalance in 100 50 200; do
+  python -m experiments.compare --config=experiments/configs/study_reweight_cifar10_lt.py \
+    --config.data_dir="$data" --config.imbalance_factor=$imbalance --seeds=0,1,2 \
+    --workdir="$work/if_sweep/if$imbalance" \
+    --methods=ce,class_balanced,focal,ldam_drw=ldam_drw:ldam.scale=1.0:ldam.max_margin=15.0,logit_adjust,ir_macro=inverse_reweight
+done

@@ -329,6 +329,7 @@ RANGES = (
     ("num_epochs", (1, True), (INF, False)), ("batch_size", (1, True), (INF, False)),
     ("eval_batch_size", (1, True), (INF, False)), ("log_every_steps", (1, True), (INF, False)),
     ("checkpoint_every_steps", (1, True), (INF, False)),
+    ("class_loss_every_epochs", (0, True), (INF, False)),
     ("keep_checkpoints", (1, True), (INF, False)), ("warmup_epochs", (0, True), (INF, False)),
     ("learning_rate", (0, False), (INF, False)), ("momentum", (0, True), (1, False)),
     ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),
@@ -452,6 +453,16 @@ def evaluate_split(state, eval_fn, split, batch_size, num_classes):
   return correct, counts, loss_sums
 
 
+def training_class_loss(state, eval_fn, train, batch_size, num_classes):
+  """(L_c [K] as a list, ρ): per-class mean cross-entropy on the whole training set (no
+  augmentation), L_c = Σ_{i: y_i = c} CE_i / n_c, and ρ = std_c L_c / mean_c L_c over the classes
+  with examples. `state` is one host copy (evaluated on the first device)."""
+  _, counts, loss_sums = evaluate_split(state, eval_fn, train, batch_size, num_classes)
+  present = counts > 0
+  class_loss = np.where(present, loss_sums / np.maximum(counts, 1), np.nan)
+  return class_loss.tolist(), float(reweight_jax.rho(np.nan_to_num(class_loss), present))
+
+
 def neural_collapse_metrics(state, eval_fn, split, batch_size, num_classes, head_kind):
   """NC1–NC4 and ρ on `split` (no augmentation), streamed with `reweight_jax.NCAccumulator`."""
   weights, bias = classifier_weights(state.params, head_kind)
@@ -525,8 +536,8 @@ def from_checkpoint(restored: TrainState, template: TrainState) -> TrainState:
 
 # Fields that may change when a run is resumed: how it runs and reports, not what it computes.
 RESUMABLE_FIELDS = ("parallel", "progress_bar", "log_every_steps", "checkpoint_every_steps",
-                    "keep_checkpoints", "eval_batch_size", "nc_metrics", "reference_summary",
-                    "data_dir")
+                    "keep_checkpoints", "eval_batch_size", "nc_metrics", "class_loss_every_epochs",
+                    "reference_summary", "data_dir")
 
 
 def check_resumable(workdir: pathlib.Path, config) -> None:
@@ -666,6 +677,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                     unit="img", unit_scale=True, dynamic_ncols=True,
                     desc=f"{config.loss} {config.dataset}")
 
+  eval_fn = jax.jit(eval_step)
   step = start_step
   window_start, window_images = time.perf_counter(), 0
   while step < total_steps:
@@ -693,6 +705,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         if progress is not None:
           progress.set_postfix(loss=f"{scalars['loss']:.3f}", epoch=f"{scalars['epoch']:.1f}")
         window_start, window_images = time.perf_counter(), 0
+      if (config.class_loss_every_epochs and step % steps_per_epoch == 0
+          and (step // steps_per_epoch) % config.class_loss_every_epochs == 0):
+        class_loss, loss_rho = training_class_loss(runner.to_host(state), eval_fn, train,
+                                                   config.eval_batch_size, num_classes)
+        writer.write(step, {"epoch": step / steps_per_epoch, "train_rho": loss_rho},
+                     {"train_class_ce": class_loss})
       if step % config.checkpoint_every_steps == 0 or step == total_steps:
         if not bool(runner.to_host(metrics["finite"])):  # never checkpoint a diverged state
           raise FloatingPointError(f"non-finite loss or class statistics at step {step}")

@@ -84,3 +84,31 @@ def test_paired_against_another_method_keeps_erm_groups(tmp_path):
 def test_missing_summary_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="summary.json"):
     evaluate.load_summaries([tmp_path / "nope"])
+
+
+def test_rho_over_training_mean_std_at_common_epochs_table_and_plot(tmp_path):
+  rhos = {"ce": [[0.9, 0.7, 0.6], [0.8, 0.7, 0.5]], "rw": [[0.9, 0.4, 0.2], [0.7, 0.3, 0.25]]}
+  runs = {}
+  for name, per_seed in rhos.items():
+    runs[name] = []
+    for seed, values in enumerate(per_seed):
+      run = tmp_path / name / f"seed{seed}"
+      _write_run(run, seed, [0.9, 0.8, 0.7, 0.6, 0.5, 0.4], history=False)
+      rows = [{"step": 7 * (e + 1), "loss": 1.0} for e in range(3)]  # ordinary log records
+      rows += [{"step": 10 * (e + 1), "epoch": float(e + 1), "train_rho": v}
+               for e, v in enumerate(values)]
+      if seed == 1:  # an extra epoch in one run only: not a common epoch, left out
+        rows.append({"step": 40, "epoch": 4.0, "train_rho": 0.1})
+      (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+      runs[name].append(run)
+  markdown = evaluate.write_report(runs, "ce", tmp_path / "report")
+  table = json.loads((tmp_path / "report" / "comparison.json").read_text())
+  history = table["_rho_history"]["rw"]
+  assert history["epoch"] == [1.0, 2.0, 3.0]
+  values = np.array(rhos["rw"])
+  np.testing.assert_allclose(history["mean"], values.mean(0))
+  np.testing.assert_allclose(history["std"], values.std(0))
+  assert "| rw | 0.800 ± 0.100 | 0.350 ± 0.050 | 0.225 ± 0.025 |" in markdown
+  assert (tmp_path / "report" / "rho_over_training.png").stat().st_size > 1000
+  # Runs without the records: no section, no plot.
+  assert evaluate.rho_history([tmp_path / "nope"]) is None

@@ -125,6 +125,26 @@ def test_train_and_evaluate_writes_summary_metrics_and_history(tmp_path):
   assert any((tmp_path / "tensorboard").iterdir())
 
 
+def test_class_loss_every_epochs_logs_training_set_class_loss_and_rho(tmp_path):
+  config = tiny_config("inverse_reweight")
+  config.num_epochs = 2
+  config.class_loss_every_epochs = 1
+  config.nc_metrics = False
+  summary = train.train_and_evaluate(config, tmp_path)
+  records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  rho_records = [r for r in records if "train_rho" in r]
+  assert [r["epoch"] for r in rho_records] == [1.0, 2.0]
+  history = [json.loads(line) for line in (tmp_path / "class_history.jsonl").read_text().splitlines()]
+  class_ce = [r["train_class_ce"] for r in history if "train_class_ce" in r]
+  assert len(class_ce) == 2 and len(class_ce[0]) == 10
+  assert class_ce[0] != class_ce[1]
+  # The last record is the final state's: the summary's per-class training loss, and ρ of it
+  # recomputed in float64 NumPy (population std over classes / mean).
+  np.testing.assert_allclose(class_ce[-1], summary["train_class_loss"], rtol=1e-6)
+  final = np.asarray(class_ce[-1], np.float64)
+  assert rho_records[-1]["train_rho"] == pytest.approx(final.std() / final.mean(), rel=1e-5)
+
+
 def test_evaluation_counts_every_test_example_in_a_relative_workdir(tmp_path, monkeypatch):
   config = tiny_config("ce")
   config.eval_batch_size = 64  # 599 test examples: the last batch is padded

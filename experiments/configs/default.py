@@ -64,5 +64,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval_batch_size = 256
   config.progress_bar = True
   config.nc_metrics = True          # NC1–NC4 and ρ on the training set at the end.
+  # > 0: every this many epochs, the per-class cross-entropy L_c on the whole training set (no
+  # augmentation) and ρ = std_c L_c / mean_c L_c, in class_history.jsonl / metrics.jsonl.
+  config.class_loss_every_epochs = 0
   config.reference_summary = ml_collections.config_dict.placeholder(str)  # ERM summary.json.
   return config

@@ -30,4 +30,5 @@ def get_config():
   config.log_every_steps = 20
   config.checkpoint_every_steps = 200
   config.eval_batch_size = 500
+  config.class_loss_every_epochs = 1  # per-class training-set loss L_c and ρ over training
   return config
