@@ -1,0 +1,121 @@
+"""One table and one plot across several comparison reports of the same methods (e.g. an
+imbalance-factor sweep), from their comparison.json files (written by `experiments.evaluate`).
+
+    python -m experiments.sweep_table --reports "IF 50=workdirs/if50/report" \
+        "IF 100=workdirs/if100/report" --out workdirs/if_sweep
+
+Per method and report: overall accuracy (mean ± std over seeds), the paired per-seed Δ against the
+report's reference (seeds ahead / all), Few-shot accuracy, and ρ on the training set at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+
+def load_reports(specs: Sequence[str]) -> dict[str, dict]:
+  """{label: comparison.json} from 'label=report_dir' entries, in the given order."""
+  reports = {}
+  for spec in specs:
+    label, _, folder = spec.partition("=")
+    if not folder:
+      raise SystemExit(f"error: --reports entry {spec!r} is not label=report_dir")
+    path = pathlib.Path(folder) / "comparison.json"
+    if not path.exists():
+      raise SystemExit(f"error: {path}: no comparison.json (run experiments.compare first)")
+    reports[label] = json.loads(path.read_text())
+  return reports
+
+
+def _methods(report: dict) -> list[str]:
+  return [m for m in report if not m.startswith("_")]
+
+
+def sweep_rows(reports: dict[str, dict]) -> dict[str, dict[str, dict]]:
+  """{method: {label: cells}} for the methods present in every report; cells hold (mean, std)
+  pairs in fractions, the paired Δ as [mean, std, ahead, seeds] and ρ as (mean, std)."""
+  common = [m for m in _methods(next(iter(reports.values())))
+            if all(m in report for report in reports.values())]
+  rows = {}
+  for method in common:
+    rows[method] = {}
+    for label, report in reports.items():
+      row = report[method]
+      rows[method][label] = {
+          "overall": row["overall"],
+          "delta": row.get("delta_vs_reference", {}).get("overall"),
+          "few": row.get("many_medium_few", {}).get("few"),
+          "rho": row.get("neural_collapse", {}).get("rho"),
+      }
+  return rows
+
+
+def markdown(rows: dict[str, dict[str, dict]]) -> str:
+  labels = list(next(iter(rows.values())))
+  lines = ["Overall accuracy (%, mean ± std over seeds) and paired Δ vs the reference (points, "
+           "seeds ahead / all):", "",
+           "| method | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+  for method, cells in rows.items():
+    parts = []
+    for label in labels:
+      cell = cells[label]
+      text = f"{100 * cell['overall'][0]:.1f} ± {100 * cell['overall'][1]:.1f}"
+      if cell["delta"] is not None:
+        mean, _, ahead, seeds = cell["delta"]
+        text += f" ({100 * mean:+.1f}, {ahead}/{seeds})"
+      parts.append(text)
+    lines.append(f"| {method} | " + " | ".join(parts) + " |")
+  lines += ["", "Few-shot accuracy (%) and ρ on the training set at the end:", "",
+            "| method | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+  for method, cells in rows.items():
+    parts = []
+    for label in labels:
+      few, rho = cells[label]["few"], cells[label]["rho"]
+      parts.append((f"{100 * few[0]:.1f} ± {100 * few[1]:.1f}" if few else "n/a") + " / " +
+                   (f"ρ {rho[0]:.2f}" if rho else "ρ n/a"))
+    lines.append(f"| {method} | " + " | ".join(parts) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot(rows: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
+  """Overall accuracy against the reports (x: their labels), one line per method."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for method, cells in rows.items():
+    labels = list(cells)
+    mean = np.array([cells[label]["overall"][0] for label in labels]) * 100
+    std = np.array([cells[label]["overall"][1] for label in labels]) * 100
+    ax.errorbar(np.arange(len(labels)), mean, yerr=std, marker="o", capsize=2, label=method)
+  ax.set_xticks(np.arange(len(labels)), labels)
+  ax.set_ylabel("test accuracy (%)")
+  ax.legend(fontsize=7)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--reports", nargs="+", required=True, help="label=report_dir")
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  rows = sweep_rows(load_reports(args.reports))
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  text = markdown(rows)
+  (out / "sweep.md").write_text(text)
+  (out / "sweep.json").write_text(json.dumps(rows, indent=2) + "\n")
+  plot(rows, out / "overall_accuracy.png")
+  print(text)
+
+
+if __name__ == "__main__":
+  main()
