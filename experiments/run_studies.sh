@@ -39,3 +39,5 @@ for imbalance in 100 50 200; do
     --workdir="$work/if_sweep/if$imbalance" \
     --methods=ce,class_balanced,focal,ldam_drw=ldam_drw:ldam.scale=1.0:ldam.max_margin=15.0,logit_adjust,ir_macro=inverse_reweight
 done
+python -m experiments.sweep_table --out "$work/if_sweep/table" --reports \
+  "IF 50=$work/if_sweep/if50/report" "IF 100=$work/if_sweep/if100/report" "IF 200=$work/if_sweep/if200/report"

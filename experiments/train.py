@@ -707,10 +707,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         window_start, window_images = time.perf_counter(), 0
       if (config.class_loss_every_epochs and step % steps_per_epoch == 0
           and (step // steps_per_epoch) % config.class_loss_every_epochs == 0):
+        evaluation_start = time.perf_counter()
         class_loss, loss_rho = training_class_loss(runner.to_host(state), eval_fn, train,
                                                    config.eval_batch_size, num_classes)
         writer.write(step, {"epoch": step / steps_per_epoch, "train_rho": loss_rho},
                      {"train_class_ce": class_loss})
+        window_start += time.perf_counter() - evaluation_start  # images/s: training time only
       if step % config.checkpoint_every_steps == 0 or step == total_steps:
         if not bool(runner.to_host(metrics["finite"])):  # never checkpoint a diverged state
           raise FloatingPointError(f"non-finite loss or class statistics at step {step}")
