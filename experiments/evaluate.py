@@ -243,16 +243,21 @@ def rho_history(workdirs: Sequence[str | pathlib.Path]) -> dict[str, list[float]
 
 
 def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
-  """ρ over training, one row per method, at `columns` epochs spread over the logged ones."""
-  epochs = next(iter(histories.values()))["epoch"]
+  """ρ over training, one row per method, at `columns` epochs spread over those every method
+  logged."""
+  epochs = sorted(set.intersection(*(set(h["epoch"]) for h in histories.values())))
+  if not epochs:
+    return ""
   picks = sorted(set(np.linspace(0, len(epochs) - 1, min(columns, len(epochs))).round().astype(int)))
+  shown = [epochs[i] for i in picks]
   lines = ["ρ = std_c L_c / mean_c L_c of the per-class cross-entropy on the training set, over "
            "training (mean ± std over seeds):", "",
-           "| method | " + " | ".join(f"epoch {epochs[i]:g}" for i in picks) + " |",
-           "|" + "---|" * (len(picks) + 1)]
+           "| method | " + " | ".join(f"epoch {e:g}" for e in shown) + " |",
+           "|" + "---|" * (len(shown) + 1)]
   for name, history in histories.items():
+    at = {e: i for i, e in enumerate(history["epoch"])}
     lines.append(f"| {name} | " + " | ".join(
-        f"{history['mean'][i]:.3f} ± {history['std'][i]:.3f}" for i in picks) + " |")
+        f"{history['mean'][at[e]]:.3f} ± {history['std'][at[e]]:.3f}" for e in shown) + " |")
   return "\n".join(lines) + "\n"
 
 

@@ -112,3 +112,12 @@ def test_rho_over_training_mean_std_at_common_epochs_table_and_plot(tmp_path):
   assert (tmp_path / "report" / "rho_over_training.png").stat().st_size > 1000
   # Runs without the records: no section, no plot.
   assert evaluate.rho_history([tmp_path / "nope"]) is None
+
+
+def test_rho_table_uses_the_epochs_every_method_logged():
+  histories = {"a": {"epoch": [1.0, 2.0, 3.0], "mean": [0.9, 0.8, 0.7], "std": [0.0, 0.0, 0.0]},
+               "b": {"epoch": [2.0, 3.0], "mean": [0.5, 0.4], "std": [0.1, 0.1]}}
+  text = evaluate.rho_markdown(histories)
+  assert "| method | epoch 2 | epoch 3 |" in text
+  assert "| a | 0.800 ± 0.000 | 0.700 ± 0.000 |" in text
+  assert "| b | 0.500 ± 0.100 | 0.400 ± 0.100 |" in text
