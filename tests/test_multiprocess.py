@@ -8,6 +8,7 @@ import sys
 
 import chex
 import numpy as np
+import pytest
 
 from experiments import launch
 from tests import checkpoints
@@ -49,6 +50,7 @@ def assert_same(state, reference):
   assert float(np.sum(reference["reweight_state"]["batch_counts"])) > 0
 
 
+@pytest.mark.slow  # ≈ 155 s on 2 cores: two processes × 4 devices over gloo
 def test_two_processes_equal_one_process_and_checkpoints_move_across_device_counts(tmp_path):
   os.chdir(REPO)
   one_process = tmp_path / "one_process"

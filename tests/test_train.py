@@ -99,7 +99,9 @@ def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(los
 @pytest.mark.parametrize("loss", [
     pytest.param("mr2", marks=pytest.mark.slow),
     pytest.param("inverse_reweight", marks=pytest.mark.slow),
-    "mr2+inverse_reweight",  # both methods at once: the default run keeps this one
+    # both methods at once; ≈ 110 s on 2 cores, so slow too: the default run keeps the 8-device
+    # pmap / shard_map = one device check of every loss (test_every_loss_trains_under_...)
+    pytest.param("mr2+inverse_reweight", marks=pytest.mark.slow),
 ])
 def test_1_2_4_8_devices_pmap_and_shard_map_equal_one_device(loss):
   modes = [("none", 1)] + [(p, n) for p in ("pmap", "shard_map") for n in (1, 2, 4, 8)]
@@ -189,6 +191,7 @@ RESUME_OVERRIDES = ("--config.loss=mr2+inverse_reweight", "--config.num_epochs=4
                     "--config.nc_metrics=False")
 
 
+@pytest.mark.slow  # ≈ 100 s on 2 cores: three CLI runs, one killed
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
   env = cli_env(tmp_path)
   straight = tmp_path / "straight"

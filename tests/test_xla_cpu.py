@@ -46,6 +46,7 @@ def _run(out, xla_flags):
   return np.load(out)
 
 
+@pytest.mark.slow  # ≈ 60 s on 2 cores: two subprocesses compiling ResNet-32
 def test_tuned_flags_give_the_same_update(tmp_path):
   default = _run(tmp_path / "default.npz", "")
   tuned = _run(tmp_path / "tuned.npz", " ".join(xla_cpu.TUNED_FLAGS))
