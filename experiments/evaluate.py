@@ -25,6 +25,14 @@ PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
                    ("gamma", "per-class margin γ_c"))
 
 
+def read_jsonl(path: pathlib.Path) -> list[dict]:
+  """The records of a JSON-lines log (metrics.jsonl, class_history.jsonl); [] when it is absent."""
+  path = pathlib.Path(path)
+  if not path.exists():
+    return []
+  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def load_summaries(workdirs: Sequence[str | pathlib.Path]) -> list[dict]:
   summaries = []
   for workdir in workdirs:
@@ -196,10 +204,9 @@ def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
 
 def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list[pathlib.Path]:
   """One PNG per logged per-class quantity (loss, weight, γ) over training steps."""
-  history_file = pathlib.Path(workdir) / "class_history.jsonl"
-  if not history_file.exists():
+  records = read_jsonl(pathlib.Path(workdir) / "class_history.jsonl")
+  if not records:
     return []
-  records = [json.loads(line) for line in history_file.read_text().splitlines() if line.strip()]
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -231,9 +238,7 @@ def rho_history(workdirs: Sequence[str | pathlib.Path]) -> dict[str, list[float]
   run logged none."""
   per_run = []
   for workdir in workdirs:
-    path = pathlib.Path(workdir) / "metrics.jsonl"
-    records = ([json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-               if path.exists() else [])
+    records = read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
     per_run.append({round(r["epoch"], 6): r["train_rho"] for r in records if "train_rho" in r})
   epochs = sorted(set.intersection(*(set(run) for run in per_run))) if per_run else []
   if not epochs:
