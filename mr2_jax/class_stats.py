@@ -14,8 +14,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from mr2_jax import class_sums
-from mr2_jax import validation
+from _perclass import class_sums
+from _perclass import checks
 
 Array = Any
 
@@ -40,7 +40,7 @@ class ClassStats:
 
 def init_class_stats(num_classes: int) -> ClassStats:
   """Empty statistics for K classes: A = V = 0, nothing seen."""
-  num_classes = validation.check_num_classes(num_classes)
+  num_classes = checks.check_num_classes(num_classes)
   # Separate buffers, so that a train state holding them can be donated to a jitted step.
   return ClassStats(sq_mean_norm=jnp.zeros((num_classes,), jnp.float32),
                     mean_sq_deviation=jnp.zeros((num_classes,), jnp.float32),
@@ -61,10 +61,10 @@ def lp_sq_norm(x: Array, p: float) -> jax.Array:
 def check_stats_inputs(features: Array, labels: Array, num_classes: int,
                        where: Array | None) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels, valid)."""
-  features = validation.check_floating(features, 2, "features")
-  in_range = validation.check_labels(labels, num_classes, "labels")
-  validation.check_batch_dim(features, labels.shape[0], "features")
-  mask = validation.check_where(where, labels.shape[0])
+  features = checks.check_floating(features, 2, "features")
+  in_range = checks.check_labels(labels, num_classes, "labels")
+  checks.check_batch_dim(features, labels.shape[0], "features")
+  mask = checks.check_where(where, labels.shape[0])
   return features, jnp.asarray(labels), in_range & mask
 
 

@@ -7,9 +7,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mr2_jax import validation
+from _perclass import checks
 from mr2_jax.class_stats import ClassStats
-from mr2_jax.log_softmax import label_log_softmax
+from _perclass.cross_entropy import label_log_softmax
 
 Array = Any
 
@@ -69,13 +69,12 @@ def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Arra
   Returns:
     float [B] losses; NaN for an out-of-range label under `jit` (never a clipped class).
   """
-  logits = validation.check_floating(logits, 2, "logits")
+  logits = checks.check_floating(logits, 2, "logits")
   num_classes = logits.shape[1]
-  in_range = validation.check_labels(labels, num_classes, "labels")
-  validation.check_batch_dim(logits, labels.shape[0], "logits")
-  gamma = validation.check_class_vector(gamma, num_classes, "gamma")
+  in_range = checks.check_labels(labels, num_classes, "labels")
+  checks.check_batch_dim(logits, labels.shape[0], "logits")
+  gamma = checks.check_class_vector(gamma, num_classes, "gamma")
   gamma = jax.lax.stop_gradient(gamma)
-  safe_labels = jnp.where(in_range, labels, 0)
-  scaled = logits / gamma[safe_labels][:, None].astype(logits.dtype)
-  loss = -label_log_softmax(scaled, safe_labels)
+  scaled = logits / checks.take_class_values(gamma, labels, in_range)[:, None].astype(logits.dtype)
+  loss = -label_log_softmax(scaled, checks.index_labels(labels, in_range))
   return jnp.where(in_range, loss, jnp.nan)

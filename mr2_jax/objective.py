@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from mr2_jax import class_stats as class_stats_lib
-from mr2_jax import class_sums
+from _perclass import class_sums
 from mr2_jax import margins
 from mr2_jax import representation_margin as rep_margin
-from mr2_jax import validation
+from _perclass import checks
 from mr2_jax.class_stats import ClassStats
 
 Array = Any
@@ -45,13 +45,13 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
   Returns:
     (margin_ce [B], representation [B], new_stats, {'gamma' [K], 's_bar'}).
   """
-  logits = validation.check_floating(logits, 2, "logits")
+  logits = checks.check_floating(logits, 2, "logits")
   num_classes = logits.shape[1]
   if stats.num_classes != num_classes:
     raise ValueError(
         f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")
   features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
-  validation.check_batch_dim(logits, labels.shape[0], "logits")
+  checks.check_batch_dim(logits, labels.shape[0], "logits")
 
   if not p >= 1:
     raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
@@ -76,7 +76,7 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
   s_bar = rep_margin.mean_class_deviation(new_stats)
 
   # Padding rows' logits are replaced before the softmax, so they send no NaN into the gradient.
-  padding = ~validation.check_where(where, labels.shape[0])
+  padding = ~checks.check_where(where, labels.shape[0])
   margin_ce = margins.margin_cross_entropy(jnp.where(padding[:, None], 0.0, logits), labels, gamma)
   if with_representation_margin:
     representation = rep_margin.representation_margin_loss(
@@ -132,8 +132,8 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
   """
   if form not in FORMS:
     raise ValueError(f"form: expected one of {FORMS}, got {form!r}.")
-  logits = validation.check_floating(logits, 2, "logits")
-  features = validation.check_floating(features, 2, "features")
+  logits = checks.check_floating(logits, 2, "logits")
+  features = checks.check_floating(features, 2, "features")
   num_classes, dim = logits.shape[1], features.shape[1]
   if p is None:
     p = 2.0 if form == "paper" else 5.0
@@ -144,7 +144,7 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
       temperature=temperature, uniform_margin=uniform_margin, stats_reduction=stats_reduction,
       axis_name=axis_name, where=where)
   labels = jnp.asarray(labels)
-  mask = validation.check_where(where, labels.shape[0]).astype(logits.dtype)
+  mask = checks.check_where(where, labels.shape[0]).astype(logits.dtype)
   num_valid = jnp.maximum(_global_sum(mask, axis_name), 1.0)
   # NaN losses of out-of-range labels propagate (mask is 1 there unless `where` excludes them).
   ce_sum = jnp.sum(jnp.where(mask > 0, margin_ce, 0.0))

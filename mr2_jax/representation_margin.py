@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from mr2_jax import class_stats as class_stats_lib
-from mr2_jax import validation
+from _perclass import checks
 from mr2_jax.class_stats import ClassStats
 
 Array = Any
@@ -168,7 +168,7 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   Returns:
     float [B] per-anchor losses (the caller reduces them).
   """
-  features = validation.check_floating(features, 2, "features")
+  features = checks.check_floating(features, 2, "features")
   if not temperature > 0:
     raise ValueError(f"temperature: expected τ > 0, got {temperature}.")
   if num_classes is None:
@@ -213,5 +213,5 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
                      for t in tiles) + (dense,)
     loss = _switch(branches, branch, *operands)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
-  out_of_range = validation.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
+  out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
   return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))

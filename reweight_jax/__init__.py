@@ -4,9 +4,12 @@ Wang, Tong, Xie, Gao, "Rethinking Loss Reweighting for Imbalance Learning as an 
 Neural Collapse Point of View", arXiv 2605.10047 (ICML 2026).
 """
 
+from _perclass.checks import traced_checks
+from _perclass.cross_entropy import cross_entropy_loss
+from _perclass.metrics import class_mean
+from _perclass.metrics import rho
 from reweight_jax.baselines import balanced_softmax_loss
 from reweight_jax.baselines import class_balanced_weights
-from reweight_jax.baselines import cross_entropy_loss
 from reweight_jax.baselines import focal_loss
 from reweight_jax.baselines import ib_loss
 from reweight_jax.baselines import inverse_frequency_weights
@@ -20,7 +23,6 @@ from reweight_jax.inverse_weights import inverse_weights
 from reweight_jax.inverse_weights import mean_class_loss
 from reweight_jax.loss import ReweightAux
 from reweight_jax.loss import inverse_reweighted_loss
-from reweight_jax.loss_imbalance import rho
 from reweight_jax.macro import macro_factor
 from reweight_jax.neural_collapse import NCAccumulator
 from reweight_jax.neural_collapse import NCMetrics
@@ -40,6 +42,7 @@ __all__ = [
     "balanced_softmax_loss",
     "batch_class_losses",
     "class_balanced_weights",
+    "class_mean",
     "class_prior",
     "cross_entropy_loss",
     "focal_loss",
@@ -56,4 +59,5 @@ __all__ = [
     "mean_class_loss",
     "nc_metrics",
     "rho",
+    "traced_checks",
 ]

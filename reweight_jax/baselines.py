@@ -15,14 +15,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mr2_jax.log_softmax import label_log_softmax
-from mr2_jax.validation import check_batch_dim
-from mr2_jax.validation import check_class_vector
-from mr2_jax.validation import check_floating
-from mr2_jax.validation import check_labels
-from mr2_jax.validation import check_where
-from reweight_jax._counts import check_counts
-from reweight_jax._counts import nan_where_negative
+from _perclass.checks import check_batch_dim
+from _perclass.checks import check_class_vector
+from _perclass.checks import check_counts
+from _perclass.checks import check_floating
+from _perclass.checks import check_where
+from _perclass.checks import nan_where_negative
+from _perclass.cross_entropy import check_logits_and_labels as _check_logits_and_labels
+from _perclass.cross_entropy import finish_per_example as _finish
+from _perclass.cross_entropy import label_log_prob as _label_log_prob
 from reweight_jax.priors import class_prior
 from reweight_jax.priors import mean_normalize
 
@@ -77,47 +78,6 @@ def ldam_drw_weights(class_counts: Array, epoch: Array, *, drw_epoch: int = 160,
 # Per-example losses
 # ---------------------------------------------------------------------------------------------------
 
-def _check_logits_and_labels(logits: Array, labels: Array, where: Array | None
-                             ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Checked (logits, labels, in-range mask); masked rows' logits are replaced by 0 *before* any
-  loss is computed, so padding (possibly inf or NaN) sends no NaN into the gradient."""
-  logits = check_floating(logits, 2, "logits")
-  labels = jnp.asarray(labels)
-  in_range = check_labels(labels, logits.shape[1])
-  check_batch_dim(logits, labels.shape[0], "logits")
-  mask = check_where(where, labels.shape[0])
-  return jnp.where(mask[:, None], logits, 0), labels, in_range
-
-
-def _label_log_prob(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """log softmax(z)_y per example [B] (labels already range-checked; bad ones handled by callers)."""
-  safe_labels = jnp.clip(labels, 0, logits.shape[1] - 1)
-  return label_log_softmax(logits, safe_labels)
-
-
-def _finish(values: jax.Array, labels: jax.Array, in_range: jax.Array, where: Array | None,
-            class_weights: Array | None, num_classes: int) -> jax.Array:
-  """Applies optional class weights w_y, NaN for out-of-range labels, 0 for masked examples."""
-  where = check_where(where, labels.shape[0])
-  if class_weights is not None:
-    class_weights = check_class_vector(class_weights, num_classes, "class_weights")
-    values = values * class_weights[jnp.clip(labels, 0, num_classes - 1)].astype(values.dtype)
-  values = jnp.where(in_range, values, jnp.nan)
-  return jnp.where(where, values, 0)
-
-
-def cross_entropy_loss(logits: Array, labels: Array, *, class_weights: Array | None = None,
-                       where: Array | None = None) -> jax.Array:
-  """Per-example cross-entropy w_y · (−log softmax(z)_y) [B]; w ≡ 1 without `class_weights`.
-
-  Labels are range-checked (NaN for an out-of-range label under jit, never a clipped class); masked
-  rows give 0 and no gradient. Inverse-frequency and class-balanced baselines pass their weights.
-  """
-  logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
-  return _finish(-_label_log_prob(logits, labels), labels, in_range, where, class_weights,
-                 logits.shape[1])
-
-
 def focal_loss(logits: Array, labels: Array, *, gamma: float = 1.0,
                class_weights: Array | None = None, where: Array | None = None) -> jax.Array:
   """Focal loss w_y·(1 − p_y)^γ · CE, per example [B].
@@ -131,7 +91,7 @@ def focal_loss(logits: Array, labels: Array, *, gamma: float = 1.0,
     where: optional bool [B].
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
-  log_prob = _label_log_prob(logits, labels)
+  log_prob = _label_log_prob(logits, labels, in_range)
   modulator = jnp.power(-jnp.expm1(log_prob), gamma)
   return _finish(-modulator * log_prob, labels, in_range, where, class_weights, logits.shape[1])
 
@@ -163,7 +123,7 @@ def ldam_loss(logits: Array, labels: Array, class_counts: Array, *, max_margin: 
                                "class_counts")
   one_hot = jax.nn.one_hot(labels, logits.shape[1], dtype=logits.dtype)
   shifted = logits - one_hot * margins.astype(logits.dtype)
-  per_example = -_label_log_prob(scale * shifted, labels)
+  per_example = -_label_log_prob(scale * shifted, labels, in_range)
   return _finish(per_example, labels, in_range, where, class_weights, logits.shape[1])
 
 
@@ -178,7 +138,7 @@ def logit_adjusted_loss(logits: Array, labels: Array, class_counts: Array, *, ta
                                     "class_counts")
   clamped = jnp.maximum(class_counts, 1.0)
   log_prior = nan_where_negative(jnp.log(clamped / jnp.sum(clamped)), class_counts)
-  per_example = -_label_log_prob(logits + tau * log_prior.astype(logits.dtype), labels)
+  per_example = -_label_log_prob(logits + tau * log_prior.astype(logits.dtype), labels, in_range)
   return _finish(per_example, labels, in_range, where, None, logits.shape[1])
 
 
@@ -215,5 +175,5 @@ def ib_loss(logits: Array, labels: Array, features: Array, *, alpha: float = 100
   grad_norm = jnp.sum(jnp.abs(jax.nn.softmax(logits, axis=-1) - one_hot), axis=-1)
   feature_norm = jnp.sum(jnp.abs(features), axis=-1).astype(logits.dtype)
   influence = alpha / (grad_norm * feature_norm + epsilon)
-  per_example = -_label_log_prob(logits, labels) * influence
+  per_example = -_label_log_prob(logits, labels, in_range) * influence
   return _finish(per_example, labels, in_range, where, class_weights, logits.shape[1])

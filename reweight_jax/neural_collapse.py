@@ -38,13 +38,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from mr2_jax import class_sums
-from mr2_jax.validation import check_batch_dim
-from mr2_jax.validation import check_floating
-from mr2_jax.validation import check_labels
-from mr2_jax.validation import check_num_classes
-from mr2_jax.validation import check_where
-from reweight_jax.loss_imbalance import rho
+from _perclass import class_sums
+from _perclass.checks import check_batch_dim
+from _perclass.checks import check_floating
+from _perclass.checks import check_labels
+from _perclass.checks import check_num_classes
+from _perclass.checks import check_where
+from _perclass.metrics import rho
 
 Array = Any
 

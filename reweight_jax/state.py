@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from mr2_jax.validation import check_num_classes
+from _perclass.checks import check_num_classes
 
 
 class ReweightState(NamedTuple):

@@ -1,4 +1,4 @@
-"""mr2_jax.evaluation against the NumPy reference (per-class accuracy, tertiles, group accuracy)."""
+"""_perclass.metrics (re-exported by mr2_jax) against the NumPy reference (per-class accuracy, tertiles, group accuracy)."""
 
 import functools
 

@@ -1,4 +1,4 @@
-"""Tests for reweight_jax.neural_collapse (NC1–NC4, streaming) and reweight_jax.loss_imbalance (ρ)."""
+"""Tests for reweight_jax.neural_collapse (NC1–NC4, streaming) and ρ (_perclass.metrics)."""
 
 import functools
 

@@ -1,7 +1,9 @@
-"""Per-class evaluation of MR2 (MR2 spec, 'Evaluation protocol').
+"""Per-class metrics of both libraries: accuracy, class means of losses, groups, spread and ρ.
 
-Per-class accuracy is kept as sums and counts (`per_class_correct`) so that it can be accumulated over
-batches and reduced across devices exactly; the groups Easy / Medium / Hard are fixed once from a
+MR2 spec, 'Evaluation protocol'; REWEIGHT spec, 'Loss imbalance coefficient ρ'. Per-class quantities
+are kept as sums and counts (`per_class_correct`, loss sums) so that they are accumulated over batches
+and reduced across devices exactly, then divided once (`class_mean`: NaN for a class without
+examples, the one convention of the project). The groups Easy / Medium / Hard are fixed once from a
 reference (ERM) run and reused for every method.
 """
 
@@ -13,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mr2_jax import validation
+from _perclass import checks
 
 Array = Any
 
@@ -35,13 +37,13 @@ def per_class_correct(predictions: Array, labels: Array, num_classes: int, *,
   Returns:
     float32 [K] correct counts and float32 [K] example counts.
   """
-  in_range = validation.check_labels(labels, num_classes, "labels")
+  in_range = checks.check_labels(labels, num_classes, "labels")
   predictions = jnp.asarray(predictions)
   if predictions.shape != labels.shape:
     raise ValueError(f"predictions: expected shape {labels.shape} like labels, got "
                      f"{predictions.shape}.")
-  valid = in_range & validation.check_where(where, labels.shape[0])
-  target = jnp.where(valid, labels, num_classes)
+  valid = in_range & checks.check_where(where, labels.shape[0])
+  target = jnp.where(valid, labels, num_classes)  # out of range: dropped by segment_sum
   correct = jax.ops.segment_sum((predictions == labels).astype(jnp.float32), target, num_classes)
   counts = jax.ops.segment_sum(jnp.ones_like(target, jnp.float32), target, num_classes)
   if axis_name is not None:
@@ -56,12 +58,19 @@ def per_class_accuracy(predictions: Array, labels: Array, num_classes: int, *,
   return accuracy_from_counts(correct, counts)
 
 
+def class_mean(sums: Array, counts: Array) -> np.ndarray:
+  """m_k = sums_k / counts_k as float64 NumPy, NaN where counts_k = 0 (a class without examples has
+  no mean: its accuracy or loss is NaN, never 0). sums may be [K] or [K, ...]."""
+  sums = np.asarray(sums, np.float64)
+  counts = np.asarray(counts, np.float64)
+  counts = counts.reshape(counts.shape + (1,) * (sums.ndim - counts.ndim))
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), np.nan)
+
+
 def accuracy_from_counts(correct: Array, counts: Array) -> np.ndarray:
   """acc_k = correct_k / count_k as float64 NumPy, NaN where count_k = 0."""
-  correct = np.asarray(correct, np.float64)
-  counts = np.asarray(counts, np.float64)
-  with np.errstate(invalid="ignore", divide="ignore"):
-    return np.where(counts > 0, correct / np.where(counts > 0, counts, 1.0), np.nan)
+  return class_mean(correct, counts)
 
 
 def difficulty_tertiles(reference_accuracy: Array) -> np.ndarray:
@@ -108,3 +117,35 @@ def worst_class_accuracy(class_accuracy: Array) -> float:
 def class_accuracy_std(class_accuracy: Array) -> float:
   """Population standard deviation (ddof = 0) of per-class accuracies over classes with examples."""
   return float(np.nanstd(np.asarray(class_accuracy, np.float64)))
+
+
+def rho(class_losses: Array, present: Array | None = None) -> jax.Array:
+  """ρ = std_c(L_c) / mean_c(L_c): the coefficient of variation of the per-class mean losses.
+
+  This is the *project's* definition (the paper reports ρ but its formula was not available): L_c are
+  the per-class mean training losses on the whole training set (accumulate them with
+  `NCAccumulator.update(..., per_example_loss=...)`), std is the population standard deviation over
+  classes (ddof = 0). ρ = 0 exactly when all class losses are equal (also when they are all 0); NaN
+  when no class is present.
+
+  Args:
+    class_losses: [K] per-class mean losses L_c.
+    present: optional bool [K]; classes to include (all when None).
+
+  Returns:
+    scalar ρ.
+  """
+  class_losses = checks.check_floating(class_losses, 1, "class_losses")
+  if present is None:
+    present = jnp.ones(class_losses.shape, bool)
+  present = jnp.asarray(present)
+  if present.shape != class_losses.shape:
+    raise ValueError(f"present: expected shape {class_losses.shape} matching class_losses, got "
+                     f"{present.shape}.")
+  num_present = jnp.sum(present).astype(class_losses.dtype)
+  safe_losses = jnp.where(present, class_losses, 0)
+  mean = jnp.sum(safe_losses) / num_present
+  variance = jnp.sum(jnp.where(present, jnp.square(class_losses - mean), 0)) / num_present
+  std = jnp.sqrt(variance)
+  ratio = std / jnp.where(std == 0, 1, mean)
+  return jnp.where(num_present > 0, ratio, jnp.nan)

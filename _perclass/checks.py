@@ -1,4 +1,4 @@
-"""Input checks shared by every public function of `mr2_jax` and `reweight_jax`.
+"""Input checks shared by every public function of `mr2_jax` and `reweight_jax` (the one place).
 
 Shapes, ranks and dtypes are checked at trace time and raise an error that names the argument. Label
 *values* can only be checked when they are concrete: eagerly they raise `ValueError`. Under `jit` or
@@ -33,7 +33,7 @@ _TRACED_CHECKS = jax.make_user_context(default_value=False)
 def traced_checks(enabled: bool = True):
   """Context manager: functions traced inside it emit `checkify` checks of label and count values.
 
-      with mr2_jax.traced_checks():
+      with mr2_jax.traced_checks():   # or reweight_jax.traced_checks(): the same switch
         err, out = checkify.checkify(jax.jit(step), errors=checkify.user_checks)(...)
       err.throw()   # ValueError-like message naming the argument and the offending range
 
@@ -125,3 +125,50 @@ def check_class_vector(x: Array, num_classes: int, name: str) -> jax.Array:
   if x.shape[0] != num_classes:
     raise ValueError(f"{name}: expected shape ({num_classes},), got {x.shape}.")
   return x
+
+
+def check_counts(counts: Array, name: str = "counts") -> jax.Array:
+  """Checks a rank-1 vector of non-negative counts (integer or floating); returns it as float32.
+
+  Raises `ValueError`/`TypeError` naming `name` for a wrong rank or dtype and, when the values are
+  concrete, for a negative entry. Under tracing inside `traced_checks()` the sign check is a
+  `checkify.check(..., debug=True)`; in any case callers turn negative entries into NaN so that they
+  are never silently used.
+  """
+  counts = jnp.asarray(counts)
+  if counts.ndim != 1:
+    raise ValueError(f"{name}: expected rank 1 [num_classes], got shape {counts.shape}.")
+  if counts.shape[0] < 1:
+    raise ValueError(f"{name}: expected at least one class, got shape {counts.shape}.")
+  if not (jnp.issubdtype(counts.dtype, jnp.integer) or jnp.issubdtype(counts.dtype, jnp.floating)):
+    raise TypeError(f"{name}: expected an integer or floating dtype, got {counts.dtype}.")
+  if is_concrete(counts):
+    values = np.asarray(counts)
+    if np.any(values < 0) or np.any(np.isnan(values)):
+      raise ValueError(f"{name}: counts must be non-negative, got minimum {np.nanmin(values)}"
+                       f"{' and NaN' if np.any(np.isnan(values)) else ''}.")
+  elif traced_checks_enabled():
+    checkify.check(jnp.all(counts >= 0), f"{name}: counts must be non-negative.", debug=True)
+  return counts.astype(jnp.float32)
+
+
+def nan_where_negative(values: jax.Array, counts: jax.Array) -> jax.Array:
+  """Makes every entry NaN when any count is negative (only reachable under tracing)."""
+  return jnp.where(jnp.any(counts < 0), jnp.nan, values)
+
+
+def index_labels(labels: jax.Array, in_range: jax.Array) -> jax.Array:
+  """Labels usable as indices: an out-of-range label becomes 0 *only to index*.
+
+  The one guard of both libraries against JAX's silent clipping of out-of-range indices: every
+  caller masks what it read with `in_range` (a NaN loss, no class statistic), so a bad label is
+  never trained or counted as class 0 or K − 1.
+  """
+  return jnp.where(in_range, labels, 0)
+
+
+def take_class_values(per_class: jax.Array, labels: jax.Array, in_range: jax.Array) -> jax.Array:
+  """v_{y_i} [B, ...] from per-class values [K, ...]; NaN for an out-of-range label."""
+  values = per_class[index_labels(labels, in_range)]
+  mask = in_range.reshape(in_range.shape + (1,) * (values.ndim - 1))
+  return jnp.where(mask, values, jnp.nan)

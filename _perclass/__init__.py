@@ -1,0 +1,14 @@
+"""The per-class core shared by `mr2_jax` and `reweight_jax` (private: not a public API).
+
+Dependency direction: `mr2_jax` → `_perclass` ← `reweight_jax`; neither method package imports the
+other, and `_perclass` imports neither. Users import the public names from `mr2_jax` / `reweight_jax`
+(both re-export what they document from here).
+
+Modules:
+  class_sums     class slots and exact, psum-able per-class sums and counts.
+  checks         argument checks (errors name the argument), the traced-check switch, the one
+                 out-of-range label guard (`index_labels`, `take_class_values`).
+  cross_entropy  the label's log-softmax and the plain per-example cross-entropy.
+  metrics        per-class accuracy and class means (NaN for an absent class), Easy/Medium/Hard
+                 groups, worst class, spread, ρ.
+"""
