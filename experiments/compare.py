@@ -25,6 +25,7 @@ from ml_collections import config_flags
 
 from experiments import cli_errors
 from experiments import evaluate
+from experiments import reporting
 from experiments import train
 from experiments import xla_cpu
 
@@ -104,7 +105,7 @@ def main(argv):
     report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
     markdown = evaluate.write_report(runs, parse_method(_METHODS.value[0])[0], report_dir)
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
-        f"final-epoch test accuracy (%), mean ± std over seeds {seeds}; groups from "
+        f"final-epoch test accuracy (%), {reporting.MEAN_STD} over seeds {seeds}; groups from "
         f"{parse_method(_METHODS.value[0])[0]}:\n")
   print(markdown)
   print(f"report: {report_dir}; per-run summaries: {workdir}")

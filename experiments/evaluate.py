@@ -4,7 +4,8 @@
         --out workdirs/report
 
 Each run is a workdir written by `experiments.train` (summary.json, class_history.jsonl). Several
-workdirs per method (seeds) are given as `name=dir1,dir2,dir3` and reported as mean ± std.
+workdirs per method (seeds) are given as `name=dir1,dir2,dir3` and reported as mean ± sample std
+(ddof = 1) over seeds, with the paired per-seed Δ against the reference (`experiments.reporting`).
 Easy / Medium / Hard groups are fixed from the reference method's per-class accuracy (seed mean).
 """
 
@@ -18,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 import mr2_jax
+from experiments import reporting
 
 PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
                    ("train_class_ce", "per-class cross-entropy L_c on the training set"),
@@ -43,14 +45,10 @@ def load_summaries(workdirs: Sequence[str | pathlib.Path]) -> list[dict]:
   return summaries
 
 
-def mean_std(values) -> tuple[float, float]:
-  values = np.asarray(values, np.float64)
-  return float(np.mean(values)), float(np.std(values))
-
-
 def method_table(methods: dict[str, list[dict]], reference: str | None,
                  paired_against: str | None = None) -> dict[str, dict]:
-  """Per method: mean ± std over seeds of overall, worst-class, std-of-classes, groups, per class.
+  """Per method: mean ± sample std (ddof = 1) over seeds (`reporting.mean_std`) of overall,
+  worst-class, std-of-classes (one run's spread across classes), groups, per class.
 
   Easy / Medium / Hard come from `reference` (ERM); the paired per-seed Δ is taken against
   `paired_against` (default: the reference), e.g. a uniform-margin ablation against γ at the same c̄.
@@ -61,16 +59,18 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
   if reference is not None:
     reference_accuracy = np.mean([s["per_class_accuracy"] for s in methods[reference]], axis=0)
     groups = mr2_jax.difficulty_tertiles(reference_accuracy)
+  mean_std = reporting.mean_std  # the one definition of the spread over seeds
   table = {}
   for name, summaries in methods.items():
     per_class = np.array([s["per_class_accuracy"] for s in summaries], np.float64)
+    per_class_mean, per_class_std = reporting.mean_std_arrays(per_class)
     row = {
         "seeds": [s.get("seed") for s in summaries],
         "overall": mean_std([s["overall_accuracy"] for s in summaries]),
         "worst_class": mean_std([s["worst_class_accuracy"] for s in summaries]),
         "class_std": mean_std([s["class_accuracy_std"] for s in summaries]),
-        "per_class_mean": per_class.mean(0).tolist(),
-        "per_class_std": per_class.std(0).tolist(),
+        "per_class_mean": per_class_mean.tolist(),
+        "per_class_std": per_class_std.tolist(),
     }
     if "many_medium_few" in summaries[0]:
       row["many_medium_few"] = {
@@ -80,13 +80,14 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
     if groups is not None:
       per_seed = np.array([mr2_jax.group_accuracy(acc, groups) for acc in per_class])
       row["easy_medium_hard"] = {g: mean_std(per_seed[:, i])
-                                 for i, g in enumerate(mr2_jax.evaluation.GROUP_NAMES)}
+                                 for i, g in enumerate(mr2_jax.GROUP_NAMES)}
     if "neural_collapse" in summaries[0]:
       row["neural_collapse"] = {k: mean_std([s["neural_collapse"][k] for s in summaries])
                                 for k in summaries[0]["neural_collapse"]}
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()
+  table["_std"] = reporting.STD_NAME  # what the ± of this file means (sweep_table checks it)
   baseline = paired_against or reference
   if baseline is not None:
     for name, summaries in methods.items():
@@ -100,7 +101,7 @@ def _metrics_of(summary: dict, groups) -> dict[str, float]:
   accuracy = np.asarray(summary["per_class_accuracy"], np.float64)
   metrics = {"overall": summary["overall_accuracy"], "worst_class": summary["worst_class_accuracy"]}
   if groups is not None:
-    metrics.update(zip(mr2_jax.evaluation.GROUP_NAMES,
+    metrics.update(zip(mr2_jax.GROUP_NAMES,
                        mr2_jax.group_accuracy(accuracy, groups).tolist()))
   for split, value in summary.get("many_medium_few", {}).items():
     if value is not None:
@@ -109,31 +110,34 @@ def _metrics_of(summary: dict, groups) -> dict[str, float]:
 
 
 def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, list]:
-  """Per metric: (mean, std) over seeds of (method − reference) on the *same* seed, and the number of
-  seeds where the method is ahead. Seeds must match between the two methods."""
+  """Per metric: `reporting.paired_delta` of (method − reference) on the *same* seed, as [mean Δ,
+  sample std of Δ (ddof = 1), seeds ahead (a tie is not), seeds paired]. Seeds must match between
+  the two methods."""
   by_seed = {s["seed"]: s for s in reference}
   seeds = [s["seed"] for s in summaries]
   if sorted(seeds) != sorted(by_seed):
     raise ValueError(f"paired comparison needs the same seeds: {sorted(seeds)} vs "
                      f"{sorted(by_seed)}")
-  deltas = {}
-  for summary in summaries:
-    ours, theirs = _metrics_of(summary, groups), _metrics_of(by_seed[summary["seed"]], groups)
-    for key in ours:
-      deltas.setdefault(key, []).append(ours[key] - theirs[key])
-  return {key: [*mean_std(values), int(np.sum(np.asarray(values) > 0)), len(values)]
-          for key, values in deltas.items()}
+  ours = {s["seed"]: _metrics_of(s, groups) for s in summaries}
+  theirs = {seed: _metrics_of(by_seed[seed], groups) for seed in ours}
+  keys = list(next(iter(ours.values())))
+  return {key: list(reporting.paired_delta({s: m[key] for s, m in ours.items()},
+                                           {s: m[key] for s, m in theirs.items()}))
+          for key in keys}
 
 
-def _pct(pair) -> str:
-  mean, std = pair
-  return f"{100 * mean:.1f} ± {100 * std:.1f}"
+_pct = reporting.percent_cell
 
 
 def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
-  """An overall table (one row per method) and a per-class table (one column per method)."""
+  """An overall table (one row per method), the paired Δ table and a per-class table (one column
+  per method), each under a header stating the spread (`reporting.spread`)."""
   methods = [m for m in table if not m.startswith("_")]
-  lines = []
+  spread = reporting.spread(len(table[m]["seeds"]) for m in methods)
+  nc = " and neural-collapse metrics at the end" if "neural_collapse" in table[methods[0]] else ""
+  lines = [f"Final-epoch test accuracy (%){nc}, {spread}; \"std of classes\" is one run's spread of "
+           "its per-class accuracy (population std over classes), averaged over seeds like the "
+           "others:", ""]
   header = ["method", "overall", "worst class", "std of classes"]
   first = table[methods[0]]
   mmf = list(first.get("many_medium_few", {}))
@@ -150,38 +154,39 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
     cells += [_pct(row["easy_medium_hard"][g]) for g in emh]
     if "neural_collapse" in row:
       nc = row["neural_collapse"]
-      cells += [f"{nc[k][0]:.3g} ± {nc[k][1]:.2g}" for k in ("nc1", "nc2", "nc3", "nc4", "rho")]
+      cells += [reporting.cell(*nc[k], fmt=".3g", std_fmt=".2g")
+                for k in ("nc1", "nc2", "nc3", "nc4", "rho")]
     lines.append("| " + " | ".join(cells) + " |")
   lines.append("")
   paired = [m for m in methods if "delta_vs_reference" in table[m]]
   if paired:
     keys = list(table[paired[0]]["delta_vs_reference"])
     lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points; "
-                 "mean ± std, and seeds ahead / all):")
+                 f"{reporting.PAIRED}):")
     lines.append("")
     lines.append("| method | " + " | ".join(f"Δ {k.replace('_', ' ')}" for k in keys) + " |")
     lines.append("|" + "---|" * (len(keys) + 1))
     for m in paired:
       delta = table[m]["delta_vs_reference"]
-      lines.append(f"| {m} | " + " | ".join(
-          f"{100 * delta[k][0]:+.1f} ± {100 * delta[k][1]:.1f} ({delta[k][2]}/{delta[k][3]})"
-          for k in keys) + " |")
+      lines.append(f"| {m} | " + " | ".join(reporting.delta_cell(delta[k]) for k in keys) + " |")
     lines.append("")
   groups = table.get("_groups")
+  lines += [f"Per-class test accuracy (%), {spread}:", ""]
   header = ["class", "train n"] + (["group"] if groups else []) + methods
   lines.append("| " + " | ".join(header) + " |")
   lines.append("|" + "---|" * len(header))
   for k, count in enumerate(class_counts):
     cells = [str(k), str(count)]
     if groups:
-      cells.append(mr2_jax.evaluation.GROUP_NAMES[groups[k]])
+      cells.append(mr2_jax.GROUP_NAMES[groups[k]])
     cells += [_pct((table[m]["per_class_mean"][k], table[m]["per_class_std"][k])) for m in methods]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
 def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
-  """Per-class accuracy of each method, classes sorted by the first method's accuracy."""
+  """Per-class accuracy of each method, classes sorted by the first method's accuracy; error bars
+  ±1 sample std (ddof = 1) over seeds."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -190,11 +195,13 @@ def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
   fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(order)), 4))
   for m in methods:
     mean = np.asarray(table[m]["per_class_mean"])[order]
-    std = np.asarray(table[m]["per_class_std"])[order]
-    ax.errorbar(np.arange(len(order)), 100 * mean, yerr=100 * std, marker="o", capsize=2, label=m)
+    std = reporting.error_bars(np.asarray(table[m]["per_class_std"], np.float64)[order])
+    ax.errorbar(np.arange(len(order)), 100 * mean, yerr=None if std is None else 100 * std,
+                marker="o", capsize=2, label=m)
   ax.set_xticks(np.arange(len(order)), [str(k) for k in order])
   ax.set_xlabel(f"class (sorted by {methods[0]} accuracy)")
   ax.set_ylabel("test accuracy (%)")
+  ax.set_title(f"bars: ±1 {reporting.STD_NAME} over seeds", fontsize=9)
   ax.legend()
   ax.grid(alpha=0.3)
   fig.tight_layout()
@@ -233,9 +240,9 @@ def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list
 
 
 def rho_history(workdirs: Sequence[str | pathlib.Path]) -> dict[str, list[float]] | None:
-  """ρ on the training set over training (`config.class_loss_every_epochs`), mean ± std over the
-  runs at the epochs every run logged: {"epoch": [...], "mean": [...], "std": [...]}; None when a
-  run logged none."""
+  """ρ on the training set over training (`config.class_loss_every_epochs`), mean and sample std
+  (ddof = 1, `reporting.mean_std_arrays`) over the runs at the epochs every run logged:
+  {"epoch": [...], "mean": [...], "std": [...], "seeds": n}; None when a run logged none."""
   per_run = []
   for workdir in workdirs:
     records = read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
@@ -243,8 +250,8 @@ def rho_history(workdirs: Sequence[str | pathlib.Path]) -> dict[str, list[float]
   epochs = sorted(set.intersection(*(set(run) for run in per_run))) if per_run else []
   if not epochs:
     return None
-  values = np.array([[run[e] for e in epochs] for run in per_run], np.float64)
-  return {"epoch": epochs, "mean": values.mean(0).tolist(), "std": values.std(0).tolist()}
+  mean, std = reporting.mean_std_arrays([[run[e] for e in epochs] for run in per_run])
+  return {"epoch": epochs, "mean": mean.tolist(), "std": std.tolist(), "seeds": len(per_run)}
 
 
 def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
@@ -255,19 +262,22 @@ def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
     return ""
   picks = sorted(set(np.linspace(0, len(epochs) - 1, min(columns, len(epochs))).round().astype(int)))
   shown = [epochs[i] for i in picks]
+  counts = [h["seeds"] for h in histories.values() if "seeds" in h]
   lines = ["ρ = std_c L_c / mean_c L_c of the per-class cross-entropy on the training set, over "
-           "training (mean ± std over seeds):", "",
+           f"training ({reporting.spread(counts)}):", "",
            "| method | " + " | ".join(f"epoch {e:g}" for e in shown) + " |",
            "|" + "---|" * (len(shown) + 1)]
   for name, history in histories.items():
     at = {e: i for i, e in enumerate(history["epoch"])}
     lines.append(f"| {name} | " + " | ".join(
-        f"{history['mean'][at[e]]:.3f} ± {history['std'][at[e]]:.3f}" for e in shown) + " |")
+        reporting.cell(history["mean"][at[e]], history["std"][at[e]], fmt=".3f") for e in shown)
+        + " |")
   return "\n".join(lines) + "\n"
 
 
 def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
-  """ρ on the training set against epochs, one line (mean ± std band over seeds) per method."""
+  """ρ on the training set against epochs, one line per method with a band of ±1 sample std
+  (ddof = 1) over seeds."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -275,10 +285,13 @@ def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
   for name, history in histories.items():
     epoch, mean, std = (np.asarray(history[k]) for k in ("epoch", "mean", "std"))
     ax.plot(epoch, mean, label=name, lw=1.2)
-    ax.fill_between(epoch, mean - std, mean + std, alpha=0.15)
+    band = reporting.error_bars(std)
+    if band is not None:
+      ax.fill_between(epoch, mean - band, mean + band, alpha=0.15)
   ax.set_xlabel("epoch")
   ax.set_ylabel("ρ (training set)")
-  ax.set_title("per-class loss spread ρ = std_c L_c / mean_c L_c")
+  ax.set_title("per-class loss spread ρ = std_c L_c / mean_c L_c\n"
+               f"(band: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
   ax.legend(fontsize=7, ncol=2)
   ax.grid(alpha=0.3)
   fig.tight_layout()

@@ -9,6 +9,7 @@ Commands:
   python -m experiments.linear_probe features --data_dir=../shared/data/cifar10_jpeg --resolution=128
   python -m experiments.linear_probe select   # lr / epochs on a validation split carved from train
   python -m experiments.linear_probe study --out=experiments/results/linear_probe
+  python -m experiments.linear_probe report --out=experiments/results/linear_probe  # tables again
 
 Features: CIFAR-10 images (32 px) upsampled bilinearly to `resolution`, no augmentation (one view),
 not normalised afterwards (neither standardised nor L2-normalised: raw pooled ReLU6 activations, as
@@ -49,6 +50,7 @@ import optax
 import mr2_jax
 import reweight_jax
 from experiments import data
+from experiments import reporting
 from experiments import xla_cpu
 
 log = logging.getLogger(__name__)
@@ -302,40 +304,43 @@ def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
 
 
 def summarise(runs: list[dict], setting: str) -> dict:
-  """Groups from ERM's mean per-class test accuracy; per method mean ± std; paired Δ vs ERM."""
+  """Groups from ERM's mean per-class test accuracy; per method mean ± sample std (ddof = 1) over
+  seeds (`reporting.mean_std`) and the paired per-seed Δ vs ERM (`reporting.paired_delta`: mean,
+  sample std, seeds ahead)."""
   runs = [r for r in runs if r["setting"] == setting]
   methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
   by_method = {m: {r["seed"]: r for r in runs if r["method"] == m} for m in methods}
   erm_mean = np.mean([r["class_accuracy"] for r in by_method["erm"].values()], axis=0)
   difficulty = mr2_jax.difficulty_tertiles(erm_mean)
   lt = SETTINGS[setting][0] > 1
+
+  def metrics(run: dict) -> dict[str, float]:
+    return group_metrics(np.asarray(run["class_accuracy"]), difficulty,
+                         np.asarray(run["shot_groups"]) if lt else None)
+
+  erm = {seed: metrics(r) for seed, r in by_method["erm"].items()}
   table = {}
   for method in methods:
-    per_seed = {seed: group_metrics(np.asarray(r["class_accuracy"]), difficulty,
-                                    np.asarray(r["shot_groups"]) if lt else None)
-                for seed, r in by_method[method].items()}
+    per_seed = {seed: metrics(r) for seed, r in sorted(by_method[method].items())}
     names = list(next(iter(per_seed.values())))
-    paired = sorted(set(per_seed) & set(by_method["erm"]))
-    erm = {seed: group_metrics(np.asarray(by_method["erm"][seed]["class_accuracy"]), difficulty,
-                               np.asarray(by_method["erm"][seed]["shot_groups"]) if lt else None)
-           for seed in paired}
+    spread = {n: reporting.mean_std([m[n] for m in per_seed.values()]) for n in names}
+    delta = {n: reporting.paired_delta({s: m[n] for s, m in per_seed.items()},
+                                       {s: m[n] for s, m in erm.items()}) for n in names}
+    class_mean, class_std = reporting.mean_std_arrays(
+        [r["class_accuracy"] for _, r in sorted(by_method[method].items())])
     table[method] = {
         "seeds": sorted(per_seed),
-        "mean": {n: float(np.mean([m[n] for m in per_seed.values()])) for n in names},
-        "std": {n: float(np.std([m[n] for m in per_seed.values()], ddof=1)) if len(per_seed) > 1
-                else float("nan") for n in names},
-        "delta_mean": {n: float(np.mean([per_seed[s][n] - erm[s][n] for s in paired]))
-                       for n in names},
-        "delta_std": {n: float(np.std([per_seed[s][n] - erm[s][n] for s in paired], ddof=1))
-                      if len(paired) > 1 else float("nan") for n in names},
-        "delta_wins": {n: int(sum(per_seed[s][n] > erm[s][n] for s in paired)) for n in names},
-        "class_accuracy_mean": np.mean([r["class_accuracy"] for r in by_method[method].values()],
-                                       axis=0).tolist(),
-        "class_accuracy_std": np.std([r["class_accuracy"] for r in by_method[method].values()],
-                                     axis=0, ddof=1).tolist() if len(per_seed) > 1 else None,
+        "mean": {n: spread[n][0] for n in names},
+        "std": {n: spread[n][1] for n in names},
+        "delta_mean": {n: delta[n].mean for n in names},
+        "delta_std": {n: delta[n].std for n in names},
+        "delta_wins": {n: delta[n].ahead for n in names},
+        "delta_seeds": {n: delta[n].paired for n in names},
+        "class_accuracy_mean": class_mean.tolist(),
+        "class_accuracy_std": class_std.tolist() if len(per_seed) > 1 else None,
     }
   return {"difficulty_groups": difficulty.tolist(), "erm_class_accuracy_mean": erm_mean.tolist(),
-          "methods": table}
+          "seed_spread": reporting.STD_NAME, "methods": table}
 
 
 COLUMNS = (("overall", "Overall"), ("easy", "Easy"), ("medium", "Medium"), ("hard", "Hard"),
@@ -344,11 +349,13 @@ SHOT_COLUMNS = (("many", "Many"), ("medium_shot", "Medium-shot"), ("few", "Few")
 
 
 def _cell(mean: float, std: float) -> str:
-  return "n/a" if np.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
+  """"mean ± std" (already in percent) with two decimals; "n/a" for an empty group."""
+  return reporting.cell(mean, std, fmt=".2f")
 
 
 def markdown_tables(summary: dict, setting: str, class_names: Sequence[str]) -> str:
-  """Two tables: mean ± std over seeds, and the paired per-seed Δ vs ERM (mean ± std, wins)."""
+  """Two tables: mean ± sample std (ddof = 1) over seeds, and the paired per-seed Δ vs ERM (mean ±
+  sample std of Δ, seeds ahead / seeds paired)."""
   lt = SETTINGS[setting][0] > 1
   columns = COLUMNS + (SHOT_COLUMNS if lt else ())
   methods = summary["methods"]
@@ -357,29 +364,31 @@ def markdown_tables(summary: dict, setting: str, class_names: Sequence[str]) -> 
   group_text = "; ".join(
       f"{name}: " + ", ".join(class_names[k] for k in range(len(groups)) if groups[k] == g)
       for g, name in enumerate(("Easy", "Medium", "Hard")))
-  lines = [f"Test accuracy (%), final epoch, mean ± std over {num_seeds} seeds. Groups fixed from "
+  lines = [f"Test accuracy (%), final epoch, {reporting.spread(num_seeds)}. Groups fixed from "
            f"ERM's mean per-class test accuracy ({group_text}).", "",
            "| Method | " + " | ".join(title for _, title in columns) + " |",
            "|---" * (len(columns) + 1) + "|"]
   for method, row in methods.items():
     lines.append(f"| {method} | " + " | ".join(_cell(row["mean"][k], row["std"][k])
                                                for k, _ in columns) + " |")
-  lines += ["", f"Paired Δ vs ERM (same seed, same data), mean ± std over seeds, (wins/{num_seeds}).",
+  lines += ["", f"Paired Δ vs ERM (same seed, same data): {reporting.PAIRED}.",
             "", "| Method | " + " | ".join(title for _, title in columns) + " |",
             "|---" * (len(columns) + 1) + "|"]
   for method, row in methods.items():
     if method == "erm":
       continue
-    cells = [("n/a" if np.isnan(row["delta_mean"][k]) else
-              f"{row['delta_mean'][k]:+.2f} ± {row['delta_std'][k]:.2f} "
-              f"({row['delta_wins'][k]}/{len(row['seeds'])})") for k, _ in columns]
+    paired = row.get("delta_seeds", {})
+    cells = [reporting.delta_cell((row["delta_mean"][k], row["delta_std"][k], row["delta_wins"][k],
+                                   paired.get(k, len(row["seeds"]))), scale=1.0, digits=2)
+             for k, _ in columns]
     lines.append(f"| {method} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
 def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequence[str],
                                path: pathlib.Path) -> None:
-  """Per-class test accuracy, classes sorted by ERM's mean accuracy (descending), ±1 std bars."""
+  """Per-class test accuracy, classes sorted by ERM's mean accuracy (descending), bars ±1 sample
+  std (ddof = 1) over seeds."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -389,14 +398,16 @@ def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequenc
   width = 0.8 / len(methods)
   for i, (method, row) in enumerate(methods.items()):
     mean = 100 * np.asarray(row["class_accuracy_mean"])[order]
-    std = 100 * np.asarray(row["class_accuracy_std"])[order] if row["class_accuracy_std"] else None
+    std = reporting.error_bars(np.asarray(row["class_accuracy_std"] or [], np.float64))
+    std = None if std is None else 100 * std[order]
     ax.bar(np.arange(len(order)) + (i - (len(methods) - 1) / 2) * width, mean, width, yerr=std,
            label=method, capsize=2)
   ax.set_xticks(np.arange(len(order)), [class_names[k] for k in order], rotation=30)
   ax.set_ylabel("test accuracy (%)")
   lowest = min(100 * min(r["class_accuracy_mean"]) for r in methods.values())
   ax.set_ylim(max(0, lowest - 10), 100)
-  ax.set_title(f"Lite0 linear probe, {setting}: per-class accuracy, sorted by ERM")
+  ax.set_title(f"Lite0 linear probe, {setting}: per-class accuracy, sorted by ERM\n"
+               f"(bars: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
@@ -481,19 +492,51 @@ def study_command(args: argparse.Namespace) -> None:
         print(f"{setting} seed {seed} {method}: test acc {100 * run['test_accuracy']:.2f} %, "
               f"worst class {100 * np.min(class_acc):.1f} %, {run['wall_s']:.1f} s", flush=True)
   wall = time.perf_counter() - start_all
-  class_names = data.CIFAR10_CLASS_NAMES
   results = {"recipe": recipe._asdict(), "resolution": args.resolution, "seeds": list(args.seeds),
-             "study_wall_s": wall, "settings": {}}
-  tables = [f"# Lite0 linear probe on CIFAR-10 (features at {args.resolution} px)\n"]
-  for setting in args.settings:
+             "study_wall_s": wall}
+  print(write_reports(runs, args.settings, results, out))
+  print(f"study wall time {wall:.0f} s")
+
+
+def write_reports(runs: list[dict], settings: Sequence[str], results: dict,
+                  out: pathlib.Path) -> str:
+  """results.json (`results` plus a `summarise` per setting), tables.md and per_class_<setting>.png
+  in `out`; returns the tables' Markdown."""
+  class_names = data.CIFAR10_CLASS_NAMES
+  results = {**results, "settings": {}}
+  tables = [f"# Lite0 linear probe on CIFAR-10 (features at {results['resolution']} px)\n"]
+  for setting in settings:
     summary = summarise(runs, setting)
     results["settings"][setting] = summary
     tables += [f"## {setting}\n", markdown_tables(summary, setting, class_names)]
     plot_sorted_class_accuracy(summary, setting, class_names, out / f"per_class_{setting}.png")
   (out / "results.json").write_text(json.dumps(results, indent=1))
   (out / "tables.md").write_text("\n".join(tables))
-  print("\n".join(tables))
-  print(f"study wall time {wall:.0f} s")
+  return "\n".join(tables)
+
+
+def report_command(args: argparse.Namespace) -> None:
+  """results.json, tables.md and the plots again from the committed runs/*.json of a study (no
+  training, no features): the study's recipe, resolution, seeds and wall time are kept from its
+  results.json."""
+  out = pathlib.Path(args.out)
+  paths = sorted((out / "runs").glob("*.json"))
+  if not paths:
+    raise SystemExit(f"error: {out / 'runs'}: no run files (python -m experiments.linear_probe "
+                     "study writes them)")
+  runs = sorted((json.loads(p.read_text()) for p in paths),
+                key=lambda r: (list(SETTINGS).index(r["setting"]), r["seed"],
+                               METHODS.index(r["method"])))
+  previous = out / "results.json"
+  results = json.loads(previous.read_text()) if previous.exists() else {}
+  results = {k: v for k, v in results.items() if k != "settings"}
+  if not results:
+    results = {"recipe": runs[0]["recipe"], "resolution": runs[0]["resolution"],
+               "seeds": sorted({r["seed"] for r in runs})}
+  settings = [s for s in SETTINGS if any(r["setting"] == s for r in runs)]
+  text = write_reports(runs, settings, results, out)
+  if not args.quiet:
+    print(text)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -523,6 +566,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   study.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
   study.add_argument("--learning_rate", type=float, default=None, help="default: RECIPE")
   study.add_argument("--epochs", type=int, default=None, help="default: RECIPE")
+  report = commands.add_parser("report", help="rebuild results.json, tables.md and the plots from "
+                                              "<out>/runs/*.json, without training")
+  report.add_argument("--out", default="experiments/results/linear_probe")
+  report.add_argument("--quiet", action="store_true", help="do not print the tables")
   return parser.parse_args(argv)
 
 
@@ -531,7 +578,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   xla_cpu.configure(not args.no_xla_cpu_tuning)
   {"features": features_command, "select": select_command,
-   "study": study_command}[args.command](args)
+   "study": study_command, "report": report_command}[args.command](args)
 
 
 if __name__ == "__main__":

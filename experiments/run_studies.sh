@@ -41,3 +41,7 @@ for imbalance in 100 50 200; do
 done
 python -m experiments.sweep_table --out "$work/if_sweep/table" --reports \
   "IF 50=$work/if_sweep/if50/report" "IF 100=$work/if_sweep/if100/report" "IF 200=$work/if_sweep/if200/report"
+# The committed reports under experiments/results/ (every report.md / comparison.json / plot, the
+# sweep table and the linear probe's tables) are rebuilt from the committed runs/ files, without
+# training, by one command (experiments/reporting.py: mean ± sample std, ddof = 1, paired per-seed Δ):
+#   python -m experiments.regenerate_reports

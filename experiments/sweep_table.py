@@ -4,8 +4,11 @@ imbalance-factor sweep), from their comparison.json files (written by `experimen
     python -m experiments.sweep_table --reports "IF 50=workdirs/if50/report" \
         "IF 100=workdirs/if100/report" --out workdirs/if_sweep
 
-Per method and report: overall accuracy (mean ± std over seeds), the paired per-seed Δ against the
-report's reference (seeds ahead / all), Few-shot accuracy, and ρ on the training set at the end.
+Per method and report: overall accuracy (mean ± sample std, ddof = 1, over seeds), the paired
+per-seed Δ against the report's reference (seeds ahead / seeds paired), Few-shot accuracy, and ρ on
+the training set at the end — as computed by `experiments.evaluate` (`experiments.reporting`) and
+stored in comparison.json; a comparison.json without its `_std` marker predates the sample std and
+is refused (rebuild it: `python -m experiments.regenerate_reports`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import pathlib
 from typing import Sequence
 
 import numpy as np
+
+from experiments import reporting
 
 
 def load_reports(specs: Sequence[str]) -> dict[str, dict]:
@@ -28,7 +33,12 @@ def load_reports(specs: Sequence[str]) -> dict[str, dict]:
     path = pathlib.Path(folder) / "comparison.json"
     if not path.exists():
       raise SystemExit(f"error: {path}: no comparison.json (run experiments.compare first)")
-    reports[label] = json.loads(path.read_text())
+    report = json.loads(path.read_text())
+    if report.get("_std") != reporting.STD_NAME:
+      raise SystemExit(f"error: {path}: its ± is not marked as the {reporting.STD_NAME} (written "
+                       "before experiments.reporting); rebuild it with experiments.evaluate or "
+                       "python -m experiments.regenerate_reports")
+    reports[label] = report
   return reports
 
 
@@ -37,8 +47,9 @@ def _methods(report: dict) -> list[str]:
 
 
 def sweep_rows(reports: dict[str, dict]) -> dict[str, dict[str, dict]]:
-  """{method: {label: cells}} for the methods present in every report; cells hold (mean, std)
-  pairs in fractions, the paired Δ as [mean, std, ahead, seeds] and ρ as (mean, std)."""
+  """{method: {label: cells}} for the methods present in every report; cells hold (mean, sample
+  std) pairs in fractions, the paired Δ as [mean, sample std, ahead, seeds paired], ρ as (mean,
+  sample std) and the number of seeds."""
   common = [m for m in _methods(next(iter(reports.values())))
             if all(m in report for report in reports.values())]
   rows = {}
@@ -51,39 +62,43 @@ def sweep_rows(reports: dict[str, dict]) -> dict[str, dict[str, dict]]:
           "delta": row.get("delta_vs_reference", {}).get("overall"),
           "few": row.get("many_medium_few", {}).get("few"),
           "rho": row.get("neural_collapse", {}).get("rho"),
+          "seeds": len(row["seeds"]),
       }
   return rows
 
 
 def markdown(rows: dict[str, dict[str, dict]]) -> str:
   labels = list(next(iter(rows.values())))
-  lines = ["Overall accuracy (%, mean ± std over seeds) and paired Δ vs the reference (points, "
-           "seeds ahead / all):", "",
+  spread = reporting.spread(cell["seeds"] for cells in rows.values() for cell in cells.values()
+                            if "seeds" in cell)
+  lines = [f"Overall accuracy (%, {spread}) and the paired per-seed Δ vs the reference (points, "
+           "mean Δ, seeds ahead / seeds paired; a tie is not ahead):", "",
            "| method | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
   for method, cells in rows.items():
     parts = []
     for label in labels:
       cell = cells[label]
-      text = f"{100 * cell['overall'][0]:.1f} ± {100 * cell['overall'][1]:.1f}"
+      text = reporting.percent_cell(cell["overall"])
       if cell["delta"] is not None:
         mean, _, ahead, seeds = cell["delta"]
         text += f" ({100 * mean:+.1f}, {ahead}/{seeds})"
       parts.append(text)
     lines.append(f"| {method} | " + " | ".join(parts) + " |")
-  lines += ["", "Few-shot accuracy (%) and ρ on the training set at the end:", "",
+  lines += ["", f"Few-shot accuracy (%, {spread}) and ρ on the training set at the end (mean):", "",
             "| method | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
   for method, cells in rows.items():
     parts = []
     for label in labels:
       few, rho = cells[label]["few"], cells[label]["rho"]
-      parts.append((f"{100 * few[0]:.1f} ± {100 * few[1]:.1f}" if few else "n/a") + " / " +
+      parts.append((reporting.percent_cell(few) if few else reporting.NOT_AVAILABLE) + " / " +
                    (f"ρ {rho[0]:.2f}" if rho else "ρ n/a"))
     lines.append(f"| {method} | " + " | ".join(parts) + " |")
   return "\n".join(lines) + "\n"
 
 
 def plot(rows: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
-  """Overall accuracy against the reports (x: their labels), one line per method."""
+  """Overall accuracy against the reports (x: their labels), one line per method, error bars ±1
+  sample std (ddof = 1) over seeds."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -91,10 +106,12 @@ def plot(rows: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
   for method, cells in rows.items():
     labels = list(cells)
     mean = np.array([cells[label]["overall"][0] for label in labels]) * 100
-    std = np.array([cells[label]["overall"][1] for label in labels]) * 100
-    ax.errorbar(np.arange(len(labels)), mean, yerr=std, marker="o", capsize=2, label=method)
+    std = reporting.error_bars([cells[label]["overall"][1] for label in labels])
+    ax.errorbar(np.arange(len(labels)), mean, yerr=None if std is None else 100 * std, marker="o",
+                capsize=2, label=method)
   ax.set_xticks(np.arange(len(labels)), labels)
   ax.set_ylabel("test accuracy (%)")
+  ax.set_title(f"bars: ±1 {reporting.STD_NAME} over seeds", fontsize=9)
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
   fig.tight_layout()
@@ -106,6 +123,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--reports", nargs="+", required=True, help="label=report_dir")
   parser.add_argument("--out", required=True)
+  parser.add_argument("--quiet", action="store_true", help="do not print the table")
   args = parser.parse_args(argv)
   rows = sweep_rows(load_reports(args.reports))
   out = pathlib.Path(args.out)
@@ -114,7 +132,8 @@ def main(argv=None):
   (out / "sweep.md").write_text(text)
   (out / "sweep.json").write_text(json.dumps(rows, indent=2) + "\n")
   plot(rows, out / "overall_accuracy.png")
-  print(text)
+  if not args.quiet:
+    print(text)
 
 
 if __name__ == "__main__":

@@ -40,15 +40,26 @@ def test_report_tables_groups_and_plots(tmp_path):
   # Groups from ERM's seed-mean accuracy: classes 0, 1 easy; 2, 3 medium; 4, 5 hard.
   assert table["_groups"] == [0, 0, 1, 1, 2, 2]
   hard = [np.mean([a[4], a[5]]) for a in other]
-  assert table["mr2"]["easy_medium_hard"]["hard"] == pytest.approx([np.mean(hard), np.std(hard)])
+  assert table["mr2"]["easy_medium_hard"]["hard"] == pytest.approx(
+      [np.mean(hard), np.std(hard, ddof=1)])  # sample std over seeds
   assert table["ce"]["overall"][0] == pytest.approx(np.mean([np.mean(a) for a in erm]))
-  overall = [np.mean(a) for a in other]  # overall: mean ± std over seeds, in percent
-  assert f"| mr2 | {100 * np.mean(overall):.1f} ± {100 * np.std(overall):.1f} |" in markdown
+  overall = [np.mean(a) for a in other]  # overall: mean ± sample std over seeds, in percent
+  assert (f"| mr2 | {100 * np.mean(overall):.1f} ± {100 * np.std(overall, ddof=1):.1f} |"
+          in markdown)
+  per_class = np.array(other)
+  np.testing.assert_allclose(table["mr2"]["per_class_std"], per_class.std(0, ddof=1))
+  assert table["_std"] == "sample std (ddof = 1)"
   delta = table["mr2"]["delta_vs_reference"]["hard"]
   per_seed = [np.mean(o[4:]) - np.mean(e[4:]) for o, e in zip(other, erm)]  # same seed pairs
-  assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed)])
-  assert delta[2:] == [2, 2]  # ahead on both seeds
+  assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed, ddof=1)])
+  assert delta[2:] == [2, 2]  # ahead on both seeds, of two paired
   assert "Paired Δ vs ce, same seed" in markdown
+  # Every table's header states the spread: overall, paired Δ and per-class tables.
+  headers = [line for line in markdown.splitlines() if line and not line.startswith("|")]
+  assert len(headers) == 3
+  assert all("sample std (ddof = 1)" in line for line in headers)
+  assert "mean ± sample std (ddof = 1) over 2 seeds" in headers[0]
+  assert "mean ± std" not in markdown
   shots = table["mr2"]["delta_vs_reference"]
   assert {"medium", "medium_shot", "many_shot", "few_shot"} <= set(shots)
   assert shots["medium_shot"][0] == pytest.approx(
@@ -74,7 +85,7 @@ def test_paired_against_another_method_keeps_erm_groups(tmp_path):
   assert "delta_vs_reference" not in table["uniform"]
   per_seed = [np.mean(g[4:]) - np.mean(u[4:]) for g, u in zip(gamma, uniform)]
   assert table["gamma"]["delta_vs_reference"]["hard"][:2] == pytest.approx(
-      [np.mean(per_seed), np.std(per_seed)])
+      [np.mean(per_seed), np.std(per_seed, ddof=1)])
   assert table["ce"]["delta_vs_reference"]["hard"][2:] == [2, 2]
   assert "Paired Δ vs uniform, same seed" in markdown
   with pytest.raises(KeyError, match="paired_against"):
@@ -107,8 +118,10 @@ def test_rho_over_training_mean_std_at_common_epochs_table_and_plot(tmp_path):
   assert history["epoch"] == [1.0, 2.0, 3.0]
   values = np.array(rhos["rw"])
   np.testing.assert_allclose(history["mean"], values.mean(0))
-  np.testing.assert_allclose(history["std"], values.std(0))
-  assert "| rw | 0.800 ± 0.100 | 0.350 ± 0.050 | 0.225 ± 0.025 |" in markdown
+  np.testing.assert_allclose(history["std"], values.std(0, ddof=1))  # sample std over seeds
+  assert history["seeds"] == 2
+  assert "| rw | 0.800 ± 0.141 | 0.350 ± 0.071 | 0.225 ± 0.035 |" in markdown
+  assert "training (mean ± sample std (ddof = 1) over 2 seeds):" in markdown
   assert (tmp_path / "report" / "rho_over_training.png").stat().st_size > 1000
   # Runs without the records: no section, no plot.
   assert evaluate.rho_history([tmp_path / "nope"]) is None

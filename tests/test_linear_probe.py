@@ -102,12 +102,18 @@ def test_summary_groups_from_erm_and_paired_deltas():
   np.testing.assert_allclose(mr2["delta_mean"]["overall"], 0.6, atol=1e-9)
   erm = summary["methods"]["erm"]
   np.testing.assert_allclose(erm["mean"]["easy"], 100 * np.mean(np.linspace(0.95, 0.5, K)[:4]) + 1)
-  np.testing.assert_allclose(erm["std"]["overall"], 1.0)
+  np.testing.assert_allclose(erm["std"]["overall"], 1.0)  # sample std of x, x + 1, x + 2
+  overall = [np.mean(np.linspace(0.95, 0.5, K)) * 100 + s for s in range(3)]
+  np.testing.assert_allclose(erm["std"]["overall"], np.std(overall, ddof=1))
+  assert mr2["delta_seeds"]["hard"] == 3 and summary["seed_spread"] == "sample std (ddof = 1)"
   assert np.isnan(erm["mean"]["few"])  # CIFAR-10-LT IF 100 has no class under 20 images.
   json.dumps(summary)  # JSON-serialisable as written to results.json.
 
   table = lp.markdown_tables(summary, "lt100", data.CIFAR10_CLASS_NAMES)
   assert "| mr2 |" in table and "+2.00 ± 0.00 (3/3)" in table and "n/a" in table
+  headers = [line for line in table.splitlines() if line and not line.startswith("|")]
+  assert len(headers) == 2 and all("sample std (ddof = 1)" in line for line in headers)
+  assert "mean ± sample std (ddof = 1) over 3 seeds" in headers[0]
   assert "Hard: frog, horse, ship" not in table and "Hard: horse, ship, truck" in table
 
 
@@ -115,6 +121,23 @@ def test_plot_is_written(tmp_path):
   summary = lp.summarise(fake_runs("balanced"), "balanced")
   lp.plot_sorted_class_accuracy(summary, "balanced", data.CIFAR10_CLASS_NAMES, tmp_path / "p.png")
   assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_report_rebuilds_tables_from_the_run_files(tmp_path):
+  (tmp_path / "runs").mkdir()
+  for run in fake_runs("lt100") + fake_runs("balanced"):
+    run.update(recipe=lp.RECIPE._asdict(), resolution=64)
+    (tmp_path / "runs" / f"{run['setting']}-{run['method']}-seed{run['seed']}.json").write_text(
+        json.dumps(run))
+  lp.main(["--no_xla_cpu_tuning", "report", "--quiet", "--out", str(tmp_path)])
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert list(results["settings"]) == ["balanced", "lt100"] and results["seeds"] == [0, 1, 2]
+  assert json.dumps(results["settings"]["lt100"]) == json.dumps(
+      lp.summarise(fake_runs("lt100"), "lt100"))
+  tables = (tmp_path / "tables.md").read_text()
+  assert tables.startswith("# Lite0 linear probe on CIFAR-10 (features at 64 px)")
+  assert tables.count("mean ± sample std (ddof = 1) over 3 seeds") == 2
+  assert (tmp_path / "per_class_lt100.png").exists()
 
 
 def test_missing_features_name_the_command(tmp_path):

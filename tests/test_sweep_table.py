@@ -34,16 +34,30 @@ def test_sweep_table_reads_reports_in_order_with_paired_deltas(tmp_path):
   assert list(rows["rw"]) == ["IF 50", "IF 200"]
   per_seed = [np.mean(r) - np.mean(c) for r, c in zip(second["rw"], second["ce"])]
   delta = rows["rw"]["IF 200"]["delta"]
-  assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed)])
+  assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed, ddof=1)])
   assert delta[2:] == [1, 2]
   few = [np.mean(r[4:]) for r in first["rw"]]
-  assert rows["rw"]["IF 50"]["few"] == pytest.approx([np.mean(few), np.std(few)])
+  assert rows["rw"]["IF 50"]["few"] == pytest.approx([np.mean(few), np.std(few, ddof=1)])
+  assert rows["rw"]["IF 50"]["seeds"] == 2
   text = (tmp_path / "out" / "sweep.md").read_text()
   overall = [np.mean(r) for r in second["rw"]]
-  assert f"{100 * np.mean(overall):.1f} ± {100 * np.std(overall):.1f} ({100 * np.mean(per_seed):+.1f}, 1/2)" in text
+  assert (f"{100 * np.mean(overall):.1f} ± {100 * np.std(overall, ddof=1):.1f} "
+          f"({100 * np.mean(per_seed):+.1f}, 1/2)") in text
+  headers = [line for line in text.splitlines() if line and not line.startswith("|")]
+  assert len(headers) == 2
+  assert all("mean ± sample std (ddof = 1) over 2 seeds" in line for line in headers)
   assert (tmp_path / "out" / "overall_accuracy.png").stat().st_size > 1000
 
 
 def test_missing_report_is_a_clear_error(tmp_path):
   with pytest.raises(SystemExit, match="no comparison.json"):
     sweep_table.main(["--reports", f"x={tmp_path}", "--out", str(tmp_path / "out")])
+
+
+def test_a_report_written_before_the_sample_std_is_refused(tmp_path):
+  report = _report(tmp_path / "a", {"ce": [[0.9, 0.8, 0.7, 0.6, 0.5, 0.4]] * 2})
+  table = json.loads((report / "comparison.json").read_text())
+  del table["_std"]  # as written by the population-std evaluate
+  (report / "comparison.json").write_text(json.dumps(table))
+  with pytest.raises(SystemExit, match="sample std"):
+    sweep_table.main(["--reports", f"x={report}", "--out", str(tmp_path / "out")])

@@ -1,0 +1,111 @@
+"""Rebuild every committed report under experiments/results/ from the committed per-run files,
+without training: the comparison reports (report.md, comparison.json, PNG plots) with
+`experiments.evaluate`, the imbalance-factor table (sweep.md, sweep.json) with
+`experiments.sweep_table`, and the linear probe's results.json / tables.md / plots with
+`experiments.linear_probe report`.
+
+    python -m experiments.regenerate_reports                 # all of experiments/results/
+    python -m experiments.regenerate_reports --results DIR   # a copy elsewhere
+
+A study's runs are committed as `runs/<method>-seed<s>.json` (the run's summary.json) beside
+`<method>-seed<s>.config.json` and, where logged, `.metrics.jsonl` and `.class_history.jsonl`; they
+are linked into `<method>/seed<s>/` workdirs in a temporary folder, the layout
+`experiments.evaluate` reads. Which methods a report shows, in which order, and its reference are listed in `STUDIES` (the
+`--methods` of each `experiments.compare` call in `experiments/run_studies.sh`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import tempfile
+from typing import NamedTuple, Sequence
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+RUN_FILES = {"json": "summary.json", "metrics.jsonl": "metrics.jsonl",
+             "class_history.jsonl": "class_history.jsonl", "config.json": "config.json"}
+IF_SWEEP = ("IF 50", "if_sweep/if50"), ("IF 100", "if_sweep/if100"), ("IF 200", "if_sweep/if200")
+
+
+class Study(NamedTuple):
+  """One comparison report: `out` (relative to the results folder) and its methods in table order,
+  each as (name, runs folder relative to the results folder); the first is the reference (ERM)."""
+  out: str
+  methods: tuple[tuple[str, str], ...]
+  paired_against: str | None = None
+
+
+def _from(runs: str, *names: str) -> tuple[tuple[str, str], ...]:
+  return tuple((name, runs) for name in names)
+
+
+_IF_METHODS = ("ce", "class_balanced", "focal", "ldam_drw", "logit_adjust", "ir_macro")
+STUDIES = (
+    Study("reweight_cifar10_lt", _from(
+        "reweight_cifar10_lt/runs", "ce", "class_balanced", "focal", "ldam_drw", "logit_adjust",
+        "ir_batch", "ir_macro", "ir_macro_stopgrad")),
+    Study("mr2_cifar10", _from("mr2_cifar10/runs", "ce", "mr2", "mr2_gamma_only", "mr2_sbar_only",
+                               "gamma_only_cbar1.5", "uniform_cbar1.5")),
+    Study("mr2_cifar10/uniform_margin",
+          _from("mr2_cifar10/runs", "ce", "gamma_only_cbar1.5", "uniform_cbar1.5"),
+          paired_against="uniform_cbar1.5"),
+    Study("mr2_mnist", _from("mr2_mnist/runs", "ce", "mr2", "mr2_gamma_only", "mr2_sbar_only")),
+    # Study 4 shares study 1's workdir: its CE and reweighting runs are study 1's.
+    Study("combined_cifar10_lt", _from("reweight_cifar10_lt/runs", "ce")
+          + _from("combined_cifar10_lt/runs", "mr2") + _from("reweight_cifar10_lt/runs", "ir_macro")
+          + _from("combined_cifar10_lt/runs", "mr2_ir_macro")),
+    *(Study(folder, _from(f"{folder}/runs", *_IF_METHODS)) for _, folder in IF_SWEEP),
+)
+
+
+def link_runs(runs_dir: pathlib.Path, method: str, into: pathlib.Path) -> list[pathlib.Path]:
+  """`<into>/<method>/seed<s>/{summary.json, ...}` linked to `runs_dir/<method>-seed<s>.*`, one
+  workdir per seed in seed order."""
+  pattern = re.compile(rf"{re.escape(method)}-seed(\d+)\.json")
+  seeds = sorted(int(m.group(1)) for p in runs_dir.iterdir() if (m := pattern.fullmatch(p.name)))
+  if not seeds:
+    raise SystemExit(f"error: {runs_dir}: no {method}-seed<s>.json")
+  workdirs = []
+  for seed in seeds:
+    workdir = into / method / f"seed{seed}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    for suffix, name in RUN_FILES.items():
+      source = runs_dir / f"{method}-seed{seed}.{suffix}"
+      if source.exists() and not (workdir / name).exists():
+        (workdir / name).symlink_to(source.resolve())
+    workdirs.append(workdir)
+  return workdirs
+
+
+def regenerate_study(results: pathlib.Path, study: Study) -> str:
+  from experiments import evaluate  # pylint: disable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as scratch:
+    runs = {name: link_runs(results / runs_dir, name, pathlib.Path(scratch))
+            for name, runs_dir in study.methods}
+    return evaluate.write_report(runs, study.methods[0][0], results / study.out,
+                                 study.paired_against)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--results", default=str(RESULTS), help="the results folder")
+  parser.add_argument("--skip_linear_probe", action="store_true")
+  args = parser.parse_args(argv)
+  results = pathlib.Path(args.results)
+  for study in STUDIES:
+    regenerate_study(results, study)
+    print(f"{results / study.out}: report.md, comparison.json, plots")
+  from experiments import sweep_table  # pylint: disable=g-import-not-at-top
+  sweep_table.main(["--out", str(results / "if_sweep"), "--quiet", "--reports",
+                    *(f"{label}={results / folder}" for label, folder in IF_SWEEP)])
+  print(f"{results / 'if_sweep'}: sweep.md, sweep.json, overall_accuracy.png")
+  if not args.skip_linear_probe:
+    from experiments import linear_probe  # pylint: disable=g-import-not-at-top
+    linear_probe.main(["--no_xla_cpu_tuning", "report", "--quiet", "--out",
+                      str(results / "linear_probe")])
+    print(f"{results / 'linear_probe'}: results.json, tables.md, per_class_*.png")
+
+
+if __name__ == "__main__":
+  main()
