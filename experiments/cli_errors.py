@@ -9,9 +9,9 @@ from absl import app
 from absl import flags
 
 from experiments import data as data_lib
-from experiments import train
+from experiments.config_errors import ConfigError
 
-EXPECTED = (train.ConfigError, data_lib.DataError, FileNotFoundError, FloatingPointError)
+EXPECTED = (ConfigError, data_lib.DataError, FileNotFoundError, FloatingPointError)
 
 
 def fail(message: str) -> None:

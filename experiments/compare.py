@@ -26,7 +26,10 @@ from ml_collections import config_flags
 from experiments import cli_errors
 from experiments import evaluate
 from experiments import reporting
+from experiments import losses
 from experiments import train
+from experiments.config_errors import ConfigError
+from experiments.config_validation import validate_config
 from experiments import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
@@ -34,7 +37,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/compare", "Output folder.")
 _METHODS = flags.DEFINE_list(
     "methods", ["ce", "mr2", "inverse_reweight"],
-    f"Methods to compare, the first is the reference (ERM). A method is a loss from {train.LOSSES}, "
+    f"Methods to compare, the first is the reference (ERM). A method is a loss from {losses.LOSSES}, "
     "or `name=loss:field=value:...` for a variant, e.g. `mr2_gamma_only=mr2:mr2.lam=0`.")
 
 
@@ -68,9 +71,9 @@ def method_config(base, spec: str, seed: int):
         raise KeyError(field)
       holder[last] = value  # ConfigDict checks the type (an int for a float field is widened)
     except (KeyError, AttributeError):
-      raise train.ConfigError(f"--methods: {name}: unknown config field {field!r}") from None
+      raise ConfigError(f"--methods: {name}: unknown config field {field!r}") from None
     except TypeError as error:
-      raise train.ConfigError(f"--methods: {name}: {field}: {error}") from None
+      raise ConfigError(f"--methods: {name}: {field}: {error}") from None
   return name, config
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
 _XLA_CPU_TUNING = flags.DEFINE_bool(
@@ -90,7 +93,7 @@ def main(argv):
   runs = {}
   with cli_errors.one_line_errors():
     for spec in _METHODS.value:
-      train.validate_config(method_config(base, spec, seeds[0])[1])  # all checked before any run
+      validate_config(method_config(base, spec, seeds[0])[1])  # all checked before any run
     for spec in _METHODS.value:
       method = parse_method(spec)[0]
       runs[method] = []

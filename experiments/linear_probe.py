@@ -48,8 +48,9 @@ import numpy as np
 import optax
 
 import mr2_jax
-import reweight_jax
 from experiments import data
+from experiments import losses
+from experiments.configs import default as default_config
 from experiments import reporting
 from experiments import xla_cpu
 
@@ -160,18 +161,38 @@ METHODS = ("erm", "mr2", "reweight", "reweight_sg")
 # Setting name → (imbalance factor, methods). Reweighting's stop-gradient ablation only on LT.
 SETTINGS = {"balanced": (1.0, ("erm", "mr2", "reweight")),
             "lt100": (100.0, ("erm", "mr2", "reweight", "reweight_sg"))}
-MR2_DECAY = 0.9
-MR2_C_BAR = 1.0
-REWEIGHT_MAX_WEIGHT = 10.0
-REWEIGHT_MACRO_GAMMA = 1.0
+# Method → (loss registry entry, config overrides): the trainer's losses, on a linear head.
+METHOD_LOSSES = {
+    "erm": ("ce", {}),
+    "mr2": ("mr2", {"mr2.lam": 0.0, "mr2.c_bar": 1.0, "mr2.decay": 0.9, "mr2.form": "paper"}),
+    "reweight": ("inverse_reweight", {"reweight.alpha": 0.0, "reweight.prior": "uniform",
+                                      "reweight.gamma": 1.0, "reweight.max_weight": 10.0,
+                                      "reweight.macro": True, "reweight.refresh": "epoch",
+                                      "reweight.start_epoch": 0}),
+}
+METHOD_LOSSES["reweight_sg"] = ("inverse_reweight",
+                                {**METHOD_LOSSES["reweight"][1], "reweight.stop_gradient": True})
+
+
+def method_config(method: str):
+  """The config (experiments/configs/default.py) whose loss is `method`'s registry entry."""
+  if method not in METHOD_LOSSES:
+    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+  loss, overrides = METHOD_LOSSES[method]
+  config = default_config.get_config()
+  config.loss = loss
+  for field, value in overrides.items():
+    head, tail = field.split(".")
+    config[head][tail] = value
+  losses.validate(config)
+  return config
 
 
 class ProbeState(NamedTuple):
-  """Everything a step changes: head parameters, optimiser, MR2 statistics, reweighting counters."""
+  """Everything a step changes: head parameters, optimiser, and the loss's per-class state."""
   params: dict[str, jax.Array]
   opt_state: Any
-  class_stats: mr2_jax.ClassStats
-  reweight_state: reweight_jax.ReweightState
+  loss_state: dict[str, Any]
 
 
 def make_optimizer(recipe: Recipe, steps_per_epoch: int) -> optax.GradientTransformation:
@@ -181,35 +202,12 @@ def make_optimizer(recipe: Recipe, steps_per_epoch: int) -> optax.GradientTransf
 
 
 def init_state(key: jax.Array, feature_dim: int, num_classes: int,
-               optimizer: optax.GradientTransformation, init_std: float) -> ProbeState:
+               optimizer: optax.GradientTransformation, init_std: float,
+               method: str = "erm") -> ProbeState:
   params = {"kernel": init_std * jax.random.normal(key, (feature_dim, num_classes)),
             "bias": jnp.zeros((num_classes,))}
   return ProbeState(params=params, opt_state=optimizer.init(params),
-                    class_stats=mr2_jax.init_class_stats(num_classes),
-                    reweight_state=reweight_jax.init_reweight_state(num_classes))
-
-
-def method_loss(method: str, params: dict[str, jax.Array], state: ProbeState, features: jax.Array,
-                labels: jax.Array, refresh_macro: jax.Array
-                ) -> tuple[jax.Array, tuple[mr2_jax.ClassStats, reweight_jax.ReweightState]]:
-  """Batch loss of `method` and the updated (class statistics, reweighting state)."""
-  logits = features @ params["kernel"] + params["bias"]
-  if method == "mr2":
-    loss, class_stats, _ = mr2_jax.mr2_loss(logits, features, labels, state.class_stats, lam=0.0,
-                                            c_bar=MR2_C_BAR, decay=MR2_DECAY, form="paper")
-    return loss, (class_stats, state.reweight_state)
-  per_example = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-  if method == "erm":
-    return jnp.mean(per_example), (state.class_stats, state.reweight_state)
-  if method in ("reweight", "reweight_sg"):
-    num_classes = logits.shape[1]
-    loss, reweight_state, _ = reweight_jax.inverse_reweighted_loss(
-        per_example, labels, state.reweight_state, alpha=0.0,
-        prior=jnp.ones((num_classes,), jnp.float32), gamma=REWEIGHT_MACRO_GAMMA,
-        max_weight=REWEIGHT_MAX_WEIGHT, macro=True, stop_gradient=method == "reweight_sg",
-        refresh_macro=refresh_macro)
-    return loss, (state.class_stats, reweight_state)
-  raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+                    loss_state=losses.init_loss_state(method_config(method), num_classes))
 
 
 @functools.lru_cache(maxsize=None)
@@ -218,24 +216,31 @@ def make_train_epoch(method: str, recipe: Recipe, steps_per_epoch: int):
   the steps under `lax.scan`; β of the reweighting is refreshed at the first step of each epoch.
   Cached, so the seeds of one (method, recipe, data size) share one compilation."""
   optimizer = make_optimizer(recipe, steps_per_epoch)
+  loss_fn = losses.make_loss_fn(method_config(method))
 
   @jax.jit
-  def train_epoch(state, features, labels, batch_indices):
+  def train_epoch(state, features, labels, batch_indices, epoch):
+    class_counts = jnp.zeros((state.params["bias"].shape[0],), jnp.float32).at[labels].add(1.0)
+
     def step(state: ProbeState, inputs):
       step_in_epoch, indices = inputs
+      info = losses.StepInfo(epoch=epoch, step_in_epoch=step_in_epoch, class_counts=class_counts)
 
-      def loss_fn(params):
-        return method_loss(method, params, state, features[indices], labels[indices],
-                           step_in_epoch == 0)
+      def objective(params):
+        batch_features = features[indices]
+        logits = batch_features @ params["kernel"] + params["bias"]
+        loss, loss_state, _ = loss_fn(logits, batch_features, labels[indices], state.loss_state,
+                                      info)
+        return loss, loss_state
 
-      (loss, (class_stats, reweight_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-          state.params)
+      (loss, loss_state), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
       updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
       params = optax.apply_updates(state.params, updates)
-      return ProbeState(params, opt_state, class_stats, reweight_state), loss
+      return ProbeState(params, opt_state, loss_state), loss
 
-    state, losses = jax.lax.scan(step, state, (jnp.arange(batch_indices.shape[0]), batch_indices))
-    return state, jnp.mean(losses)
+    state, step_losses = jax.lax.scan(step, state,
+                                      (jnp.arange(batch_indices.shape[0]), batch_indices))
+    return state, jnp.mean(step_losses)
 
   return train_epoch
 
@@ -261,15 +266,16 @@ def train_probe(method: str, train_features: np.ndarray, train_labels: np.ndarra
   steps = len(train_labels) // recipe.batch_size
   optimizer = make_optimizer(recipe, steps)
   state = init_state(jax.random.key(seed), train_features.shape[1], num_classes, optimizer,
-                     recipe.init_std)
+                     recipe.init_std, method)
   train_epoch = make_train_epoch(method, recipe, steps)
   features, labels = jnp.asarray(train_features), jnp.asarray(train_labels, jnp.int32)
-  losses = []
+  epoch_losses = []
   for epoch in range(recipe.epochs):
     state, loss = train_epoch(state, features, labels,
-                              epoch_batches(len(train_labels), recipe.batch_size, seed, epoch))
-    losses.append(float(loss))
-  return state, losses
+                              epoch_batches(len(train_labels), recipe.batch_size, seed, epoch),
+                              jnp.asarray(epoch))
+    epoch_losses.append(float(loss))
+  return state, epoch_losses
 
 
 # ----------------------------------------------------------------------------------------------
@@ -482,11 +488,12 @@ def study_command(args: argparse.Namespace) -> None:
                                               == test_labels)),
                "final_train_loss": losses[-1], "wall_s": time.perf_counter() - start}
         if method == "mr2":
-          run["mr2_gamma"] = np.asarray(mr2_jax.class_margins(state.class_stats, MR2_C_BAR)
-                                        ).tolist()
+          run["mr2_gamma"] = np.asarray(mr2_jax.class_margins(
+              state.loss_state["class_stats"], method_config(method).mr2.c_bar)).tolist()
         if method.startswith("reweight"):
-          run["reweight_batch_counts"] = np.asarray(state.reweight_state.batch_counts).tolist()
-          run["reweight_beta"] = np.asarray(state.reweight_state.beta).tolist()
+          run["reweight_batch_counts"] = np.asarray(
+              state.loss_state["reweight"].batch_counts).tolist()
+          run["reweight_beta"] = np.asarray(state.loss_state["reweight"].beta).tolist()
         (out / "runs" / f"{setting}-{method}-seed{seed}.json").write_text(json.dumps(run, indent=1))
         runs.append(run)
         print(f"{setting} seed {seed} {method}: test acc {100 * run['test_accuracy']:.2f} %, "

@@ -19,6 +19,22 @@ Array = Any
 FORMS = ("paper", "released")
 
 
+def form_defaults(form: str, feature_dim: int, *, p: float | None = None,
+                  temperature: float | None = None) -> tuple[float, float]:
+  """(p, τ) of an MR2 form, explicit values kept: 'paper' p = 2, τ = 1; 'released' p = 5, τ = 10·d.
+
+  MR2 spec, 'Objective' and 'Released-code form'. The one place these defaults live (`mr2_loss` and
+  any combination built on `mr2_terms` read them here).
+  """
+  if form not in FORMS:
+    raise ValueError(f"form: expected one of {FORMS}, got {form!r}.")
+  if p is None:
+    p = 2.0 if form == "paper" else 5.0
+  if temperature is None:
+    temperature = 1.0 if form == "paper" else 10.0 * feature_dim
+  return p, temperature
+
+
 def _global_sum(x: Array, axis_name: str | None) -> jax.Array:
   total = jnp.sum(x)
   return total if axis_name is None else jax.lax.psum(total, axis_name)
@@ -130,15 +146,10 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
     (loss, new_stats, aux) with aux = {'gamma' [K], 's_bar', 'margin_ce', 'representation_margin'};
     the aux losses are global-batch means (the same on every device).
   """
-  if form not in FORMS:
-    raise ValueError(f"form: expected one of {FORMS}, got {form!r}.")
   logits = checks.check_floating(logits, 2, "logits")
   features = checks.check_floating(features, 2, "features")
   num_classes, dim = logits.shape[1], features.shape[1]
-  if p is None:
-    p = 2.0 if form == "paper" else 5.0
-  if temperature is None:
-    temperature = 1.0 if form == "paper" else 10.0 * dim
+  p, temperature = form_defaults(form, dim, p=p, temperature=temperature)
   margin_ce, rep, new_stats, aux = mr2_terms(
       logits, features, labels, stats, lam=lam, c_bar=c_bar, decay=decay, p=p,
       temperature=temperature, uniform_margin=uniform_margin, stats_reduction=stats_reduction,

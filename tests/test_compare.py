@@ -3,7 +3,7 @@
 import pytest
 
 from experiments import compare
-from experiments import train
+from experiments.config_errors import ConfigError
 from experiments.configs import digits_lt
 
 
@@ -18,13 +18,13 @@ def test_method_config_applies_overrides_with_the_field_type():
                                        "reweight.macro=False:reweight.start_epoch=3", seed=4)
   assert (name, config.loss, config.seed) == ("ir", "inverse_reweight", 4)
   assert config.reweight.macro is False and config.reweight.start_epoch == 3
-  with pytest.raises(train.ConfigError, match="unknown config field 'mr2.nope'"):
+  with pytest.raises(ConfigError, match="unknown config field 'mr2.nope'"):
     compare.method_config(digits_lt.get_config(), "x=mr2:mr2.nope=1", seed=0)
 
 
 def test_method_config_rejects_a_wrong_type_in_one_line():
-  with pytest.raises(train.ConfigError, match="reweight.start_epoch"):
+  with pytest.raises(ConfigError, match="reweight.start_epoch"):
     compare.method_config(digits_lt.get_config(), "x=inverse_reweight:reweight.start_epoch=0.5",
                           seed=0)
-  with pytest.raises(train.ConfigError, match="unknown config field 'nope.lam'"):
+  with pytest.raises(ConfigError, match="unknown config field 'nope.lam'"):
     compare.method_config(digits_lt.get_config(), "x=mr2:nope.lam=1", seed=0)

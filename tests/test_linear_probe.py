@@ -59,13 +59,16 @@ def test_every_method_learns_separable_features(method):
   # Chance is 0.1; the stop-gradient reweighting up-weights easy classes and learns hard ones slowest.
   assert accuracy.shape == (K,) and np.mean(accuracy) > 0.5
   if method == "mr2":
-    gamma = np.asarray(lp.mr2_jax.class_margins(state.class_stats, lp.MR2_C_BAR))
-    assert bool(np.all(np.asarray(state.class_stats.seen)))
+    class_stats = state.loss_state["class_stats"]
+    gamma = np.asarray(lp.mr2_jax.class_margins(class_stats, lp.method_config("mr2").mr2.c_bar))
+    assert bool(np.all(np.asarray(class_stats.seen)))
     np.testing.assert_allclose(gamma.mean(), 1.0, rtol=1e-5)
     assert gamma.std() > 0  # Classes with larger mean squared feature norm get larger γ.
   if method.startswith("reweight"):
-    counts = np.asarray(state.reweight_state.batch_counts)
+    counts = np.asarray(state.loss_state["reweight"].batch_counts)
     assert counts.max() == 30 and counts.min() >= 25  # 30 batches; a class can miss a batch.
+  else:
+    assert "reweight" not in state.loss_state  # each method carries only its own loss state
 
 
 def test_training_is_a_function_of_the_seed():

@@ -18,8 +18,12 @@ import numpy as np
 import pytest
 
 from experiments import data as data_lib
+from experiments import losses
 from experiments import models
+from experiments import runners
+from experiments import steps
 from experiments import train
+from experiments import train_state
 from experiments.configs import digits_lt
 from tests import checkpoints
 
@@ -49,8 +53,8 @@ def run_steps(config, num_steps, modes):
   """`num_steps` steps for each (parallel, num_devices) in `modes`; returns host states and metrics."""
   train_split = digits_train()
   steps_per_epoch = data_lib.steps_per_epoch(train_split, config.batch_size)
-  task = train.Task(tuple(float(c) for c in train_split.class_counts), steps_per_epoch)
-  lr_fn = train.create_learning_rate_fn(config, steps_per_epoch)
+  task = steps.Task(tuple(float(c) for c in train_split.class_counts), steps_per_epoch)
+  lr_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
   batches = list(data_lib.train_batches(train_split, config.batch_size, seed=0, epoch=0,
                                         augment=False))[:num_steps]
   results = {}
@@ -58,10 +62,11 @@ def run_steps(config, num_steps, modes):
     config = copy.deepcopy(config)
     config.parallel = parallel
     model = models.create_model("small_cnn", 10,
-                                axis_name=None if parallel == "none" else train.AXIS)
-    state = train.create_train_state(config, model, train_split.images.shape[1:], 10, lr_fn,
-                                     jax.random.key(0))
-    runner = train.make_runner(config, task, lr_fn, devices=jax.devices()[:num_devices])
+                                axis_name=None if parallel == "none" else runners.AXIS)
+    state = train_state.create_train_state(config, model, train_split.images.shape[1:], 10, lr_fn,
+                                           jax.random.key(0))
+    runner = runners.make_runner(parallel, losses.make_loss_fn(config), task, lr_fn,
+                                 devices=jax.devices()[:num_devices])
     state = runner.place_state(state)
     for batch in batches:
       state, metrics = runner.step(state, runner.place_batch(batch))
@@ -77,11 +82,14 @@ def assert_same_training(result, reference):
   np.testing.assert_allclose(metrics["loss"], metrics_1["loss"], rtol=1e-5)
   chex.assert_trees_all_close(state.params, state_1.params, rtol=1e-4, atol=1e-5)
   chex.assert_trees_all_close(state.batch_stats, state_1.batch_stats, rtol=1e-4, atol=1e-5)
-  chex.assert_trees_all_close(state.class_stats, state_1.class_stats, rtol=1e-4, atol=1e-6)
-  chex.assert_trees_all_equal(state.reweight_state, state_1.reweight_state)
+  if "class_stats" in state.loss_state:
+    chex.assert_trees_all_close(state.loss_state["class_stats"], state_1.loss_state["class_stats"],
+                                rtol=1e-4, atol=1e-6)
+  if "reweight" in state.loss_state:
+    chex.assert_trees_all_equal(state.loss_state["reweight"], state_1.loss_state["reweight"])
 
 
-@pytest.mark.parametrize("loss", train.LOSSES)
+@pytest.mark.parametrize("loss", losses.LOSSES)
 def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(loss):
   assert jax.local_device_count() == NUM_DEVICES
   modes = [("none", 1), ("pmap", NUM_DEVICES), ("shard_map", NUM_DEVICES)]
@@ -91,9 +99,9 @@ def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(los
     assert_same_training(results[mode], results["none", 1])
   state = results["none", 1][0]
   if "mr2" in loss:
-    assert bool(np.all(state.class_stats.seen))
+    assert bool(np.all(state.loss_state["class_stats"].seen))
   if "inverse_reweight" in loss:
-    assert float(np.sum(state.reweight_state.batch_counts)) > 0
+    assert float(np.sum(state.loss_state["reweight"].batch_counts)) > 0
 
 
 @pytest.mark.parametrize("loss", [
@@ -221,10 +229,9 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
   assert step_a == step_b == 280
   chex.assert_trees_all_equal(state_a["params"], state_b["params"])
   chex.assert_trees_all_equal(state_a["batch_stats"], state_b["batch_stats"])
-  chex.assert_trees_all_equal(state_a["class_stats"], state_b["class_stats"])
-  chex.assert_trees_all_equal(state_a["reweight_state"], state_b["reweight_state"])
+  chex.assert_trees_all_equal(state_a["loss_state"], state_b["loss_state"])
   chex.assert_trees_all_equal(state_a["opt_state"], state_b["opt_state"])
-  assert float(np.sum(state_a["reweight_state"]["batch_counts"])) > 0
+  assert float(np.sum(state_a["loss_state"]["reweight"]["batch_counts"])) > 0
   summary_a = json.loads((straight / "summary.json").read_text())
   summary_b = json.loads((killed / "summary.json").read_text())
   assert summary_a["per_class_accuracy"] == summary_b["per_class_accuracy"]

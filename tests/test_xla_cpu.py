@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import jax
 import jax.numpy as jnp
-from experiments import models, train
+from experiments import losses, models, steps, train_state
 from experiments.configs import digits_lt
 config = digits_lt.get_config()
 config.loss = "mr2+inverse_reweight"
@@ -28,10 +28,11 @@ model = models.create_model("resnet32", 10)
 rng = np.random.default_rng(0)
 images = jnp.asarray(rng.normal(size=(64, 32, 32, 3)), jnp.float32)
 labels = jnp.asarray(rng.integers(0, 10, 64), jnp.int32)
-lr = train.create_learning_rate_fn(config, steps_per_epoch=10)
-state = train.create_train_state(config, model, (32, 32, 3), 10, lr, jax.random.key(0))
-task = train.Task(class_counts=(10.0,) * 10, steps_per_epoch=10)
-step = jax.jit(lambda s, b: train.train_step(s, b, config=config, task=task, learning_rate_fn=lr))
+lr = train_state.create_learning_rate_fn(config, steps_per_epoch=10)
+state = train_state.create_train_state(config, model, (32, 32, 3), 10, lr, jax.random.key(0))
+task = steps.Task(class_counts=(10.0,) * 10, steps_per_epoch=10)
+step = jax.jit(lambda s, b: steps.train_step(s, b, loss_fn=losses.make_loss_fn(config), task=task,
+                                             learning_rate_fn=lr))
 new_state, metrics = step(state, {"image": images, "label": labels})
 leaves = jax.tree.leaves(jax.tree.map(lambda new, old: new - old, new_state.params, state.params))
 np.savez(sys.argv[1], loss=np.asarray(metrics["loss"]), *[np.asarray(x) for x in leaves])

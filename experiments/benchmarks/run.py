@@ -112,7 +112,7 @@ def _resnet_steps(batch_size: int):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from experiments import models, train  # pylint: disable=g-import-not-at-top
+  from experiments import losses, models, steps, train_state  # pylint: disable=g-import-not-at-top
   from experiments.configs import cifar10_lt  # pylint: disable=g-import-not-at-top
 
   base = cifar10_lt.get_config()
@@ -122,17 +122,21 @@ def _resnet_steps(batch_size: int):
   batch = {"image": jnp.asarray(rng.normal(size=(batch_size, 32, 32, 3)), jnp.float32),
            "label": jnp.asarray(rng.integers(0, 10, batch_size), jnp.int32)}
   counts = tuple(float(c) for c in np.round(5000 * 0.01 ** (np.arange(10) / 9)))
-  task = train.Task(class_counts=counts, steps_per_epoch=100)
+  task = steps.Task(class_counts=counts, steps_per_epoch=100)
   model = models.create_model(base.model, 10, head=base.head, cosine_scale=base.cosine_scale)
-  lr = train.create_learning_rate_fn(base, task.steps_per_epoch)
-  state = train.create_train_state(base, model, (32, 32, 3), 10, lr, jax.random.key(0))
-  steps = {}
-  for method in STEP_METHODS:
+  lr = train_state.create_learning_rate_fn(base, task.steps_per_epoch)
+  base.loss = "mr2+inverse_reweight"  # the loss state every method's step can take
+  state = train_state.create_train_state(base, model, (32, 32, 3), 10, lr, jax.random.key(0))
+  method_steps = {}
+  for method in STEP_METHODS:  # each by name from the loss registry, as the trainer runs it
     config = base.copy_and_resolve_references()
     config.loss = method
-    steps[method] = jax.jit(lambda s, b, config=config: train.train_step(
-        s, b, config=config, task=task, learning_rate_fn=lr))
-  return state, batch, steps
+    loss_fn = losses.make_loss_fn(config)
+    fields = losses.init_loss_state(config, 10).keys()
+    method_steps[method] = jax.jit(lambda s, b, loss_fn=loss_fn, fields=tuple(fields): steps.train_step(
+        s.replace(loss_state={f: s.loss_state[f] for f in fields}), b, loss_fn=loss_fn, task=task,
+        learning_rate_fn=lr))
+  return state, batch, method_steps
 
 
 def bench_compile_and_overhead(quick: bool) -> tuple[dict, dict]:

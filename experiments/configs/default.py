@@ -7,6 +7,8 @@ CLI overrides: `--config=experiments/configs/cifar10_lt.py --config.loss=mr2 --c
 
 import ml_collections
 
+from experiments import losses
+
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -24,22 +26,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.head = "linear"
   config.cosine_scale = 30.0
 
-  # Loss: see experiments.train.LOSSES.
+  # Loss: a name of the loss registry (experiments.losses.LOSSES); each loss reads its own sub-tree
+  # (mr2, reweight, focal, class_balanced, ldam, logit_adjust, ib: defaults, ranges and start epochs
+  # in experiments.losses.CONFIG_TREES). Deferred losses train as their `before` entry until their
+  # start epoch (reweight.start_epoch, ldam.drw_epoch, ib.start_epoch).
   config.loss = "ce"
-  config.mr2 = ml_collections.ConfigDict(dict(
-      lam=0.1, c_bar=1.0, decay=0.9, form="paper", uniform_margin=False,
-      stats_reduction="exact",  # or 'per_device': 3·K scalars across devices (see mr2_jax).
-      p=ml_collections.config_dict.placeholder(float),
-      temperature=ml_collections.config_dict.placeholder(float)))
-  config.reweight = ml_collections.ConfigDict(dict(
-      alpha=0.0, prior="uniform", gamma=1.0, max_weight=10.0, macro=True, stop_gradient=False,
-      refresh="epoch",   # β refresh cadence: 'epoch' (reference) or 'step'.
-      start_epoch=0))    # deferred (DRW-style) start; plain CE (or MR2) before it.
-  config.focal_gamma = 1.0
-  config.class_balanced_beta = 0.9999
-  config.ldam = ml_collections.ConfigDict(dict(max_margin=0.5, scale=30.0, drw_epoch=160))
-  config.logit_adjust_tau = 1.0
-  config.ib = ml_collections.ConfigDict(dict(alpha=1000.0, start_epoch=100))
+  losses.add_config_trees(config)
 
   # Optimisation: SGD + momentum + weight decay, linear warm-up then cosine or step decay.
   config.num_epochs = 200

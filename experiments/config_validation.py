@@ -1,0 +1,58 @@
+"""The trainer's config check: every field is range-checked before anything is written (the loss's
+own sub-trees by the loss registry), so a bad value stops with one line naming the field."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+
+from experiments import losses
+from experiments import models
+from experiments.config_errors import INF
+from experiments.config_errors import ConfigError
+from experiments.config_errors import check_choice
+from experiments.config_errors import check_ranges
+
+PARALLEL = ("none", "pmap", "shard_map")
+
+RANGES = (
+    ("num_epochs", (1, True), (INF, False)), ("batch_size", (1, True), (INF, False)),
+    ("eval_batch_size", (1, True), (INF, False)), ("log_every_steps", (1, True), (INF, False)),
+    ("checkpoint_every_steps", (1, True), (INF, False)),
+    ("class_loss_every_epochs", (0, True), (INF, False)),
+    ("keep_checkpoints", (1, True), (INF, False)), ("warmup_epochs", (0, True), (INF, False)),
+    ("learning_rate", (0, False), (INF, False)), ("momentum", (0, True), (1, False)),
+    ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),
+    ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
+    ("imbalance_factor", (1, True), (INF, False)),
+)
+
+
+def validate_config(config) -> None:
+  """Raises ConfigError (one line, naming the field) before anything is written."""
+  losses.get(config.loss)  # an unknown loss is named first
+  check_choice(config, "parallel", PARALLEL)
+  check_choice(config, "schedule", ("cosine", "step"))
+  check_choice(config, "head", models.HEADS)
+  if config.model not in models.MODELS:
+    raise ConfigError(f"config.model: unknown model {config.model!r}; expected one of "
+                      f"{sorted(models.MODELS)}")
+  check_ranges(config, RANGES)
+  losses.validate(config)
+  if config.warmup_epochs > config.num_epochs:
+    raise ConfigError(f"config.warmup_epochs: {config.warmup_epochs} exceeds config.num_epochs "
+                      f"{config.num_epochs}")
+  if config.reference_summary:
+    path = pathlib.Path(config.reference_summary)
+    if not path.is_file() or "per_class_accuracy" not in json.loads(path.read_text()):
+      raise ConfigError(f"config.reference_summary: {path} is not a summary.json of a finished run")
+  devices = {"none": 1, "pmap": jax.device_count(), "shard_map": jax.device_count()}
+  for field in ("batch_size", "eval_batch_size"):
+    if config[field] % devices[config.parallel]:
+      raise ConfigError(f"config.{field}: {config[field]} is not divisible by the "
+                        f"{devices[config.parallel]} devices of config.parallel={config.parallel!r}")
+  if config.parallel == "pmap" and jax.process_count() > 1:
+    raise ConfigError("config.parallel: use 'shard_map' for multi-process runs ('pmap' spans "
+                      "the devices of one process here)")

@@ -1,0 +1,355 @@
+"""The loss registry: every training objective of the harness is one entry, chosen by name.
+
+Every entry has one signature once built from a config (`make_loss_fn`):
+
+    loss_fn(logits, features, labels, loss_state, step_info) → (loss, new_loss_state, metrics)
+
+`loss` is this device's share of the global-batch loss (`lax.pmean` of the shares, and of their
+gradients, is the global value), `loss_state` a dict of the per-class state the entry carries
+(`class_stats`: MR2's `ClassStats`; `reweight`: the reweighting counters) and `metrics` a dict of
+arrays to log. Each entry reads its own config sub-tree (`CONFIG_TREES`: defaults, ranges, choices)
+and has explicit start semantics: a deferred entry (`start` names the config field of its start
+epoch) trains as its `before` entry until that epoch — the before entry's state updates only, its
+own state untouched — and the two are a `lax.cond`, so a step computes one of them, never both.
+Adding a loss is one `Loss` entry here (plus its config tree if it has hyper-parameters) and its
+tests; the trainer, the linear probe and the benchmarks take it by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+import mr2_jax
+import reweight_jax
+from _perclass import checks
+from _perclass import class_sums
+from experiments.config_errors import INF
+from experiments.config_errors import ConfigError
+from experiments.config_errors import check_choice
+from experiments.config_errors import check_ranges
+from experiments.config_errors import field_value
+
+
+class StepInfo(NamedTuple):
+  """What a loss may read besides the batch (arrays traced in the step, `axis_name` static)."""
+  epoch: jax.Array                 # int, the current epoch (step // steps_per_epoch)
+  step_in_epoch: jax.Array         # int
+  class_counts: jax.Array          # float32 [K], training-set class counts n_c
+  axis_name: str | None = None     # data-parallel axis (pmap / shard_map), None on one device
+
+
+# ------------------------------------------------------------------------------------------------
+# Config sub-trees
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ConfigTree:
+  """A loss hyper-parameter sub-tree: its defaults, numeric ranges and string choices."""
+  defaults: Callable[[], dict[str, Any]]
+  ranges: tuple = ()
+  choices: tuple = ()
+
+
+_POS, _NONNEG = ((0, False), (INF, False)), ((0, True), (INF, False))
+CONFIG_TREES = {
+    "mr2": ConfigTree(
+        lambda: dict(lam=0.1, c_bar=1.0, decay=0.9, form="paper", uniform_margin=False,
+                     stats_reduction="exact",  # or 'per_device': 3·K scalars across devices.
+                     p=ml_collections.config_dict.placeholder(float),
+                     temperature=ml_collections.config_dict.placeholder(float)),
+        ranges=(("lam", *_NONNEG), ("c_bar", *_POS), ("decay", (0, True), (1, False)),
+                ("p", (1, True), (INF, False)), ("temperature", *_POS)),
+        choices=(("form", mr2_jax.objective.FORMS),
+                 ("stats_reduction", mr2_jax.class_stats.REDUCTIONS))),
+    "reweight": ConfigTree(
+        lambda: dict(alpha=0.0, prior="uniform", gamma=1.0, max_weight=10.0, macro=True,
+                     stop_gradient=False,
+                     refresh="epoch",  # β refresh cadence: 'epoch' (reference) or 'step'.
+                     start_epoch=0),   # deferred (DRW-style) start; CE (or MR2) before it.
+        ranges=(("alpha", *_NONNEG), ("gamma", *_NONNEG), ("max_weight", *_POS),
+                ("start_epoch", *_NONNEG)),
+        choices=(("prior", reweight_jax.PRIOR_KINDS), ("refresh", ("epoch", "step")))),
+    "focal": ConfigTree(lambda: dict(gamma=1.0), ranges=(("gamma", *_NONNEG),)),
+    "class_balanced": ConfigTree(lambda: dict(beta=0.9999),
+                                 ranges=(("beta", (0, True), (1, False)),)),
+    "ldam": ConfigTree(lambda: dict(max_margin=0.5, scale=30.0, drw_epoch=160, drw_beta=0.9999),
+                       ranges=(("max_margin", *_POS), ("scale", *_POS),
+                               ("drw_epoch", *_NONNEG), ("drw_beta", (0, True), (1, False)))),
+    "logit_adjust": ConfigTree(lambda: dict(tau=1.0), ranges=(("tau", *_NONNEG),)),
+    "ib": ConfigTree(lambda: dict(alpha=1000.0, start_epoch=100),
+                     ranges=(("alpha", *_POS), ("start_epoch", *_NONNEG))),
+}
+
+
+def add_config_trees(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Adds every loss sub-tree with its defaults to `config` (configs/default.py calls this)."""
+  for key, tree in CONFIG_TREES.items():
+    config[key] = ml_collections.ConfigDict(tree.defaults())
+  return config
+
+
+# ------------------------------------------------------------------------------------------------
+# Entries
+# ------------------------------------------------------------------------------------------------
+
+LossApply = Callable[..., tuple[jax.Array, dict, dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+  """One training objective.
+
+  Attributes:
+    apply: (config, logits, features, labels, loss_state, step_info) → (loss, loss_state, metrics)
+      once started.
+    reads: the config sub-trees (`CONFIG_TREES` keys) it reads; their ranges are checked.
+    state: the loss-state fields it carries (`STATE_INIT` keys).
+    start: config field of the start epoch of a deferred entry (None: active from the first step).
+    before: the entry trained before `start`.
+    check: extra config checks (raise ConfigError).
+  """
+  apply: LossApply
+  reads: tuple[str, ...] = ()
+  state: tuple[str, ...] = ()
+  start: str | None = None
+  before: str = "ce"
+  check: Callable[[Any], None] | None = None
+
+
+STATE_INIT = {"class_stats": mr2_jax.init_class_stats, "reweight": reweight_jax.init_reweight_state}
+
+
+def mean_share(per_example: jax.Array, axis_name: str | None,
+               weights: jax.Array | None = None) -> jax.Array:
+  """This device's share of Σ w_i ℓ_i / Σ w_i over the global batch (pmean of shares = the value)."""
+  if weights is None:
+    weights = jnp.ones(per_example.shape, jnp.float32)
+  total_weight = jnp.sum(weights)
+  if axis_name is not None:
+    total_weight = jax.lax.psum(total_weight, axis_name)
+  return (class_sums.num_devices(axis_name) * jnp.sum(weights * per_example)
+          / jnp.maximum(total_weight, 1e-12))
+
+
+def _label_weights(class_weights: jax.Array, labels: jax.Array) -> jax.Array:
+  """w_{y_i} [B]; NaN for an out-of-range label (the shared guard, never a clipped class)."""
+  in_range = (labels >= 0) & (labels < class_weights.shape[0])
+  return checks.take_class_values(class_weights, labels, in_range)
+
+
+def _ce(config, logits, features, labels, state, info):
+  del config, features
+  return mean_share(reweight_jax.cross_entropy_loss(logits, labels), info.axis_name), state, {}
+
+
+def mr2_kwargs(mr2: ml_collections.ConfigDict) -> dict[str, Any]:
+  """`mr2_jax.mr2_loss` keyword arguments of the config's MR2 sub-tree."""
+  return dict(lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay, form=mr2.form,
+              uniform_margin=mr2.uniform_margin, p=mr2.p, temperature=mr2.temperature,
+              stats_reduction=mr2.stats_reduction)
+
+
+def _mr2(config, logits, features, labels, state, info):
+  loss, class_stats, aux = mr2_jax.mr2_loss(logits, features, labels, state["class_stats"],
+                                            **mr2_kwargs(config.mr2), axis_name=info.axis_name)
+  return loss, {**state, "class_stats": class_stats}, aux
+
+
+def _reweighted(config, per_example, labels, state, info):
+  """The inverse reweighting of per-example losses (REWEIGHT spec), from `config.reweight`."""
+  rw = config.reweight
+  loss, reweight_state, aux = reweight_jax.inverse_reweighted_loss(
+      per_example, labels, state["reweight"], alpha=rw.alpha,
+      prior=reweight_jax.class_prior(info.class_counts, rw.prior), gamma=rw.gamma,
+      max_weight=rw.max_weight, macro=rw.macro, stop_gradient=rw.stop_gradient,
+      refresh_macro=(info.step_in_epoch == 0) if rw.refresh == "epoch" else True,
+      axis_name=info.axis_name)
+  # L_c of a class absent from the batch is NaN (not measured), as everywhere in the project.
+  metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
+             "class_present": aux.present, "class_weight": aux.class_weights}
+  return loss, {**state, "reweight": reweight_state}, metrics
+
+
+def _inverse_reweight(config, logits, features, labels, state, info):
+  del features
+  return _reweighted(config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info)
+
+
+def _mr2_inverse_reweight(config, logits, features, labels, state, info):
+  mr2 = config.mr2
+  p, temperature = mr2_jax.objective.form_defaults(mr2.form, features.shape[1], p=mr2.p,
+                                                   temperature=mr2.temperature)
+  margin_ce, representation, class_stats, aux = mr2_jax.mr2_terms(
+      logits, features, labels, state["class_stats"], lam=mr2.lam, c_bar=mr2.c_bar,
+      decay=mr2.decay, p=p, temperature=temperature, uniform_margin=mr2.uniform_margin,
+      stats_reduction=mr2.stats_reduction, axis_name=info.axis_name)
+  loss, state, metrics = _reweighted(config, margin_ce + mr2.lam * representation, labels,
+                                     {**state, "class_stats": class_stats}, info)
+  return loss, state, {**aux, **metrics}
+
+
+def _check_paper_form(config):
+  if config.mr2.form != "paper":
+    raise ConfigError("config.mr2.form: the MR2 + reweighting combination reweights per-example "
+                      "terms, which exist in the paper form only")
+
+
+def _weighted_ce(weights_of: Callable[[Any, jax.Array], jax.Array]) -> LossApply:
+  def apply(config, logits, features, labels, state, info):
+    del features
+    weights = _label_weights(weights_of(config, info.class_counts), labels)
+    return (mean_share(reweight_jax.cross_entropy_loss(logits, labels), info.axis_name, weights),
+            state, {})
+  return apply
+
+
+def _focal(config, logits, features, labels, state, info):
+  del features
+  return (mean_share(reweight_jax.focal_loss(logits, labels, gamma=config.focal.gamma),
+                     info.axis_name), state, {})
+
+
+def _ldam(drw: bool) -> LossApply:
+  def apply(config, logits, features, labels, state, info):
+    del features
+    ldam = config.ldam
+    per_example = reweight_jax.ldam_loss(logits, labels, info.class_counts,
+                                         max_margin=ldam.max_margin, scale=ldam.scale)
+    weights = (_label_weights(reweight_jax.class_balanced_weights(info.class_counts, ldam.drw_beta),
+                              labels) if drw else None)
+    return mean_share(per_example, info.axis_name, weights), state, {}
+  return apply
+
+
+def _check_ldam_head(config):
+  if config.head == "cosine" and config.ldam.scale != 1.0:
+    # LDAM is CE(s·(cos − Δ_y e_y)): the cosine head already multiplies by its scale, so a second
+    # LDAM scale would square it and shrink the margin. Make the head's scale LDAM's s.
+    raise ConfigError(
+        f"config.ldam.scale: with the cosine head (scale {config.cosine_scale:g}) LDAM needs "
+        f"ldam.scale=1 and ldam.max_margin={0.5 * config.cosine_scale:g} (= 0.5 × the head scale)")
+
+
+def _logit_adjust(config, logits, features, labels, state, info):
+  del features
+  per_example = reweight_jax.logit_adjusted_loss(logits, labels, info.class_counts,
+                                                 tau=config.logit_adjust.tau)
+  return mean_share(per_example, info.axis_name), state, {}
+
+
+def _balanced_softmax(config, logits, features, labels, state, info):
+  del config, features
+  per_example = reweight_jax.balanced_softmax_loss(logits, labels, info.class_counts)
+  return mean_share(per_example, info.axis_name), state, {}
+
+
+def _ib(config, logits, features, labels, state, info):
+  per_example = reweight_jax.ib_loss(
+      logits, labels, features, alpha=config.ib.alpha,
+      class_weights=reweight_jax.inverse_frequency_weights(info.class_counts))
+  return mean_share(per_example, info.axis_name), state, {}
+
+
+REGISTRY: dict[str, Loss] = {
+    "ce": Loss(_ce),
+    "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
+    "inverse_reweight": Loss(_inverse_reweight, reads=("reweight",), state=("reweight",),
+                             start="reweight.start_epoch"),
+    "mr2+inverse_reweight": Loss(_mr2_inverse_reweight, reads=("mr2", "reweight"),
+                                 state=("class_stats", "reweight"), start="reweight.start_epoch",
+                                 before="mr2", check=_check_paper_form),
+    "inv_freq": Loss(_weighted_ce(lambda c, counts: reweight_jax.inverse_frequency_weights(counts))),
+    "class_balanced": Loss(_weighted_ce(lambda c, counts: reweight_jax.class_balanced_weights(
+        counts, c.class_balanced.beta)), reads=("class_balanced",)),
+    "focal": Loss(_focal, reads=("focal",)),
+    "ldam": Loss(_ldam(drw=False), reads=("ldam",), check=_check_ldam_head),
+    "ldam_drw": Loss(_ldam(drw=True), reads=("ldam",), start="ldam.drw_epoch", before="ldam",
+                     check=_check_ldam_head),
+    "logit_adjust": Loss(_logit_adjust, reads=("logit_adjust",)),
+    "balanced_softmax": Loss(_balanced_softmax),
+    "ib": Loss(_ib, reads=("ib",), start="ib.start_epoch"),
+}
+LOSSES = tuple(REGISTRY)
+
+
+# ------------------------------------------------------------------------------------------------
+# Using an entry
+# ------------------------------------------------------------------------------------------------
+
+def get(name: str) -> Loss:
+  if name not in REGISTRY:
+    raise ConfigError(f"config.loss: unknown loss {name!r}; expected one of {LOSSES}")
+  return REGISTRY[name]
+
+
+def start_epoch(config) -> int:
+  """The epoch from which `config.loss` itself trains (0 when it is not deferred)."""
+  entry = get(config.loss)
+  return 0 if entry.start is None else int(field_value(config, entry.start))
+
+
+def _entries(config) -> list[Loss]:
+  """The entry and, when deferred, the entry it trains as before its start."""
+  entry = get(config.loss)
+  return [entry] if entry.start is None else [entry, get(entry.before)]
+
+
+def validate(config) -> None:
+  """Raises ConfigError (naming the field) for the loss's name, every loss sub-tree (a config
+  records them all, so a bad value is refused even where this loss does not read it) and the
+  entry's own checks."""
+  entries = _entries(config)
+  for key, tree in CONFIG_TREES.items():
+    check_ranges(config, [(f"{key}.{field}", low, high) for field, low, high in tree.ranges])
+    for field, choices in tree.choices:
+      check_choice(config, f"{key}.{field}", choices)
+  for entry in entries:
+    if entry.check is not None:
+      entry.check(config)
+
+
+def init_loss_state(config, num_classes: int) -> dict[str, Any]:
+  """The loss state of `config.loss` (its own and its before entry's fields) for K classes."""
+  fields = sorted({field for entry in _entries(config) for field in entry.state})
+  return {field: STATE_INIT[field](num_classes) for field in fields}
+
+
+def _with_metrics_of(branch, other_shapes: dict) -> Callable[[], tuple]:
+  """`branch` with the metrics only the other branch of a cond has, as NaN (not computed)."""
+  def padded():
+    loss, state, metrics = branch()
+    for key, shape in other_shapes.items():
+      if key not in metrics:
+        metrics[key] = jnp.full(shape.shape, jnp.nan if jnp.issubdtype(shape.dtype, jnp.floating)
+                                else 0, shape.dtype)
+    return loss, state, metrics
+  return padded
+
+
+def make_loss_fn(config) -> Callable[..., tuple[jax.Array, dict, dict]]:
+  """loss_fn(logits, features, labels, loss_state, step_info) → (loss, loss_state, metrics) of
+  `config.loss`; a deferred entry switches from its before entry at its start epoch in a
+  `lax.cond` (one branch runs per step) — or not at all when it starts at epoch 0."""
+  entry = get(config.loss)
+  start = start_epoch(config)
+  if start == 0:
+    return functools.partial(entry.apply, config)
+  before = get(entry.before)
+
+  def loss_fn(logits, features, labels, loss_state, info: StepInfo):
+    after_branch, before_branch = (
+        functools.partial(e.apply, config, logits, features, labels, loss_state, info)
+        for e in (entry, before))
+    after_shapes, before_shapes = jax.eval_shape(after_branch), jax.eval_shape(before_branch)
+    return jax.lax.cond(info.epoch >= start,
+                        _with_metrics_of(after_branch, before_shapes[2]),
+                        _with_metrics_of(before_branch, after_shapes[2]))
+
+  return loss_fn

@@ -1,0 +1,122 @@
+"""The compiled steps, written once for every way of running (`axis_name` None on one device):
+`train_step` (one SGD step), `eval_step` (one evaluation batch into per-class sums) and `ncc_step`
+(NC4's nearest-class-mean pass over kept features). Under `axis_name` every per-class quantity is
+reduced as sums and counts, so the result equals one device on the global batch."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+import reweight_jax
+from _perclass import metrics as perclass_metrics
+from experiments import losses
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """Static facts of a run that the step closes over (hashable: no arrays)."""
+  class_counts: tuple[float, ...]
+  steps_per_epoch: int
+
+
+def all_finite(tree) -> jax.Array:
+  """True when every floating leaf of `tree` is finite."""
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
+               axis_name: str | None = None):
+  """One SGD step of `loss_fn` (`losses.make_loss_fn`). Under `axis_name`, BatchNorm, the loss's
+  per-class state and gradients are reduced across devices: the update equals one device on the
+  global batch. Returns (state, metrics) with the loss's metrics, 'loss', 'train_correct',
+  'learning_rate' and 'finite' (loss and loss state)."""
+  info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
+                         step_in_epoch=state.step % task.steps_per_epoch,
+                         class_counts=jnp.asarray(task.class_counts, jnp.float32),
+                         axis_name=axis_name)
+  dropout_rng = jax.random.fold_in(state.rng, state.step)
+
+  def objective(params):
+    (logits, features), new_model_state = state.apply_fn(
+        {"params": params, "batch_stats": state.batch_stats}, batch["image"], train=True,
+        mutable=["batch_stats"], rngs={"dropout": dropout_rng})
+    loss, loss_state, loss_metrics = loss_fn(logits, features, batch["label"], state.loss_state,
+                                             info)
+    return loss, (new_model_state, loss_state, loss_metrics, logits)
+
+  (loss, (new_model_state, loss_state, metrics, logits)), grads = jax.value_and_grad(
+      objective, has_aux=True)(state.params)
+  correct = jnp.sum(jnp.argmax(logits, -1) == batch["label"])
+  if axis_name is not None:
+    grads = jax.lax.pmean(grads, axis_name)
+    loss = jax.lax.pmean(loss, axis_name)
+    correct = jax.lax.psum(correct, axis_name)
+  new_state = state.apply_gradients(grads=grads, batch_stats=new_model_state["batch_stats"],
+                                    loss_state=loss_state)
+  metrics = {**metrics, "loss": loss, "train_correct": correct,
+             "learning_rate": learning_rate_fn(state.step),
+             "finite": jnp.isfinite(loss) & all_finite(loss_state)}
+  return new_state, metrics
+
+
+class EvalSums(NamedTuple):
+  """Per-class sums over an evaluated split (psum-reduced; divide once with `class_mean`).
+
+  Attributes:
+    correct: float32 [K], correct predictions per class.
+    counts: float32 [K], examples per class.
+    loss_sums: float32 [K], Σ cross-entropy per class.
+    neural_collapse: `reweight_jax.NCAccumulator` (pass 1 and, after `ncc_step`, NC4), or None.
+  """
+  correct: jax.Array
+  counts: jax.Array
+  loss_sums: jax.Array
+  neural_collapse: Any = None
+
+  @classmethod
+  def init(cls, num_classes: int, feature_dim: int | None = None) -> "EvalSums":
+    zeros = jnp.zeros((num_classes,), jnp.float32)
+    nc = (None if feature_dim is None
+          else reweight_jax.NCAccumulator.init(num_classes, feature_dim))
+    return cls(zeros, zeros, zeros, nc)
+
+  def class_accuracy(self):
+    return perclass_metrics.class_mean(self.correct, self.counts)
+
+  def class_loss(self):
+    """L_c = Σ_{i: y_i = c} CE_i / n_c (NaN for a class without examples)."""
+    return perclass_metrics.class_mean(self.loss_sums, self.counts)
+
+
+def eval_step(state, sums: EvalSums, batch, *, axis_name: str | None = None):
+  """One evaluation batch (inference mode, padding masked) added to `sums`; returns (sums, features)
+  — the features for NC4's pass (`ncc_step`) when `sums` accumulates NC statistics."""
+  logits, features = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats},
+                                    batch["image"], train=False)
+  labels, mask = batch["label"], batch["mask"]
+  num_classes = logits.shape[1]
+  correct, counts = perclass_metrics.per_class_correct(jnp.argmax(logits, -1), labels, num_classes,
+                                                       where=mask, axis_name=axis_name)
+  per_example = reweight_jax.cross_entropy_loss(logits, labels, where=mask)
+  loss_sums = jax.ops.segment_sum(per_example, jnp.where(mask, labels, num_classes), num_classes)
+  if axis_name is not None:
+    loss_sums = jax.lax.psum(loss_sums, axis_name)
+  nc = sums.neural_collapse
+  if nc is not None:
+    nc = nc.update(features, labels, per_example_loss=per_example, where=mask,
+                   axis_name=axis_name)
+  return EvalSums(sums.correct + correct, sums.counts + counts, sums.loss_sums + loss_sums,
+                  nc), features
+
+
+def ncc_step(sums: EvalSums, features, mask, classifier, bias, *, axis_name: str | None = None):
+  """NC4's pass over features kept from `eval_step` (the final class means are known by then)."""
+  nc = sums.neural_collapse.update_ncc(features, classifier, bias=bias, where=mask,
+                                       axis_name=axis_name)
+  return sums._replace(neural_collapse=nc)

@@ -1,0 +1,54 @@
+"""The train state (everything a resumed run needs) and the learning-rate schedule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from flax.training import train_state
+
+from experiments import losses
+
+
+class TrainState(train_state.TrainState):
+  """Params and optimizer state, plus everything else a resumed run needs to continue exactly.
+
+  `loss_state` is the per-class state of the configured loss (`losses.init_loss_state`): MR2's class
+  statistics under 'class_stats', the reweighting counters under 'reweight', nothing for CE. It is
+  reduced across devices inside the step and checkpointed like the parameters. `step` fixes the data
+  position: epoch = step // steps_per_epoch, batch = step % steps_per_epoch.
+  """
+  batch_stats: Any
+  loss_state: dict[str, Any]
+  rng: jax.Array
+
+
+def create_learning_rate_fn(config: ml_collections.ConfigDict, steps_per_epoch: int) -> optax.Schedule:
+  """Linear warm-up to `learning_rate`, then cosine decay to 0 or step decay at `step_epochs`."""
+  warmup_steps = int(config.warmup_epochs * steps_per_epoch)
+  total_steps = int(config.num_epochs * steps_per_epoch)
+  warmup = optax.linear_schedule(0.0, config.learning_rate, max(warmup_steps, 1))
+  if config.schedule == "cosine":
+    decay = optax.cosine_decay_schedule(config.learning_rate, max(total_steps - warmup_steps, 1))
+  else:
+    boundaries = {int(e * steps_per_epoch) - warmup_steps: config.step_factor
+                  for e in config.step_epochs}
+    decay = optax.piecewise_constant_schedule(config.learning_rate, boundaries)
+  return optax.join_schedules([warmup, decay], [warmup_steps])
+
+
+def create_train_state(config, model, image_shape, num_classes: int, learning_rate_fn,
+                       rng: jax.Array) -> TrainState:
+  """Initial parameters, SGD + momentum + decoupled weight decay, and the loss's initial state."""
+  init_rng, state_rng = jax.random.split(rng)
+  variables = model.init(init_rng, jnp.zeros((1, *image_shape), jnp.float32), train=False)
+  tx = optax.chain(
+      optax.add_decayed_weights(config.weight_decay),
+      optax.sgd(learning_rate_fn, momentum=config.momentum, nesterov=False))
+  return TrainState.create(
+      apply_fn=model.apply, params=variables["params"], tx=tx,
+      batch_stats=variables.get("batch_stats", {}),
+      loss_state=losses.init_loss_state(config, num_classes), rng=state_rng)

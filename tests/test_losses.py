@@ -1,0 +1,208 @@
+"""experiments.losses: every registry entry before and after its start epoch, against the float64
+NumPy references (what is computed, which state changes), under jit and without; deferred entries
+compile to a conditional (one branch per step); config validation names the field."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from experiments import losses
+from experiments.config_errors import ConfigError
+from experiments.configs import default
+from tests.reference import numpy_mr2 as ref_mr2
+from tests.reference import numpy_reweight as ref_rw
+
+K, B, D = 6, 24, 5
+START = 3  # start epoch of every deferred entry here
+COUNTS = np.array([60.0, 30.0, 15.0, 8.0, 4.0, 2.0])
+
+
+def config_for(loss: str) -> ml_collections.ConfigDict:
+  config = default.get_config()
+  config.loss = loss
+  config.reweight.start_epoch = START
+  config.ldam.drw_epoch = START
+  config.ib.start_epoch = START
+  config.reweight.refresh = "step"
+  return config
+
+
+def batch(seed=0, labels=None):
+  rng = np.random.default_rng(seed)
+  logits = rng.normal(size=(B, K)).astype(np.float32)
+  features = np.abs(rng.normal(size=(B, D))).astype(np.float32)
+  if labels is None:
+    labels = rng.integers(0, K - 1, size=B)  # class K−1 absent from the batch
+  return logits, features, np.asarray(labels, np.int32)
+
+
+def run(loss: str, epoch: int, jit: bool, seed=0, config=None):
+  config = config or config_for(loss)
+  loss_fn = losses.make_loss_fn(config)
+  state = losses.init_loss_state(config, K)
+  logits, features, labels = batch(seed)
+
+  def call(logits, features, labels, state, epoch):
+    info = losses.StepInfo(epoch=epoch, step_in_epoch=jnp.asarray(1), class_counts=jnp.asarray(
+        COUNTS, jnp.float32))
+    return loss_fn(logits, features, labels, state, info)
+
+  fn = jax.jit(call) if jit else call
+  out = fn(logits, features, labels, state, jnp.asarray(epoch))
+  return state, out, (logits, features, labels)
+
+
+def reference_loss(name: str, logits, features, labels, state):
+  """float64 NumPy value of entry `name` once active, from the spec formulas (tests/reference)."""
+  if name == "ce":
+    return np.mean(ref_rw._per_example_ce(logits, labels))
+  if name == "mr2":
+    cs = state["class_stats"]
+    return ref_mr2.mr2_objective_paper(logits, features, labels, np.asarray(cs.sq_mean_norm),
+                                       np.asarray(cs.mean_sq_deviation), np.asarray(cs.seen))[0]
+  if name == "inverse_reweight":
+    counts_after = np.bincount(labels, minlength=K) > 0
+    beta = ref_rw.macro_factor(counts_after.astype(float))
+    return ref_rw.inverse_reweighted_loss_value(ref_rw._per_example_ce(logits, labels), labels, K,
+                                                beta, np.ones(K))[0]
+  if name == "mr2+inverse_reweight":
+    cs = state["class_stats"]
+    a, v, seen = ref_mr2.update_class_stats(np.asarray(cs.sq_mean_norm),
+                                            np.asarray(cs.mean_sq_deviation), np.asarray(cs.seen),
+                                            features, labels, 0.9, 2.0)
+    gamma = ref_mr2.class_margins(a, v, seen, 1.0)
+    per_example = (ref_mr2.margin_cross_entropy(logits, labels, gamma) + 0.1 *
+                   ref_mr2.representation_margin_loss(features, labels, ref_mr2.s_bar(v, seen)))
+    beta = ref_rw.macro_factor((np.bincount(labels, minlength=K) > 0).astype(float))
+    return ref_rw.inverse_reweighted_loss_value(per_example, labels, K, beta, np.ones(K))[0]
+  if name in ("inv_freq", "class_balanced"):
+    w = (ref_rw.inverse_frequency_weights(COUNTS) if name == "inv_freq"
+         else ref_rw.class_balanced_weights(COUNTS, 0.9999))
+    ce = ref_rw._per_example_ce(logits, labels)
+    return np.sum(w[labels] * ce) / np.sum(w[labels])
+  if name == "focal":
+    return np.mean(ref_rw.focal_loss(logits, labels, gamma=1.0))
+  if name in ("ldam", "ldam_drw"):
+    per_example = ref_rw.ldam_loss(logits, labels, COUNTS, max_margin=0.5, scale=30.0)
+    if name == "ldam":
+      return np.mean(per_example)
+    w = ref_rw.class_balanced_weights(COUNTS, 0.9999)[labels]
+    return np.sum(w * per_example) / np.sum(w)
+  if name == "logit_adjust":
+    return np.mean(ref_rw.logit_adjusted_loss(logits, labels, COUNTS, tau=1.0))
+  if name == "balanced_softmax":
+    return np.mean(ref_rw.balanced_softmax_loss(logits, labels, COUNTS))
+  if name == "ib":
+    return np.mean(ref_rw.ib_loss(logits, labels, features, COUNTS, alpha=1000.0))
+  raise AssertionError(f"no reference for {name}")
+
+
+def test_every_loss_has_a_reference_here():
+  for name in losses.LOSSES:
+    logits, features, labels = batch()
+    config = config_for(name)
+    assert np.isfinite(reference_loss(name, logits, features, labels,
+                                      losses.init_loss_state(config, K)))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("name", losses.LOSSES)
+def test_entry_before_and_after_its_start(name, jit):
+  entry = losses.get(name)
+  before_epoch, after_epoch = START - 1, START
+  for epoch, expected_entry in ((before_epoch, entry.before if entry.start else name),
+                                (after_epoch, name)):
+    state, (loss, new_state, metrics), (logits, features, labels) = run(name, epoch, jit)
+    expected = reference_loss(expected_entry, logits, features, labels, state)
+    np.testing.assert_allclose(float(loss), expected, rtol=2e-5, atol=1e-6,
+                               err_msg=f"{name} at epoch {epoch} should compute {expected_entry}")
+    assert set(new_state) == set(state)
+    present = np.bincount(labels, minlength=K) > 0
+    for field in state:
+      new, old = new_state[field], state[field]
+      updates = field in losses.get(expected_entry).state
+      if field == "class_stats":
+        changed = np.asarray(new.seen) != np.asarray(old.seen)
+        np.testing.assert_array_equal(changed, present if updates else np.zeros(K, bool))
+      if field == "reweight":
+        counts = np.asarray(new.batch_counts) - np.asarray(old.batch_counts)
+        np.testing.assert_array_equal(counts, present.astype(float) if updates else np.zeros(K))
+    if "class_weight" in metrics:
+      weights = np.asarray(metrics["class_weight"])
+      # Not computed before the start: NaN, never a made-up weight.
+      assert np.all(np.isnan(weights)) == (epoch < START and name != expected_entry)
+
+
+def test_deferred_entries_compile_one_conditional_and_others_none():
+  logits, features, labels = batch()
+  for name in losses.LOSSES:
+    config = config_for(name)
+    state = losses.init_loss_state(config, K)
+    info = losses.StepInfo(epoch=jnp.asarray(0), step_in_epoch=jnp.asarray(0),
+                           class_counts=jnp.asarray(COUNTS, jnp.float32))
+    jaxpr = str(jax.make_jaxpr(losses.make_loss_fn(config))(logits, features, labels, state, info))
+    assert ("cond[" in jaxpr) == (losses.get(name).start is not None), name
+    if losses.get(name).start is not None:  # started at epoch 0: no conditional at all
+      config = config_for(name)
+      config[losses.get(name).start.split(".")[0]][losses.get(name).start.split(".")[1]] = 0
+      jaxpr = str(jax.make_jaxpr(losses.make_loss_fn(config))(logits, features, labels, state,
+                                                               info))
+      assert "cond[" not in jaxpr, name
+
+
+def test_deferred_gradient_is_the_before_entrys_gradient():
+  config = config_for("mr2+inverse_reweight")
+  state = losses.init_loss_state(config, K)
+  logits, features, labels = batch()
+  info = losses.StepInfo(epoch=jnp.asarray(START - 1), step_in_epoch=jnp.asarray(0),
+                         class_counts=jnp.asarray(COUNTS, jnp.float32))
+  grad = jax.grad(lambda z: losses.make_loss_fn(config)(z, features, labels, state, info)[0])
+  mr2_config = config_for("mr2")
+  mr2_grad = jax.grad(lambda z: losses.make_loss_fn(mr2_config)(z, features, labels, state,
+                                                                 info)[0])
+  chex.assert_trees_all_close(grad(logits), mr2_grad(logits), rtol=1e-6, atol=1e-7)
+
+
+def test_registry_entries_are_well_formed():
+  for name, entry in losses.REGISTRY.items():
+    assert set(entry.reads) <= set(losses.CONFIG_TREES), name
+    assert set(entry.state) <= set(losses.STATE_INIT), name
+    if entry.start is not None:
+      assert entry.start.split(".")[0] in entry.reads, name
+      assert entry.before in losses.REGISTRY and losses.get(entry.before).start is None, name
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("loss", "nope", "config.loss: unknown loss 'nope'"),
+    ("mr2.decay", 1.0, "config.mr2.decay"),
+    ("mr2.form", "other", "config.mr2.form"),
+    ("reweight.prior", "zipf", "config.reweight.prior"),
+    ("reweight.start_epoch", -1, "config.reweight.start_epoch"),
+    ("ldam.drw_beta", 1.0, "config.ldam.drw_beta"),
+    ("focal.gamma", -1.0, "config.focal.gamma"),
+])
+def test_validation_names_the_field(field, value, message):
+  loss = {"mr2": "mr2", "reweight": "inverse_reweight", "ldam": "ldam_drw",
+          "focal": "focal"}.get(field.split(".")[0], "ce")
+  config = config_for(loss)
+  head, *rest = field.split(".")
+  if rest:
+    config[head][rest[0]] = value
+  else:
+    config[head] = value
+  with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+    losses.validate(config)
+
+
+def test_combination_refuses_the_released_form_and_ldam_the_double_cosine_scale():
+  config = config_for("mr2+inverse_reweight")
+  config.mr2.form = "released"
+  with pytest.raises(ConfigError, match="paper form only"):
+    losses.validate(config)
+  config = config_for("ldam")
+  config.head = "cosine"
+  with pytest.raises(ConfigError, match="ldam.scale"):
+    losses.validate(config)
