@@ -487,10 +487,10 @@ def study_command(args: argparse.Namespace) -> None:
                "test_accuracy": float(np.mean(predict(state.params, jnp.asarray(test_features))
                                               == test_labels)),
                "final_train_loss": losses[-1], "wall_s": time.perf_counter() - start}
-        if method == "mr2":
+        if "class_stats" in state.loss_state:
           run["mr2_gamma"] = np.asarray(mr2_jax.class_margins(
               state.loss_state["class_stats"], method_config(method).mr2.c_bar)).tolist()
-        if method.startswith("reweight"):
+        if "reweight" in state.loss_state:
           run["reweight_batch_counts"] = np.asarray(
               state.loss_state["reweight"].batch_counts).tolist()
           run["reweight_beta"] = np.asarray(state.loss_state["reweight"].beta).tolist()
