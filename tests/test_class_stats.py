@@ -141,3 +141,17 @@ class PerDeviceReductionTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "reduction"):
       mr2_jax.update_class_stats(mr2_jax.init_class_stats(2), np.zeros((2, 3), np.float32),
                                  np.array([0, 1]), reduction="mean")
+
+
+def test_integral_p_uses_integer_powers_with_the_same_value():
+  """Released form (p = 5): |x|^p as multiplications (`integer_pow`), not exp/log (`pow`), with the
+  value of the float64 definition (Σ|x|^p)^{2/p}, large norms included (overflow-safe scaling)."""
+  from mr2_jax import class_stats as cs
+  rng = np.random.default_rng(0)
+  x = (rng.normal(size=(16, 64)) * np.logspace(-3, 4, 16)[:, None]).astype(np.float32)
+  for p in (3.0, 5.0, 2.5):
+    jaxpr = str(jax.make_jaxpr(lambda x, p=p: cs.lp_sq_norm(x, p))(x))
+    assert ("integer_pow" in jaxpr) == float(p).is_integer(), (p, jaxpr)
+    x64 = x.astype(np.float64)
+    expected = np.sum(np.abs(x64) ** p, axis=-1) ** (2 / p)
+    np.testing.assert_allclose(np.asarray(cs.lp_sq_norm(x, p)), expected, rtol=2e-6)
