@@ -9,9 +9,11 @@ from absl import app
 from absl import flags
 
 from experiments import data as data_lib
+from experiments.checkpoints import CheckpointError
 from experiments.config_errors import ConfigError
+from experiments.metric_writer import MetricWriteError
 
-EXPECTED = (ConfigError, data_lib.DataError, FileNotFoundError, FloatingPointError)
+EXPECTED = (ConfigError, CheckpointError, MetricWriteError, data_lib.DataError, FileNotFoundError, FloatingPointError)
 
 
 def fail(message: str) -> None:

@@ -25,6 +25,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default
                                           "Training configuration (a Python file).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder; resumes from its checkpoints.")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", None, "Stop after this many steps (tests).")
+_RESUME_FROM_PREVIOUS = flags.DEFINE_bool(
+    "resume_from_previous", False,
+    "If the latest checkpoint cannot be read or fails its digest, set it aside (corrupt-<step>) "
+    "and resume from the newest checkpoint that reads.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "Multi-process: host:port of process 0 (see experiments.launch).")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Multi-process: number of processes.")
@@ -52,7 +56,8 @@ def main(argv):
   if _NUM_PROCESSES.value > 1:
     initialize_distributed()
   with cli_errors.one_line_errors():
-    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, max_steps=_MAX_STEPS.value)
+    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, max_steps=_MAX_STEPS.value,
+                                       resume_from_previous=_RESUME_FROM_PREVIOUS.value)
   print(json.dumps({k: summary[k] for k in ("loss", "overall_accuracy", "worst_class_accuracy",
                                             "steps")}))
 

@@ -11,29 +11,39 @@ import jax.numpy as jnp
 import numpy as np
 
 
+_FLAGS = ("finite", "step")
+
+
 @jax.jit
 def accumulate(window: dict[str, Any] | None, metrics: dict[str, jax.Array]) -> dict[str, Any]:
   """Adds one step's metrics to the window: per entry the sum of its non-NaN values and their count
-  (a per-class metric is NaN for a class absent from a batch), 'finite' as a logical and."""
+  (a per-class metric is NaN for a class absent from a batch); 'finite' as a logical and, and
+  'first_nonfinite_step' the first step whose 'finite' was False (−1 while none was)."""
   def add(total, count, value):
     value = jnp.asarray(value, jnp.float32)
     known = ~jnp.isnan(value)
     return total + jnp.where(known, value, 0), count + known
   if window is None:
     window = {k: (jnp.zeros(jnp.shape(v), jnp.float32), jnp.zeros(jnp.shape(v), jnp.float32))
-              for k, v in metrics.items() if k != "finite"}
+              for k, v in metrics.items() if k not in _FLAGS}
     window["finite"] = jnp.asarray(True)
-  out = {k: add(*window[k], metrics[k]) for k in metrics if k != "finite"}
+    window["first_nonfinite_step"] = jnp.asarray(-1, jnp.int32)
+  out = {k: add(*window[k], metrics[k]) for k in metrics if k not in _FLAGS}
   out["finite"] = window["finite"] & metrics["finite"]
+  out["first_nonfinite_step"] = jnp.where(window["finite"] & ~metrics["finite"],
+                                          metrics["step"].astype(jnp.int32),
+                                          window["first_nonfinite_step"])
   return out
 
 
-def window_means(window: dict[str, Any]) -> tuple[bool, dict[str, float], dict[str, list]]:
-  """(all finite, scalar means, per-class means) of a host copy of the window; a scalar never
-  computed in the window is left out, a class never seen in a per-class entry is NaN. 'train_correct' stays a sum (the caller divides by images)."""
-  finite = bool(window["finite"])
+def window_means(window: dict[str, Any]) -> tuple[int | None, dict[str, float], dict[str, list]]:
+  """(first non-finite step or None, scalar means, per-class means) of a host copy of the window; a
+  scalar never computed in the window is left out, a class never seen in a per-class entry is NaN.
+  'train_correct' stays a sum (the caller divides by images)."""
+  first_nonfinite = None if bool(window["finite"]) else int(window["first_nonfinite_step"])
   scalars, per_class = {}, {}
-  for key, (total, count) in ((k, v) for k, v in window.items() if k != "finite"):
+  for key, (total, count) in ((k, v) for k, v in window.items()
+                              if k not in ("finite", "first_nonfinite_step")):
     total, count = np.asarray(total, np.float64), np.asarray(count, np.float64)
     if key == "train_correct":
       scalars[key] = float(total)
@@ -45,7 +55,11 @@ def window_means(window: dict[str, Any]) -> tuple[bool, dict[str, float], dict[s
         scalars[key] = float(mean)
     else:
       per_class[key] = mean.tolist()
-  return finite, scalars, per_class
+  return first_nonfinite, scalars, per_class
+
+
+class MetricWriteError(OSError):
+  """Metrics could not be written (the message names the file and the step)."""
 
 
 class MetricWriter:
@@ -68,15 +82,24 @@ class MetricWriter:
     self.tensorboard = SummaryWriter(str(workdir / "tensorboard"))
 
   def write(self, step: int, scalars: dict[str, float], per_class: dict[str, list[float]]):
+    """Appends one record; an OSError (a full disk) is a `MetricWriteError` naming file and step."""
     if not self.enabled:
       return
-    self.metrics.write(json.dumps({"step": step, **scalars}) + "\n")
-    self.metrics.flush()
-    if per_class:
-      self.class_history.write(json.dumps({"step": step, **per_class}) + "\n")
-      self.class_history.flush()
-    for name, value in scalars.items():
-      self.tensorboard.add_scalar(name, value, step)
+    target = self.metrics
+    try:
+      self.metrics.write(json.dumps({"step": step, **scalars}) + "\n")
+      self.metrics.flush()
+      if per_class:
+        target = self.class_history
+        self.class_history.write(json.dumps({"step": step, **per_class}) + "\n")
+        self.class_history.flush()
+      target = None
+      for name, value in scalars.items():
+        self.tensorboard.add_scalar(name, value, step)
+    except OSError as error:
+      where = target.name if target is not None else "tensorboard/"
+      raise MetricWriteError(f"cannot write training metrics to {where} at step {step}: "
+                             f"{error.strerror or error}") from error
 
   def close(self):
     if self.enabled:

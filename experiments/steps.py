@@ -35,7 +35,7 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   """One SGD step of `loss_fn` (`losses.make_loss_fn`). Under `axis_name`, BatchNorm, the loss's
   per-class state and gradients are reduced across devices: the update equals one device on the
   global batch. Returns (state, metrics) with the loss's metrics, 'loss', 'train_correct',
-  'learning_rate' and 'finite' (loss and loss state)."""
+  'learning_rate', 'step' and 'finite' (loss, loss state and parameters)."""
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),
@@ -59,9 +59,11 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     correct = jax.lax.psum(correct, axis_name)
   new_state = state.apply_gradients(grads=grads, batch_stats=new_model_state["batch_stats"],
                                     loss_state=loss_state)
+  # 'finite' covers what a checkpoint would hold (parameters and the loss state) and the loss;
+  # 'step' is the step this update completes (the first non-finite one is reported by number).
   metrics = {**metrics, "loss": loss, "train_correct": correct,
-             "learning_rate": learning_rate_fn(state.step),
-             "finite": jnp.isfinite(loss) & all_finite(loss_state)}
+             "learning_rate": learning_rate_fn(state.step), "step": new_state.step,
+             "finite": jnp.isfinite(loss) & all_finite(loss_state) & all_finite(new_state.params)}
   return new_state, metrics
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 import ml_collections
-import orbax.checkpoint as ocp
+import numpy as np
 
 from experiments import checkpoints
 from experiments import data as data_lib
@@ -69,8 +69,28 @@ def probe_step(config, task, learning_rate_fn, state, model, train, process_batc
     raise ConfigError(f"config rejected by the library: {str(error).splitlines()[0]}") from error
 
 
+def divergence_error(first_step, host_state, manager, loss_name: str) -> FloatingPointError:
+  """The error a diverged run stops with: the first non-finite step, the per-class state entries
+  that are not finite (field and classes), and the last good checkpoint (nothing later is written)."""
+  bad = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(host_state.loss_state)[0]:
+    leaf = np.asarray(leaf)
+    if np.issubdtype(leaf.dtype, np.floating) and not np.all(np.isfinite(leaf)):
+      classes = np.flatnonzero(~np.isfinite(leaf.reshape(leaf.shape[0], -1)).any(-1)).tolist()
+      name = ".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+      bad.append(f"{name} classes {classes}")
+  params_finite = all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(host_state.params))
+  last = manager.latest_step()
+  return FloatingPointError(
+      f"non-finite loss or state first at step {first_step} (loss {loss_name}); non-finite class "
+      f"statistics: {'; '.join(bad) or 'none'}; parameters finite: {params_finite}; last good "
+      f"checkpoint: " + (f"step {last} in {manager.directory}" if last is not None else "none")
+      + " (no checkpoint of the diverged state was written)")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
-                       *, max_steps: int | None = None) -> dict[str, Any]:
+                       *, max_steps: int | None = None,
+                       resume_from_previous: bool = False) -> dict[str, Any]:
   """Trains `config` in `workdir` (resuming from its latest checkpoint) and writes summary.json.
 
   Args:
@@ -79,6 +99,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       checkpoints/, summary.json.
     max_steps: stop after this global step (for tests and the resume check); the schedule still
       follows `num_epochs`.
+    resume_from_previous: when the latest checkpoint cannot be read or fails its digest, set it
+      aside and resume from the newest one that reads (default: stop with an error naming it).
 
   Returns:
     The summary dict (also written to workdir/summary.json).
@@ -113,7 +135,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
   manager = checkpoints.manager(workdir, config)
   # Checkpoints hold one host copy of the state, so any device count can resume them.
-  state = checkpoints.restore_latest(manager, state)
+  state = checkpoints.restore_latest(manager, state, resume_from_previous=resume_from_previous)
   start_step = int(state.step)
 
   runner = runners.make_runner(config.parallel, losses.make_loss_fn(config), task,
@@ -130,6 +152,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       evaluation.evaluate_split, runner, split=train, batch_size=config.eval_batch_size,
       num_classes=num_classes, process_index=process_index, process_count=process_count)
 
+  def write_metrics(step, scalars, per_class):
+    try:
+      writer.write(step, scalars, per_class)
+    except metric_writer.MetricWriteError as error:
+      raise metric_writer.MetricWriteError(
+          f"{error}; the checkpoints up to step {manager.latest_step()} in {manager.directory} are "
+          f"intact") from error
+
   step = start_step
   window, window_steps, window_start = None, 0, time.perf_counter()
   while step < total_steps:
@@ -145,15 +175,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       if progress is not None:
         progress.update(config.batch_size)
       if step % config.log_every_steps == 0 or step == total_steps:
-        finite, scalars, per_class = metric_writer.window_means(runner.to_host(window))
-        if not finite:
-          raise FloatingPointError(f"non-finite loss or class statistics at or before step {step} "
-                                   f"(loss {config.loss})")
+        first_nonfinite, scalars, per_class = metric_writer.window_means(runner.to_host(window))
+        if first_nonfinite is not None:
+          raise divergence_error(first_nonfinite, runner.to_host(state), manager, config.loss)
         elapsed = time.perf_counter() - window_start
         scalars["train_accuracy"] = scalars.pop("train_correct") / (window_steps * config.batch_size)
         scalars.update(epoch=step / steps_per_epoch,
                        images_per_sec=window_steps * config.batch_size / elapsed)
-        writer.write(step, scalars, per_class)
+        write_metrics(step, scalars, per_class)
         if progress is not None:
           progress.set_postfix(loss=f"{scalars['loss']:.3f}", epoch=f"{scalars['epoch']:.1f}")
         window, window_steps, window_start = None, 0, time.perf_counter()
@@ -161,14 +190,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           and (step // steps_per_epoch) % config.class_loss_every_epochs == 0):
         evaluation_start = time.perf_counter()
         class_loss, loss_rho = evaluation.training_class_loss(evaluate_train(state))
-        writer.write(step, {"epoch": step / steps_per_epoch, "train_rho": loss_rho},
-                     {"train_class_ce": class_loss})
+        write_metrics(step, {"epoch": step / steps_per_epoch, "train_rho": loss_rho},
+                      {"train_class_ce": class_loss})
         window_start += time.perf_counter() - evaluation_start  # images/s: training time only
       if step % config.checkpoint_every_steps == 0 or step == total_steps:
         if not bool(runner.to_host(metrics["finite"])):  # never checkpoint a diverged state
-          raise FloatingPointError(f"non-finite loss or class statistics at step {step}")
-        manager.save(step, args=ocp.args.StandardSave(
-            checkpoints.to_checkpoint(runner.to_host(state))))
+          first_nonfinite, _, _ = metric_writer.window_means(runner.to_host(window))
+          raise divergence_error(first_nonfinite or step, runner.to_host(state), manager,
+                                 config.loss)
+        try:
+          checkpoints.save(manager, step, checkpoints.to_checkpoint(runner.to_host(state)))
+        except OSError as error:
+          raise checkpoints.CheckpointError(
+              f"cannot write the checkpoint of step {step} in {manager.directory}: "
+              f"{error.strerror or error}; the checkpoint of step {manager.latest_step()} is "
+              f"intact") from error
       if step >= total_steps:
         break
   manager.wait_until_finished()

@@ -9,4 +9,5 @@ def restore_latest(workdir):
   """(step, state dict) of the latest checkpoint in `workdir`/checkpoints."""
   manager = ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints")
   step = manager.latest_step()
-  return step, manager.restore(step, args=ocp.args.StandardRestore())
+  restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return step, restored.state
