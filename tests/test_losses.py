@@ -206,3 +206,25 @@ def test_combination_refuses_the_released_form_and_ldam_the_double_cosine_scale(
   config.head = "cosine"
   with pytest.raises(ConfigError, match="ldam.scale"):
     losses.validate(config)
+
+
+@pytest.mark.parametrize("name", losses.LOSSES)
+def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
+  """The one label guard (`_perclass.checks.index_labels` / `take_class_values`) in every entry:
+  a label outside [0, K) under jit makes the batch loss NaN — never the loss of a clipped class —
+  and changes no per-class state: the state equals the update without that row."""
+  config = config_for(name)
+  for field in ("reweight.start_epoch", "ldam.drw_epoch", "ib.start_epoch"):
+    head, tail = field.split(".")
+    config[head][tail] = 0
+  loss_fn = jax.jit(losses.make_loss_fn(config))
+  state = losses.init_loss_state(config, K)
+  logits, features, labels = batch(seed=3)
+  info = losses.StepInfo(epoch=jnp.asarray(0), step_in_epoch=jnp.asarray(0),
+                         class_counts=jnp.asarray(COUNTS, jnp.float32))
+  bad = labels.copy()
+  bad[-1] = K  # JAX indexing would clip this to class K − 1
+  loss, new_state, _ = loss_fn(logits, features, bad, state, info)
+  assert np.isnan(float(loss)), name
+  _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state, info)
+  chex.assert_trees_all_close(new_state, clean_state, rtol=1e-5, atol=1e-6)
