@@ -20,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from experiments.config_errors import ConfigError
+from experiments.config_errors import field_value
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,26 @@ def from_checkpoint(restored, template):
                                                        impl=jax.random.key_impl(template.rng)))
 
 
-def manager(workdir: pathlib.Path, config) -> ocp.CheckpointManager:
-  options = ocp.CheckpointManagerOptions(max_to_keep=config.keep_checkpoints, create=True,
-                                         enable_async_checkpointing=False,
-                                         cleanup_tmp_directories=True)
+def start_epochs(config) -> tuple[int, ...]:
+  """The start epochs of every deferred loss in `config` (reweight.start_epoch, ldam.drw_epoch,
+  ib.start_epoch, > 0): the run checkpoints and keeps the end of each, so that a deferred sibling
+  can start there from this run (`config.init_from`) instead of training its first epochs again."""
+  from experiments import losses  # pylint: disable=g-import-not-at-top
+  fields = {entry.start for entry in losses.REGISTRY.values() if entry.start is not None}
+  epochs = {int(field_value(config, field)) for field in fields}
+  return tuple(sorted(e for e in epochs if 0 < e < config.num_epochs))
+
+
+def manager(workdir: pathlib.Path, config, steps_per_epoch: int | None = None
+            ) -> ocp.CheckpointManager:
+  """Keeps the latest `keep_checkpoints`, and (given `steps_per_epoch`) those at `start_epochs`."""
+  policies = [ocp.checkpoint_managers.LatestN(config.keep_checkpoints)]
+  if steps_per_epoch is not None:
+    policies.append(ocp.checkpoint_managers.CustomSteps(
+        [e * steps_per_epoch for e in start_epochs(config)]))
+  options = ocp.CheckpointManagerOptions(
+      create=True, enable_async_checkpointing=False, cleanup_tmp_directories=True,
+      preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies))
   return ocp.CheckpointManager(workdir / "checkpoints", options=options)
 
 
@@ -127,3 +144,56 @@ def check_resumable(workdir: pathlib.Path, config) -> None:
   if changed:
     raise ConfigError(f"{workdir} holds checkpoints of a run with a different config "
                       f"(fields {', '.join(changed)}); use a new --workdir")
+
+
+def init_from(config, template, steps_per_epoch: int, num_classes: int):
+  """The state of another run at the end of an epoch, for a run that trains like it until then.
+
+  `config.init_from` is '<workdir>:<epoch>'. The other run's config must equal this one in every
+  field but the loss, the loss sub-trees and how a run is kept or reported (`RESUMABLE_FIELDS`);
+  its loss must be this loss's `before` entry (or this loss), and `epoch` must not pass this loss's
+  start epoch — so the restored state is the one this run would have reached itself. Loss-state
+  fields the other run does not carry start at their initial values, as they would here (a deferred
+  entry's own state is untouched before its start).
+  """
+  from experiments import losses  # pylint: disable=g-import-not-at-top
+  source, _, epoch_text = str(config.init_from).rpartition(":")
+  if not source or not epoch_text.isdigit():
+    raise ConfigError(f"config.init_from: expected '<workdir>:<epoch>', got {config.init_from!r}")
+  source, epoch = pathlib.Path(source).resolve(), int(epoch_text)
+  saved = source / "config.json"
+  if not saved.is_file():
+    raise ConfigError(f"config.init_from: {source} holds no config.json of a run")
+  before = json.loads(saved.read_text())
+  now = json.loads(config.to_json_best_effort())
+  free = {"loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS}
+  changed = sorted(k for k in set(before) | set(now) if k not in free and before.get(k) != now.get(k))
+  if changed:
+    raise ConfigError(f"config.init_from: {source} was trained with a different config (fields "
+                      f"{', '.join(changed)}); only the loss and its start may differ")
+  entry = losses.get(config.loss)
+  if before["loss"] not in (config.loss, entry.before if entry.start else config.loss):
+    raise ConfigError(f"config.init_from: {source} trained loss {before['loss']!r}, but "
+                      f"{config.loss!r} trains as {entry.before!r} before its start")
+  if epoch > losses.start_epoch(config) and before["loss"] != config.loss:
+    raise ConfigError(f"config.init_from: epoch {epoch} is after the start of {config.loss!r} "
+                      f"(epoch {losses.start_epoch(config)}): the runs differ from there on")
+  source_manager = ocp.CheckpointManager(source / "checkpoints")
+  step = epoch * steps_per_epoch
+  if step not in source_manager.all_steps():
+    kept = sorted(s // steps_per_epoch for s in source_manager.all_steps()
+                  if s % steps_per_epoch == 0)
+    raise ConfigError(f"config.init_from: {source} has no checkpoint at the end of epoch {epoch} "
+                      f"(step {step}); it kept epochs {kept}")
+  source_template = template.replace(
+      loss_state=losses.init_loss_state(_config_with_loss(config, before["loss"]), num_classes))
+  restored = _restore_step(source_manager, step, source_template)
+  loss_state = {**template.loss_state, **{k: v for k, v in restored.loss_state.items()
+                                          if k in template.loss_state}}
+  return restored.replace(loss_state=loss_state)
+
+
+def _config_with_loss(config, loss: str):
+  config = config.copy_and_resolve_references()
+  config.loss = loss
+  return config

@@ -133,8 +133,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   workdir.mkdir(parents=True, exist_ok=True)
   if is_main:
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
-  manager = checkpoints.manager(workdir, config)
+  manager = checkpoints.manager(workdir, config, steps_per_epoch)
   # Checkpoints hold one host copy of the state, so any device count can resume them.
+  if config.init_from and manager.latest_step() is None:
+    state = checkpoints.init_from(config, state, steps_per_epoch, num_classes)
   state = checkpoints.restore_latest(manager, state, resume_from_previous=resume_from_previous)
   start_step = int(state.step)
 
@@ -193,7 +195,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         write_metrics(step, {"epoch": step / steps_per_epoch, "train_rho": loss_rho},
                       {"train_class_ce": class_loss})
         window_start += time.perf_counter() - evaluation_start  # images/s: training time only
-      if step % config.checkpoint_every_steps == 0 or step == total_steps:
+      kept_epoch = (step % steps_per_epoch == 0
+                    and step // steps_per_epoch in checkpoints.start_epochs(config))
+      if step % config.checkpoint_every_steps == 0 or step == total_steps or kept_epoch:
         if not bool(runner.to_host(metrics["finite"])):  # never checkpoint a diverged state
           first_nonfinite, _, _ = metric_writer.window_means(runner.to_host(window))
           raise divergence_error(first_nonfinite or step, runner.to_host(state), manager,

@@ -60,4 +60,8 @@ def get_config() -> ml_collections.ConfigDict:
   # augmentation) and ρ = std_c L_c / mean_c L_c, in class_history.jsonl / metrics.jsonl.
   config.class_loss_every_epochs = 0
   config.reference_summary = ml_collections.config_dict.placeholder(str)  # ERM summary.json.
+  # '<workdir>:<epoch>': start from another run's checkpoint at the end of `epoch` — a deferred loss
+  # (reweighting, DRW, IB) from the run of its `before` loss, which it equals until its start. Every
+  # run keeps its checkpoints at the deferred start epochs of its config for this.
+  config.init_from = ml_collections.config_dict.placeholder(str)
   return config
