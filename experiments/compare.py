@@ -1,6 +1,6 @@
-"""The main job: train several methods on the same data and print a per-class comparison table.
+"""Train several methods on the same recipe and seeds and print a per-class comparison table.
 
-    python -m experiments.compare                       # embedded default: long-tailed digits
+    python -m experiments.compare                       # embedded long-tailed digits
     python -m experiments.compare --config=experiments/configs/cifar10_lt.py \
         --config.data_dir=../shared/data/cifar10_jpeg --methods=ce,ldam_drw,inverse_reweight \
         --seeds=0,1,2 --workdir=workdirs/c10lt
@@ -12,11 +12,8 @@ The first method is the reference (ERM) that fixes the Easy / Medium / Hard grou
 
 from __future__ import annotations
 
-import ast
-import copy
 import pathlib
 import sys
-import time
 
 from absl import app
 from absl import flags
@@ -24,12 +21,9 @@ from absl import logging
 from ml_collections import config_flags
 
 from experiments import cli_errors
-from experiments import evaluate
-from experiments import reporting
+from experiments import comparison
 from experiments import losses
-from experiments import train
-from experiments.config_errors import ConfigError
-from experiments.config_validation import validate_config
+from experiments import reporting
 from experiments import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
@@ -41,45 +35,16 @@ _METHODS = flags.DEFINE_list(
     "or `name=loss:field=value:...` for a variant, e.g. `mr2_gamma_only=mr2:mr2.lam=0`.")
 
 
-def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
-  """'name=loss:a.b=1:c=x' → (name, loss, {'a.b': 1, 'c': 'x'}); a bare loss is its own name."""
-  name, _, rest = spec.partition("=")
-  if not rest:
-    return spec, spec, {}
-  loss, *assignments = rest.split(":")
-  overrides = {}
-  for assignment in assignments:
-    field, _, value = assignment.partition("=")
-    try:
-      overrides[field] = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-      overrides[field] = value
-  return name, loss, overrides
-
-
-def method_config(base, spec: str, seed: int):
-  name, loss, overrides = parse_method(spec)
-  config = copy.deepcopy(base)
-  config.loss, config.seed, config.progress_bar = loss, seed, False
-  for field, value in overrides.items():
-    try:
-      holder = config
-      *path, last = field.split(".")
-      for part in path:
-        holder = holder[part]
-      if last not in holder:
-        raise KeyError(field)
-      holder[last] = value  # ConfigDict checks the type (an int for a float field is widened)
-    except (KeyError, AttributeError):
-      raise ConfigError(f"--methods: {name}: unknown config field {field!r}") from None
-    except TypeError as error:
-      raise ConfigError(f"--methods: {name}: {field}: {error}") from None
-  return name, config
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
 _XLA_CPU_TUNING = flags.DEFINE_bool(
     "xla_cpu_tuning", True, "Add experiments.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
 _REPORT_DIR = flags.DEFINE_string("report_dir", None,
                                   "Where the report goes (default <workdir>/report).")
+_SHARE_REFERENCE = flags.DEFINE_bool(
+    "start_deferred_from_reference", True,
+    "A deferred method whose `before` loss is the reference's (reweighting or IB after CE, DRW after "
+    "LDAM) starts from the reference run of the same seed at its start epoch (config.init_from): "
+    "bit-for-bit the run it would train itself, without training those epochs again.")
 
 
 def main(argv):
@@ -90,26 +55,13 @@ def main(argv):
   base = _CONFIG.value
   workdir = pathlib.Path(_WORKDIR.value)
   seeds = [int(s) for s in _SEEDS.value]
-  runs = {}
+  report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
   with cli_errors.one_line_errors():
-    for spec in _METHODS.value:
-      validate_config(method_config(base, spec, seeds[0])[1])  # all checked before any run
-    for spec in _METHODS.value:
-      method = parse_method(spec)[0]
-      runs[method] = []
-      for seed in seeds:
-        _, config = method_config(base, spec, seed)
-        run_dir = workdir / method.replace("+", "_") / f"seed{seed}"
-        start = time.perf_counter()
-        summary = train.train_and_evaluate(config, run_dir)
-        print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
-              f"  ({time.perf_counter() - start:.0f} s, {summary['steps']} steps)", flush=True)
-        runs[method].append(run_dir)
-    report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
-    markdown = evaluate.write_report(runs, parse_method(_METHODS.value[0])[0], report_dir)
+    markdown = comparison.compare(base, _METHODS.value, seeds, workdir, report_dir,
+                                  start_deferred_from_reference=_SHARE_REFERENCE.value)
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
         f"final-epoch test accuracy (%), {reporting.MEAN_STD} over seeds {seeds}; groups from "
-        f"{parse_method(_METHODS.value[0])[0]}:\n")
+        f"{comparison.parse_method(_METHODS.value[0])[0]}:\n")
   print(markdown)
   print(f"report: {report_dir}; per-run summaries: {workdir}")
 

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from _perclass.metrics import class_mean
+
 FEATURE_FILE_KEYS = ("features", "labels", "classifier", "bias", "logits", "class_names")
 # Dense confusion matrices above this many classes are not kept (K² counts); pairs still are.
 MAX_DENSE_CONFUSION = 2000
@@ -105,36 +107,14 @@ def _check_num_classes(num_classes) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Computation (float64 NumPy; γ, ρ and NC through the public library API)
+# Computation (statistics, γ, L_c, ρ and NC through the library; counts and ranks in NumPy)
 # ------------------------------------------------------------------------------------------------
 
-def _class_sums(values: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
-  """Σ_{i: y_i = k} values_i per class k (rows of absent classes 0), without a one-hot product."""
-  out = np.zeros((num_classes,) + values.shape[1:], np.float64)
-  if not len(labels):
-    return out
-  order = np.argsort(labels, kind="stable")
-  sorted_labels = labels[order]
-  classes = np.unique(sorted_labels)
-  starts = np.searchsorted(sorted_labels, classes)
-  out[classes] = np.add.reduceat(values[order], starts, axis=0)
-  return out
-
-
-def lp_sq_norm(x: np.ndarray, p: float) -> np.ndarray:
-  """‖x‖_p² over the last axis (as `mr2_jax.lp_sq_norm`, in float64)."""
-  if p == 2.0:
-    return np.sum(np.square(x), axis=-1)
-  scale = np.max(np.abs(x), axis=-1, keepdims=True)
-  safe = np.where(scale > 0, scale, 1.0)
-  return np.square(safe[..., 0] * np.sum(np.abs(x / safe) ** p, axis=-1) ** (1.0 / p))
-
-
-def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-  """Per-example −log softmax(z)_y in float64 [N]."""
-  shifted = logits - np.max(logits, axis=1, keepdims=True)
-  log_normaliser = np.log(np.sum(np.exp(shifted), axis=1))
-  return log_normaliser - shifted[np.arange(len(labels)), labels]
+def _class_means(features: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
+  """μ_k [K, d] (NaN rows for absent classes) through the one per-class core."""
+  sums = np.zeros((num_classes, features.shape[1]))
+  np.add.at(sums, labels, features)
+  return class_mean(sums, np.bincount(labels, minlength=num_classes))
 
 
 def rank_average(values: np.ndarray) -> np.ndarray:
@@ -181,8 +161,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 
 def _nc4_from_logits(features, labels, logits, num_classes, present):
   """NC4 from logits: the fraction of examples whose argmax logit is not the nearest class mean."""
-  means = _class_sums(features, labels, num_classes) / np.maximum(
-      np.bincount(labels, minlength=num_classes), 1)[:, None]
+  means = np.nan_to_num(_class_means(features, labels, num_classes))
   distances = np.sum(np.square(means), axis=1) - 2.0 * features @ means.T
   distances = np.where(present, distances, np.inf)
   return float(np.mean(np.argmax(logits, axis=1) != np.argmin(distances, axis=1)))
@@ -280,30 +259,26 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
   elif logits is None:
     logits_source = None
 
-  # MR2 statistics over the whole set (the spec's a_k, v_k for one batch = the set; two passes).
-  counts = np.bincount(labels, minlength=num_classes)
-  present = counts > 0
-  safe_counts = np.maximum(counts, 1)
-  means = _class_sums(features, labels, num_classes) / safe_counts[:, None]
-  sq_mean_norm = np.where(present, lp_sq_norm(means, p), np.nan)
-  deviation = lp_sq_norm(features - means[labels], p)
-  mean_sq_deviation = np.where(present, _class_sums(deviation, labels, num_classes) / safe_counts,
-                               np.nan)
-  spread = sq_mean_norm + mean_sq_deviation
-
+  # MR2 statistics over the whole set, by the library itself: one `update_class_stats` of fresh
+  # statistics sets A_k = a_k and V_k = v_k of the set (MR2 spec, 'Per-class statistics').
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import mr2_jax  # pylint: disable=g-import-not-at-top
   import reweight_jax  # pylint: disable=g-import-not-at-top
-  stats = mr2_jax.ClassStats(
-      sq_mean_norm=jnp.asarray(np.nan_to_num(sq_mean_norm), jnp.float32),
-      mean_sq_deviation=jnp.asarray(np.nan_to_num(mean_sq_deviation), jnp.float32),
-      seen=jnp.asarray(present))
+  counts = np.bincount(labels, minlength=num_classes)
+  present = counts > 0
+  stats = mr2_jax.update_class_stats(mr2_jax.init_class_stats(num_classes),
+                                     jnp.asarray(features, jnp.float32), jnp.asarray(labels),
+                                     decay=0.0, p=p)
+  sq_mean_norm = np.where(present, np.asarray(stats.sq_mean_norm, np.float64), np.nan)
+  mean_sq_deviation = np.where(present, np.asarray(stats.mean_sq_deviation, np.float64), np.nan)
+  spread = sq_mean_norm + mean_sq_deviation
   gamma = np.asarray(mr2_jax.class_margins(stats, c_bar), np.float64)
 
   class_loss, rho = None, None
   if logits is not None:
-    losses = cross_entropy(logits, labels)
-    class_loss = np.where(present, _class_sums(losses, labels, num_classes) / safe_counts, np.nan)
+    losses = np.asarray(reweight_jax.cross_entropy_loss(jnp.asarray(logits, jnp.float32),
+                                                        jnp.asarray(labels)), np.float64)
+    class_loss = class_mean(np.bincount(labels, weights=losses, minlength=num_classes), counts)
     rho = float(reweight_jax.rho(jnp.asarray(np.nan_to_num(class_loss), jnp.float32),
                                  jnp.asarray(present)))
   else:
@@ -656,10 +631,7 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   from experiments import data as data_lib  # pylint: disable=g-import-not-at-top
   from experiments import models  # pylint: disable=g-import-not-at-top
   from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
-  try:  # pylint: disable=g-import-not-at-top
-    from experiments.evaluation import classifier_weights  # after the trainer's split into modules
-  except ImportError:
-    classifier_weights = train_lib.classifier_weights
+  from experiments.evaluation import classifier_weights  # pylint: disable=g-import-not-at-top
 
   workdir = pathlib.Path(workdir).resolve()  # orbax needs absolute paths
   splits = [split] if isinstance(split, str) else list(split)
@@ -798,11 +770,10 @@ def _run_info(workdir: pathlib.Path, split: SplitFeatures) -> dict[str, Any]:
 
 
 def _mr2_p(config) -> float:
-  """The norm order MR2 uses in this run's config (as `mr2_jax.mr2_loss` resolves it)."""
+  """The norm order MR2 uses in this run's config (`mr2_jax.objective.form_defaults`)."""
+  import mr2_jax  # pylint: disable=g-import-not-at-top
   mr2 = config.mr2
-  if mr2.get("p") is not None:
-    return float(mr2.p)
-  return 2.0 if mr2.get("form", "paper") == "paper" else 5.0
+  return float(mr2_jax.objective.form_defaults(mr2.get("form", "paper"), 1, p=mr2.get("p"))[0])
 
 
 def summary_lines(result: dict[str, Any], report: pathlib.Path) -> list[str]:

@@ -1,0 +1,88 @@
+"""Comparing methods on one recipe and seeds: method specs, the runs, the report (no flags: the
+CLI is `experiments.compare`, the main job `experiments.demo`)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import pathlib
+import time
+
+from experiments import checkpoints
+from experiments import evaluate
+from experiments import losses
+from experiments import train
+from experiments.config_errors import ConfigError
+from experiments.config_validation import validate_config
+
+
+def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
+  """'name=loss:a.b=1:c=x' → (name, loss, {'a.b': 1, 'c': 'x'}); a bare loss is its own name."""
+  name, _, rest = spec.partition("=")
+  if not rest:
+    return spec, spec, {}
+  loss, *assignments = rest.split(":")
+  overrides = {}
+  for assignment in assignments:
+    field, _, value = assignment.partition("=")
+    try:
+      overrides[field] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      overrides[field] = value
+  return name, loss, overrides
+
+
+def method_config(base, spec: str, seed: int):
+  name, loss, overrides = parse_method(spec)
+  config = copy.deepcopy(base)
+  config.loss, config.seed, config.progress_bar = loss, seed, False
+  for field, value in overrides.items():
+    try:
+      holder = config
+      *path, last = field.split(".")
+      for part in path:
+        holder = holder[part]
+      if last not in holder:
+        raise KeyError(field)
+      holder[last] = value  # ConfigDict checks the type (an int for a float field is widened)
+    except (KeyError, AttributeError):
+      raise ConfigError(f"--methods: {name}: unknown config field {field!r}") from None
+    except TypeError as error:
+      raise ConfigError(f"--methods: {name}: {field}: {error}") from None
+  return name, config
+
+
+def run_dir(workdir: pathlib.Path, method: str, seed: int) -> pathlib.Path:
+  return workdir / method.replace("+", "_") / f"seed{seed}"
+
+
+def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path, *,
+            start_deferred_from_reference: bool = True) -> str:
+  """Trains every (method, seed) in `workdir` (resuming finished or partial runs) and writes the
+  report; returns its Markdown. The first method is the reference (ERM)."""
+  reference_name, reference_loss, _ = parse_method(specs[0])
+  reference_configs = {seed: json.loads(method_config(base, specs[0], seed)[1].to_json_best_effort())
+                       for seed in seeds}
+  runs = {}
+  for spec in specs:
+    validate_config(method_config(base, spec, seeds[0])[1])  # all checked before any run
+  for spec in specs:
+    method = parse_method(spec)[0]
+    runs[method] = []
+    for seed in seeds:
+      _, config = method_config(base, spec, seed)
+      entry = losses.get(config.loss)
+      start = losses.start_epoch(config)
+      if (start_deferred_from_reference and method != reference_name and entry.start is not None
+          and entry.before == reference_loss and start > 0 and not checkpoints.init_from_differences(
+              reference_configs[seed], json.loads(config.to_json_best_effort()))):
+        config.init_from = f"{run_dir(workdir, reference_name, seed).resolve()}:{start}"
+      began = time.perf_counter()
+      summary = train.train_and_evaluate(config, run_dir(workdir, method, seed))
+      shared = f", epochs 0-{start} from {reference_name}" if config.init_from else ""
+      print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
+            f"  ({time.perf_counter() - began:.0f} s, {summary['steps']} steps{shared})",
+            flush=True)
+      runs[method].append(run_dir(workdir, method, seed))
+  return evaluate.write_report(runs, reference_name, report_dir)
