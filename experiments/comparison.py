@@ -53,6 +53,17 @@ def method_config(base, spec: str, seed: int):
   return name, config
 
 
+def shares_reference(config, reference_config: dict, reference_loss: str) -> bool:
+  """Whether `config`'s run equals the reference run until its start epoch: a deferred loss whose
+  `before` entry is the reference's loss, starting after epoch 0, in a config that differs from the
+  reference's (JSON dict) only in the loss and its sub-trees — then it may start there."""
+  entry = losses.get(config.loss)
+  return (entry.start is not None and entry.before == reference_loss
+          and losses.start_epoch(config) > 0
+          and not checkpoints.init_from_differences(reference_config,
+                                                    json.loads(config.to_json_best_effort())))
+
+
 def run_dir(workdir: pathlib.Path, method: str, seed: int) -> pathlib.Path:
   return workdir / method.replace("+", "_") / f"seed{seed}"
 
@@ -72,11 +83,9 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
     runs[method] = []
     for seed in seeds:
       _, config = method_config(base, spec, seed)
-      entry = losses.get(config.loss)
       start = losses.start_epoch(config)
-      if (start_deferred_from_reference and method != reference_name and entry.start is not None
-          and entry.before == reference_loss and start > 0 and not checkpoints.init_from_differences(
-              reference_configs[seed], json.loads(config.to_json_best_effort()))):
+      if start_deferred_from_reference and method != reference_name and shares_reference(
+          config, reference_configs[seed], reference_loss):
         config.init_from = f"{run_dir(workdir, reference_name, seed).resolve()}:{start}"
       began = time.perf_counter()
       summary = train.train_and_evaluate(config, run_dir(workdir, method, seed))

@@ -30,16 +30,26 @@ def test_method_config_rejects_a_wrong_type_in_one_line():
     compare.method_config(digits_lt.get_config(), "x=mr2:nope.lam=1", seed=0)
 
 
-def test_deferred_methods_start_from_the_reference_run_when_their_configs_allow(tmp_path):
+def test_which_deferred_methods_start_from_the_reference():
   import json
   base = digits_lt.get_config()
-  base.num_epochs, base.reweight.start_epoch, base.nc_metrics = 3, 2, False
-  specs = ["ce", "inverse_reweight", "ir_lr=inverse_reweight:learning_rate=0.01",
-           "mr2_ir=mr2+inverse_reweight"]
-  compare.compare(base, specs, [0], tmp_path, tmp_path / "report")
-  def init_from(method):
-    return json.loads((tmp_path / method / "seed0" / "config.json").read_text())["init_from"]
-  assert init_from("inverse_reweight") == f"{(tmp_path / 'ce' / 'seed0').resolve()}:2"
-  assert init_from("ir_lr") is None      # another learning rate: trains every epoch itself
-  assert init_from("mr2_ir") is None     # trains as MR2 (not the reference's CE) before its start
+  reference = json.loads(compare.method_config(base, "ce", 0)[1].to_json_best_effort())
+  def shares(spec):
+    return compare.shares_reference(compare.method_config(base, spec, 0)[1], reference, "ce")
+  assert shares("inverse_reweight") and shares("ib")
+  assert shares("x=inverse_reweight:reweight.macro=False")   # a loss hyper-parameter: free
+  assert not shares("x=inverse_reweight:learning_rate=0.01")  # trains differently from epoch 0
+  assert not shares("mr2+inverse_reweight")  # trains as MR2, not CE, before its start
+  assert not shares("ldam_drw")              # trains as LDAM before its start
+  assert not shares("x=inverse_reweight:reweight.start_epoch=0")  # nothing to share
+  assert not shares("mr2")                   # not deferred
+
+
+def test_deferred_method_starts_from_the_reference_run(tmp_path):
+  import json
+  base = digits_lt.get_config()
+  base.num_epochs, base.reweight.start_epoch, base.nc_metrics = 2, 1, False
+  compare.compare(base, ["ce", "inverse_reweight"], [0], tmp_path, tmp_path / "report")
+  config = json.loads((tmp_path / "inverse_reweight" / "seed0" / "config.json").read_text())
+  assert config["init_from"] == f"{(tmp_path / 'ce' / 'seed0').resolve()}:1"
   assert (tmp_path / "report" / "report.md").is_file()

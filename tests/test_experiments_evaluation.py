@@ -63,8 +63,8 @@ def numpy_evaluation(state, split, head):
   return correct, counts, loss_sums, nc, nc4, np.std(class_loss) / np.mean(class_loss)
 
 
-@pytest.mark.parametrize("head", ["linear", "cosine"])
-@pytest.mark.parametrize("parallel, num_devices", [("none", 1), ("pmap", 8), ("shard_map", 8)])
+@pytest.mark.parametrize("head, parallel, num_devices", [
+    ("linear", "none", 1), ("cosine", "none", 1), ("linear", "pmap", 8), ("cosine", "shard_map", 8)])
 def test_one_pass_evaluation_equals_numpy(head, parallel, num_devices):
   config, state, split = setup(head)
   model = models.create_model("small_cnn", 10, head=head,
