@@ -165,9 +165,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   if not saved.is_file():
     raise ConfigError(f"config.init_from: {source} holds no config.json of a run")
   before = json.loads(saved.read_text())
-  now = json.loads(config.to_json_best_effort())
-  free = {"loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS}
-  changed = sorted(k for k in set(before) | set(now) if k not in free and before.get(k) != now.get(k))
+  changed = init_from_differences(before, json.loads(config.to_json_best_effort()))
   if changed:
     raise ConfigError(f"config.init_from: {source} was trained with a different config (fields "
                       f"{', '.join(changed)}); only the loss and its start may differ")
@@ -191,6 +189,14 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   loss_state = {**template.loss_state, **{k: v for k, v in restored.loss_state.items()
                                           if k in template.loss_state}}
   return restored.replace(loss_state=loss_state)
+
+
+def init_from_differences(before: dict, now: dict) -> list[str]:
+  """Config fields (JSON dicts) in which two runs differ beyond the loss, its sub-trees and how a
+  run is kept or reported: a run may start from the other (`init_from`) only when this is empty."""
+  from experiments import losses  # pylint: disable=g-import-not-at-top
+  free = {"loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS}
+  return sorted(k for k in set(before) | set(now) if k not in free and before.get(k) != now.get(k))
 
 
 def _config_with_loss(config, loss: str):
