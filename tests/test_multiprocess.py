@@ -44,10 +44,11 @@ def assert_same(state, reference):
   tolerance = dict(rtol=1e-3, atol=1e-3)
   chex.assert_trees_all_close(state["params"], reference["params"], **tolerance)
   chex.assert_trees_all_close(state["batch_stats"], reference["batch_stats"], **tolerance)
-  chex.assert_trees_all_close(state["class_stats"], reference["class_stats"], **tolerance)
-  chex.assert_trees_all_equal(state["reweight_state"]["batch_counts"],
-                              reference["reweight_state"]["batch_counts"])
-  assert float(np.sum(reference["reweight_state"]["batch_counts"])) > 0
+  chex.assert_trees_all_close(state["loss_state"]["class_stats"],
+                              reference["loss_state"]["class_stats"], **tolerance)
+  chex.assert_trees_all_equal(state["loss_state"]["reweight"]["batch_counts"],
+                              reference["loss_state"]["reweight"]["batch_counts"])
+  assert float(np.sum(reference["loss_state"]["reweight"]["batch_counts"])) > 0
 
 
 @pytest.mark.slow  # ≈ 155 s on 2 cores: two processes × 4 devices over gloo
