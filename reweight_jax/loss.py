@@ -103,7 +103,8 @@ def inverse_reweighted_loss(
   gradient (the psum-s inside carry the cross-device terms of the gradient).
 
   Invalid labels (possible only under tracing, where `check_labels` cannot raise) are excluded from
-  every class statistic and from the counts, and make the loss NaN.
+  every class statistic and from the counts, and make the loss NaN — unless `where` marks the row as
+  padding, which counts nowhere whatever its label (as in `mr2_loss` and `cross_entropy_loss`).
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).
@@ -139,7 +140,8 @@ def inverse_reweighted_loss(
     raise ValueError(f"eps: expected ε > 0 in the denominator of w*, got {eps}.")
   if max_weight is not None and not max_weight > 0:
     raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
-  valid = check_where(where, batch) & in_range
+  real = check_where(where, batch)
+  valid = real & in_range
 
   dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
   per_example_loss = per_example_loss.astype(dtype)
@@ -164,7 +166,8 @@ def inverse_reweighted_loss(
   weighted_sum = jnp.sum(example_weights * jnp.where(valid, per_example_loss, 0))
   global_valid = jnp.sum(slots.counts).astype(dtype)
   loss = class_sums.num_devices(axis_name) * weighted_sum / jnp.maximum(global_valid, 1)
-  loss = jnp.where(jnp.all(in_range), loss, jnp.nan)
+  # An out-of-range label of a real row makes the loss NaN; a padding row's label counts nowhere.
+  loss = jnp.where(jnp.all(in_range | ~real), loss, jnp.nan)
 
   new_counts = class_sums.scatter_to_classes(
       batch_counts, class_sums.gather_from_classes(batch_counts, slots) + 1, slots, slot_present)
