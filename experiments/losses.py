@@ -333,19 +333,30 @@ def _with_metrics_of(branch, other_shapes: dict) -> Callable[[], tuple]:
   return padded
 
 
+def _applied(entry: Loss, config) -> Callable[..., tuple]:
+  """`entry.apply` bound to `config`, its loss at least float32: entries differ in the dtype they
+  compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32), and the
+  two branches of a deferred entry's `lax.cond` must agree."""
+  def apply(*args):
+    loss, state, metrics = entry.apply(config, *args)
+    return loss.astype(jnp.promote_types(loss.dtype, jnp.float32)), state, metrics
+  return apply
+
+
 def make_loss_fn(config) -> Callable[..., tuple[jax.Array, dict, dict]]:
   """loss_fn(logits, features, labels, loss_state, step_info) → (loss, loss_state, metrics) of
-  `config.loss`; a deferred entry switches from its before entry at its start epoch in a
-  `lax.cond` (one branch runs per step) — or not at all when it starts at epoch 0."""
+  `config.loss` (the loss at least float32); a deferred entry switches from its before entry at
+  its start epoch in a `lax.cond` (one branch runs per step) — or not at all when it starts at
+  epoch 0."""
   entry = get(config.loss)
   start = start_epoch(config)
   if start == 0:
-    return functools.partial(entry.apply, config)
+    return _applied(entry, config)
   before = get(entry.before)
 
   def loss_fn(logits, features, labels, loss_state, info: StepInfo):
     after_branch, before_branch = (
-        functools.partial(e.apply, config, logits, features, labels, loss_state, info)
+        functools.partial(_applied(e, config), logits, features, labels, loss_state, info)
         for e in (entry, before))
     after_shapes, before_shapes = jax.eval_shape(after_branch), jax.eval_shape(before_branch)
     return jax.lax.cond(info.epoch >= start,
