@@ -24,6 +24,9 @@ from reweight_jax.inverse_weights import mean_class_loss
 from reweight_jax.loss import ReweightAux
 from reweight_jax.loss import inverse_reweighted_loss
 from reweight_jax.macro import macro_factor
+from reweight_jax.milelr import milelr_schedule
+from reweight_jax.milelr import mittag_leffler_neg
+from reweight_jax.milelr import mittag_leffler_order
 from reweight_jax.neural_collapse import NCAccumulator
 from reweight_jax.neural_collapse import NCMetrics
 from reweight_jax.neural_collapse import nc_metrics
@@ -56,6 +59,9 @@ __all__ = [
     "ldam_margins",
     "logit_adjusted_loss",
     "macro_factor",
+    "milelr_schedule",
+    "mittag_leffler_neg",
+    "mittag_leffler_order",
     "mean_class_loss",
     "nc_metrics",
     "rho",

@@ -1,0 +1,123 @@
+"""MiLeLR: the Mittag-Leffler learning-rate schedule of the reweighting's released recipe.
+
+PIPELINES spec, §1 'MiLeLR'. With training counts n_c, p_c = n_c/N, the normalised entropy
+H = −Σ_c p_c log p_c / log K sets the order a = 0.25 + 0.75·H (a = 1 for balanced counts). With
+S_e = ⌈N/B⌉ steps per epoch, U = 10·S_e warm-up steps, T = 200·S_e − U, S = 160·S_e − U (the
+reweighting's switch) and ε = 1e-6, update k (0-based) uses base·f(k):
+
+    k < U:                  f = (k + 1)/U
+    t = k − U, t < S:       f = E_a(−(1 − ε)·t/S)
+    t ≥ S:                  s₂ = min((t − S)/(T − S), 1 − ε),  z₂ = 1 + s₂/(1 − s₂ + ε),
+                            f = 1/(z₂·Γ(1 − a))
+    no switch (S ≤ 0 or S ≥ T): s = min(t/T, 1 − ε),  f = E_a(−s/(1 − s))
+
+with the Mittag-Leffler function as the released code evaluates it (`mittag_leffler_neg`). The
+schedule is a pure function of the step (an `optax.Schedule`, jittable). The jump of f at the switch
+(E_a(−1) → 1/Γ(1 − a)) is the released recipe's and kept. a = 1 puts Γ(1 − a) at its pole: the switch
+branch would be f ≡ 0, so a schedule with a switch refuses a = 1 (balanced counts); without a switch
+the asymptotic term uses 1/Γ(0) = 0 (the reciprocal Gamma function is entire).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from _perclass.checks import check_counts
+
+Array = Any
+
+SERIES_TERMS = 32
+
+
+def reciprocal_gamma(x: float) -> float:
+  """1/Γ(x) in float64, 0 at the poles x = 0, −1, −2, … (the entire function's value)."""
+  if x <= 0 and float(x).is_integer():
+    return 0.0
+  return 1.0 / math.gamma(x)
+
+
+def mittag_leffler_order(class_counts: Array) -> float:
+  """a = 0.25 + 0.75·H, H = −Σ_c p_c log p_c / log K (classes with n_c = 0 add 0; K = 1 gives H = 1)."""
+  counts = np.asarray(check_counts(class_counts, "class_counts"), np.float64)
+  if counts.sum() <= 0:
+    raise ValueError("class_counts: expected at least one training example.")
+  p = counts / counts.sum()
+  if counts.size == 1:
+    return 1.0
+  entropy = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)) / math.log(counts.size)
+  # Balanced counts give H = 1 up to rounding: make it exactly 1 (the pole test below needs it).
+  return 1.0 if entropy > 1.0 - 1e-12 else float(0.25 + 0.75 * entropy)
+
+
+def mittag_leffler_neg(z: Array, a: float, below_one: Array | None = None) -> Array:
+  """E_a(−z) for z ≥ 0 as the released code evaluates it:
+
+      z < 1:  max(0, Σ_{k=0}^{31} (−z)^k / Γ(a·k + 1))
+      z ≥ 1:  max(0, 1/(z·Γ(1 − a)))      (the leading asymptotic term only)
+
+  `a` is a Python float in (0, 1]; the coefficients 1/Γ(a·k + 1) are float64 constants.
+  `below_one` optionally gives the branch (z < 1) computed exactly by the caller: the coded function
+  jumps at z = 1, so float32 rounding of z must not pick the side.
+  """
+  if not 0 < a <= 1:
+    raise ValueError(f"a: expected an order in (0, 1], got {a}.")
+  coefficients = [reciprocal_gamma(a * k + 1.0) * (-1.0) ** k for k in range(SERIES_TERMS)]
+  z = jnp.asarray(z, jnp.float32)
+  small = jnp.minimum(z, 1.0)  # the series branch is only read where z < 1
+  series = jnp.polyval(jnp.asarray(coefficients[::-1], jnp.float32), small)
+  asymptotic = reciprocal_gamma(1.0 - a) / jnp.maximum(z, 1.0)
+  below_one = z < 1.0 if below_one is None else below_one
+  return jnp.maximum(0.0, jnp.where(below_one, series, asymptotic))
+
+
+def milelr_schedule(base_learning_rate: float, class_counts: Array, batch_size: int, *,
+                    num_epochs: int = 200, warmup_epochs: int = 10, switch_epoch: int | None = 160,
+                    eps: float = 1e-6) -> optax.Schedule:
+  """The MiLeLR schedule (see the module docstring) as an `optax.Schedule`: step → learning rate.
+
+  Args:
+    base_learning_rate: the base rate (0.3 for CIFAR-10-LT, 0.35 for CIFAR-100-LT in the recipe).
+    class_counts: [K] training-set counts n_c (they set the order a and N).
+    batch_size: B (S_e = ⌈N/B⌉ steps per epoch).
+    num_epochs, warmup_epochs, switch_epoch: 200, 10 and 160 in the recipe (T, U and S above);
+      `switch_epoch=None` is the no-switch branch.
+    eps: ε.
+
+  Raises:
+    ValueError for a = 1 (balanced counts) when the schedule has a switch: Γ(1 − a) is at its pole
+    and every step after the switch would have rate 0.
+  """
+  a = mittag_leffler_order(class_counts)
+  num_examples = float(np.sum(np.asarray(class_counts, np.float64)))
+  steps_per_epoch = math.ceil(num_examples / batch_size)
+  warmup = warmup_epochs * steps_per_epoch
+  total = num_epochs * steps_per_epoch - warmup
+  switch = None if switch_epoch is None else switch_epoch * steps_per_epoch - warmup
+  has_switch = switch is not None and 0 < switch < total
+  if has_switch and a >= 1.0:
+    raise ValueError("class_counts: balanced counts give the Mittag-Leffler order a = 1, a pole of "
+                     "Γ(1 − a) after the switch (rate 0); use switch_epoch=None or another schedule.")
+  if total <= 0:
+    raise ValueError(f"num_epochs: {num_epochs} leaves no step after {warmup_epochs} warm-up epochs.")
+
+  def schedule(count):
+    k = jnp.asarray(count, jnp.float32)
+    t = k - warmup
+    warm = (k + 1.0) / max(warmup, 1)
+    if has_switch:
+      before = mittag_leffler_neg((1.0 - eps) * jnp.maximum(t, 0.0) / switch, a)
+      s2 = jnp.minimum(jnp.maximum(t - switch, 0.0) / (total - switch), 1.0 - eps)
+      after = reciprocal_gamma(1.0 - a) / (1.0 + s2 / (1.0 - s2 + eps))
+      decayed = jnp.where(t < switch, before, after)
+    else:
+      s = jnp.minimum(jnp.maximum(t, 0.0) / total, 1.0 - eps)
+      # z = s/(1 − s) < 1 ⟺ s < ½ ⟺ 2t < T: decided on the integer step, not on rounded z.
+      decayed = mittag_leffler_neg(s / (1.0 - s), a, below_one=2.0 * t < total)
+    return base_learning_rate * jnp.where(k < warmup, warm, decayed)
+
+  return schedule
