@@ -1,0 +1,33 @@
+"""Full CIFAR-10-LT, IF 100 (all 12,406 training images), ResNet-32 with a linear head: the short
+recipe of the standard-size study (issue 17) for every method. SGD 0.1, momentum 0.9, weight decay
+2e-4, batch 128, pad-4 crop + flip, 2 warm-up epochs, ×0.1 at 80 % and ×0.01 at 90 % of 30 epochs;
+deferred methods (reweighting, DRW) from 80 % (epoch 24), where they start from CE's checkpoint
+(`experiments.compare` does this by itself). Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
+"""
+
+from experiments.configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.dataset = "cifar10_jpeg"
+  config.imbalance_factor = 100.0
+  config.augment = True
+  config.model = "resnet32"
+  config.head = "linear"
+  config.num_epochs = 30
+  config.batch_size = 128
+  config.learning_rate = 0.1
+  config.momentum = 0.9
+  config.weight_decay = 2e-4
+  config.warmup_epochs = 2
+  config.schedule = "step"
+  config.step_epochs = (24, 27)
+  config.step_factor = 0.1  # ×0.1 at epoch 24, ×0.01 at 27
+  config.reweight.start_epoch = 24
+  config.ldam.drw_epoch = 24
+  config.ib.start_epoch = 24
+  config.class_loss_every_epochs = 3
+  config.eval_batch_size = 500
+  config.checkpoint_every_steps = 500
+  return config

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One-command reference reproduction for an accelerator (issue 17, point 3), offline.
+#
+#   bash experiments/reference.sh [--smoke] [DATA_DIR] [WORKDIR] [LT_SEEDS] [BALANCED_SEEDS]
+#
+# 1. CIFAR-10-LT IF 100, the reweighting's reference schedule (experiments/configs/cifar10_lt.py:
+#    ResNet-32, cosine head s = 30, 200 epochs, lr 0.3 batch 256, reweighting / DRW from epoch 160;
+#    crop + flip: the released recipe's AutoAugment / Cutout / three views / MiLeLR are issue 14):
+#    CE, LDAM-DRW, the inverse reweighting (gradient through the weights, as released) and
+#    MR2 + reweighting. The reweighting starts from CE's epoch-160 checkpoint (config.init_from).
+# 2. MR2's balanced setting (experiments/configs/cifar10_balanced.py, 1,000 images per class, at 100
+#    epochs): ERM, MR2 (paper), MR2 (released form), γ-only.
+# Size (one seed each, the default): 640 epochs × 12,406 images for part 1 (the reweighting trains
+# only its last 40) and 400 × 10,000 for part 2, ≈ 11.9 M images. The host pipeline (crop + flip in
+# NumPy, one thread, prefetched) measured 22.5 k images/s on this project's CPU: ≈ 9 min if it is the
+# bound, i.e. if the H200 runs the ResNet-32 step faster than that (not measured: no accelerator was
+# lent when this was written); the first run there should print its images/s (metrics.jsonl).
+# Reports: WORKDIR/cifar10_lt/report and WORKDIR/cifar10_balanced/report (same as experiments.compare).
+#
+# Nothing is installed from a network: the project runs from this checkout (PYTHONPATH, no
+# `pip install .`, whose pins would replace the machine's JAX 0.11); the pure-Python packages the
+# accelerator image lacks (ml_collections, tensorboardX) come as wheels in .whl/ (made here by
+# `bash experiments/wheels.sh`) and are installed into /tmp/site. DATA_DIR holds the CIFAR-10 JPEG
+# files (train.npz, test.npz as in ../shared/data/cifar10_jpeg; copy them into the checkout, e.g.
+# .data/cifar10_jpeg, since ../shared does not travel).
+# --smoke: the same commands at tiny size on any machine (a small CNN, 2 epochs, 30 images per
+# class, one seed): what tests/test_reference_script.py runs on CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+smoke=0
+if [ "${1:-}" = "--smoke" ]; then smoke=1; shift; fi
+data=${1:-.data/cifar10_jpeg}
+work=${2:-workdirs/reference}
+lt_seeds=${3:-0}
+balanced_seeds=${4:-0}
+
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+python3 -c "import jax; print('jax', jax.__version__, jax.default_backend(), jax.devices())"
+
+lt=(--config.num_epochs=200)
+balanced=(--config.num_epochs=100)
+if [ $smoke = 1 ]; then
+  tiny=(--config.model=small_cnn --config.num_epochs=2 --config.warmup_epochs=1
+        --config.max_train_per_class=30 --config.batch_size=20 --config.eval_batch_size=50
+        --config.nc_metrics=False --config.progress_bar=False)
+  lt=("${tiny[@]}" --config.reweight.start_epoch=1 --config.ldam.drw_epoch=1)
+  balanced=("${tiny[@]}")
+fi
+start=$(date +%s)
+python3 -m experiments.compare --config=experiments/configs/cifar10_lt.py \
+  --config.data_dir="$data" --seeds="$lt_seeds" --workdir="$work/cifar10_lt" \
+  --methods=ce,ldam_drw,inverse_reweight,mr2+inverse_reweight "${lt[@]}"
+python3 -m experiments.compare --config=experiments/configs/cifar10_balanced.py \
+  --config.data_dir="$data" --seeds="$balanced_seeds" --workdir="$work/cifar10_balanced" \
+  --methods=ce,mr2,mr2_released=mr2:mr2.form=released,gamma_only=mr2:mr2.lam=0.0 "${balanced[@]}"
+echo "reference.sh: done in $(( $(date +%s) - start )) s; reports in $work/*/report"

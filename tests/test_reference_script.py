@@ -1,0 +1,51 @@
+"""experiments/reference.sh --smoke: the accelerator script's commands, end to end at tiny size on
+CPU, from a checkout without `pip install` of the project (PYTHONPATH), on a generated CIFAR-format
+folder (JPEG files packed like ../shared/data/cifar10_jpeg)."""
+
+import io
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def cifar_folder(folder, per_class_train=40, per_class_test=10):
+  rng = np.random.default_rng(0)
+  folder.mkdir()
+  for split, per_class in (("train", per_class_train), ("test", per_class_test)):
+    labels = np.repeat(np.arange(10), per_class).astype(np.int32)
+    encoded = []
+    for label in labels:
+      pixels = np.clip(rng.normal(25 * label, 40, (32, 32, 3)), 0, 255).astype(np.uint8)
+      buffer = io.BytesIO()
+      Image.fromarray(pixels).save(buffer, format="JPEG")
+      encoded.append(buffer.getvalue())
+    offsets = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int64)
+    np.savez(folder / f"{split}.npz", jpeg=np.frombuffer(b"".join(encoded), np.uint8),
+             offsets=offsets, labels=labels)
+  return folder
+
+
+@pytest.mark.slow  # ≈ 1–2 min: eight small runs in two `experiments.compare` processes
+def test_reference_script_smoke(tmp_path):
+  data = cifar_folder(tmp_path / "cifar10_jpeg")
+  work = tmp_path / "work"
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
+  env.update(JAX_PLATFORMS="cpu", MR2_JAX_CACHE=str(tmp_path / "cache"))
+  result = subprocess.run(["bash", "experiments/reference.sh", "--smoke", str(data), str(work)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "reference.sh: done" in result.stdout
+  lt = json.loads((work / "cifar10_lt" / "report" / "comparison.json").read_text())
+  balanced = json.loads((work / "cifar10_balanced" / "report" / "comparison.json").read_text())
+  assert {"ce", "ldam_drw", "inverse_reweight", "mr2+inverse_reweight"} <= set(lt)
+  assert {"ce", "mr2", "mr2_released", "gamma_only"} <= set(balanced)
+  config = json.loads((work / "cifar10_lt" / "inverse_reweight" / "seed0" / "config.json")
+                      .read_text())
+  assert config["init_from"].endswith(":1")  # the reweighting started from CE's checkpoint
