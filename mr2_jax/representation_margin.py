@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,16 +32,77 @@ def _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature):
   return shift + jnp.log(jnp.exp(-shift) + jnp.sum(terms, axis=-1))
 
 
-def _dense_anchor_loss(centred, all_centred, anchor_slot, all_slot, valid, all_valid, s_bar,
-                       anchor_offset, *, batch, temperature):
-  """Local anchors against every row of the global batch: [B, B_global] distances."""
+class ClassOrder(NamedTuple):
+  """The global batch sorted by class: what every branch of ℓ_s̄ reads besides the features.
+
+  `key` is the label of a valid row and `_MASKED` for a masked one (masked rows sort last and
+  match nothing); `order` sorts the rows by key (stable), `inverse` undoes it; `first[r]` is the
+  sorted position of the first row of sorted row r's class (its reference row).
+  """
+  key: jax.Array      # int32 [B_global]
+  order: jax.Array    # int32 [B_global]
+  inverse: jax.Array  # int32 [B_global]
+  first: jax.Array    # int32 [B_global], in sorted positions
+
+
+_MASKED = jnp.iinfo(jnp.int32).max
+
+
+def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
+  """Sorts the global batch by class; returns (ClassOrder, the largest class count)."""
+  rows = labels.shape[0]
+  key = jnp.where(valid, labels, _MASKED).astype(jnp.int32)
+  order = jnp.argsort(key, stable=True).astype(jnp.int32)
+  position = jnp.arange(rows, dtype=jnp.int32)
+  inverse = jnp.zeros((rows,), jnp.int32).at[order].set(position, unique_indices=True)
+  sorted_key = key[order]
+  starts = jnp.concatenate([jnp.ones((1,), bool), sorted_key[1:] != sorted_key[:-1]])
+  first = jax.lax.cummax(jnp.where(starts, position, 0))
+  run_length = position - first + 1
+  largest = jnp.max(jnp.where(sorted_key != _MASKED, run_length, 0), initial=0)
+  return ClassOrder(key, order, inverse, first), largest
+
+
+@jax.custom_vjp
+def _permute_rows(x, order, inverse):
+  """x[order] for a permutation `order`; its transpose is the gather x̄[inverse] (not a scatter-add)."""
+  del inverse
+  return x[order]
+
+
+def _permute_rows_fwd(x, order, inverse):
+  return x[order], inverse
+
+
+def _permute_rows_bwd(inverse, cotangent):
+  return cotangent[inverse], None, None
+
+
+_permute_rows.defvjp(_permute_rows_fwd, _permute_rows_bwd)
+
+
+def _dense_anchor_loss(features, all_features, classes, valid, all_valid, s_bar, anchor_offset, *,
+                       batch, temperature):
+  """Local anchors against every row of the global batch: [B, B_global] distances.
+
+  Rows are centred on their class's reference row (stop-gradient; the first row of the class in
+  sorted order): pairs are same-class, so distances are unchanged, and the Gram form
+  ‖u‖² + ‖v‖² − 2⟨u, v⟩ does not lose precision to large norms.
+  """
+  reference = classes.order[classes.first[classes.inverse]]  # [B_global] row index of the reference
+  anchor_reference = jax.lax.dynamic_slice_in_dim(reference, anchor_offset, batch)
+  frozen = jax.lax.stop_gradient(all_features)
+  centred = jnp.where(valid[:, None], features - frozen[anchor_reference], 0.0)
+  all_centred = jnp.where(all_valid[:, None], all_features - frozen[reference], 0.0)
   sq_norm_anchor = jnp.sum(jnp.square(centred), axis=-1)
   sq_norm_all = jnp.sum(jnp.square(all_centred), axis=-1)
   sq_dist = sq_norm_anchor[:, None] + sq_norm_all[None, :] - 2.0 * centred @ all_centred.T
   sq_dist = jnp.maximum(sq_dist, 0.0)
-  positive = (anchor_slot[:, None] == all_slot[None, :]) & valid[:, None] & all_valid[None, :]
+  anchor_key = jax.lax.dynamic_slice_in_dim(classes.key, anchor_offset, batch)
+  positive = ((anchor_key[:, None] == classes.key[None, :]) & valid[:, None]
+              & all_valid[None, :])
   anchor_index = jnp.arange(batch) + anchor_offset
-  positive &= anchor_index[:, None] != jnp.arange(all_slot.shape[0])[None, :]
+  positive &= anchor_index[:, None] != jnp.arange(classes.key.shape[0])[None, :]
   return _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature)
 
 
@@ -53,24 +114,13 @@ def _windows(tiled, fill):
   return jnp.concatenate([previous, tiled, following], axis=1)
 
 
-def _tiled_anchor_loss(centred, all_centred, anchor_slot, all_slot, valid, all_valid, s_bar,
-                       anchor_offset, *, tile, batch, temperature, num_slots):
-  """Every global row against the rows of its class only, on the class-sorted batch.
+def _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature):
+  """Per-row ℓ_s̄ of class-sorted tiles [n, T, d], and P = ∂ℓ_s̄/∂(squared distance) · τ [n, T, 3T].
 
-  Exact when every class has at most tile + 1 rows: then all same-class partners of a row lie
-  within `tile` positions of it in sorted order, hence in its own or an adjacent tile.
+  Row t of tile a meets the window (tile a − 1, a, a + 1). P is the softmax weight of each positive
+  pair in the log-sum-exp (0 for non-positives and where the Gram-form distance was clamped at 0).
   """
-  del centred, anchor_slot, valid  # the local anchors are read back from the global result
-  rows = all_slot.shape[0]
-  key = jnp.where(all_valid, all_slot, num_slots)  # masked rows sort last and match nothing
-  order = jnp.argsort(key, stable=True)
-  padded = -(-rows // tile) * tile
-  pad = padded - rows
-  features = jnp.pad(all_centred[order], ((0, pad), (0, 0)))
-  key = jnp.pad(key[order], (0, pad), constant_values=num_slots)
-  live = jnp.pad(all_valid[order], (0, pad))
-  n = padded // tile
-  tiles = features.reshape(n, tile, -1)
+  tile = tiles.shape[1]
   sq_norm = jnp.sum(jnp.square(tiles), axis=-1)
   # Gram blocks of each tile with itself and with the next tile; the block with the previous tile is
   # the transpose of the previous tile's "next" block. Only [n, T, T] products, no [n, 3T, d] copy.
@@ -79,21 +129,88 @@ def _tiled_anchor_loss(centred, all_centred, anchor_slot, all_slot, valid, all_v
   no_block = jnp.zeros((1, tile, tile), own.dtype)
   gram = jnp.concatenate([jnp.concatenate([no_block, jnp.swapaxes(following, 1, 2)], axis=0), own,
                           jnp.concatenate([following, no_block], axis=0)], axis=2)
-  sq_dist = sq_norm[:, :, None] + _windows(sq_norm, 0.0)[:, None, :] - 2.0 * gram
-  sq_dist = jnp.maximum(sq_dist, 0.0)
-  key_t, live_t = key.reshape(n, tile), live.reshape(n, tile)
-  key_w, live_w = _windows(key_t, num_slots), _windows(live_t, False)
+  raw = sq_norm[:, :, None] + _windows(sq_norm, 0.0)[:, None, :] - 2.0 * gram
+  key_w, live_w = _windows(key_t, _MASKED), _windows(live_t, False)
   # A row meets itself at window column T + t of its own tile: a static [T, 3T] mask.
   itself = jnp.eye(tile, 3 * tile, k=tile, dtype=bool)
   positive = ((key_t[:, :, None] == key_w[:, None, :]) & live_t[:, :, None] & live_w[:, None, :]
               & ~itself)
-  sorted_loss = _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature).reshape(padded)
-  row_loss = jnp.zeros((rows,), sorted_loss.dtype).at[order].set(sorted_loss[:rows])
+  exponent = (jnp.maximum(raw, 0.0) - 2.0 * s_bar) / temperature
+  shift = jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0)
+  terms = jnp.where(positive, jnp.exp(jnp.where(positive, exponent, 0.0) - shift[..., None]), 0.0)
+  total = jnp.exp(-shift) + jnp.sum(terms, axis=-1)
+  loss = shift + jnp.log(total)
+  weights = jnp.where(raw > 0.0, terms / total[..., None], 0.0)
+  return loss, weights
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _tile_loss(tiles, key_t, live_t, s_bar, temperature):
+  """ℓ_s̄ of class-sorted tiles (see `_tile_loss_and_weights`) with a hand-written gradient.
+
+  With G_ij = ḡ_i P_ij / τ for anchor i and window row j, and M = G + Gᵀ (a pair is seen from both
+  of its rows), ∂/∂u_i = 2 Σ_j M_ij (u_i − u_j) = 2 (M 1 ⊙ u − M u)_i: three [T, T] × [T, d]
+  products per tile (own, next, previous), no recomputed forward pass and no [n, 3T, d] copy.
+  """
+  return _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature)[0]
+
+
+def _tile_loss_fwd(tiles, key_t, live_t, s_bar, temperature):
+  loss, weights = _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature)
+  return loss, (tiles, weights)
+
+
+def _tile_loss_bwd(temperature, residuals, cotangent):
+  tiles, weights = residuals
+  tile = tiles.shape[1]
+  g = (cotangent[:, :, None] * weights / temperature).astype(tiles.dtype)
+  to_previous, to_own, to_next = g[:, :, :tile], g[:, :, tile:2 * tile], g[:, :, 2 * tile:]
+  own = to_own + jnp.swapaxes(to_own, 1, 2)
+  # Pairs between tile a and tile a + 1: seen from a (its "next" block) and from a + 1 (its
+  # "previous" block, transposed).
+  following = to_next[:-1] + jnp.swapaxes(to_previous[1:], 1, 2)  # [n − 1, T, T]
+  no_block = jnp.zeros((1, tile, tile), g.dtype)
+  row_sum = (jnp.sum(own, axis=2) + jnp.concatenate([jnp.sum(following, axis=2), no_block[:, 0]])
+             + jnp.concatenate([no_block[:, 0], jnp.sum(following, axis=1)]))
+  product = jnp.einsum("nts,nsd->ntd", own, tiles)
+  from_next = jnp.einsum("nts,nsd->ntd", following, tiles[1:])
+  from_previous = jnp.einsum("nst,nsd->ntd", following, tiles[:-1])
+  zero_tile = jnp.zeros((1,) + tiles.shape[1:], tiles.dtype)
+  product += (jnp.concatenate([from_next, zero_tile]) + jnp.concatenate([zero_tile, from_previous]))
+  grad = 2.0 * (row_sum[..., None] * tiles - product)
+  return grad, None, None, None
+
+
+_tile_loss.defvjp(_tile_loss_fwd, _tile_loss_bwd)
+
+
+def _tiled_anchor_loss(features, all_features, classes, valid, all_valid, s_bar, anchor_offset, *,
+                       tile, batch, temperature):
+  """Every global row against the rows of its class only, on the class-sorted batch.
+
+  Exact when every class has at most tile + 1 rows: then all same-class partners of a row lie
+  within `tile` positions of it in sorted order, hence in its own or an adjacent tile. Rows are
+  centred on their class's first sorted row (stop-gradient), as in the dense form.
+  """
+  del features, valid  # the local anchors are read back from the global result
+  rows = all_features.shape[0]
+  ordered = _permute_rows(all_features, classes.order, classes.inverse)
+  live = all_valid[classes.order]
+  centred = jnp.where(live[:, None],
+                      ordered - jax.lax.stop_gradient(ordered)[classes.first], 0.0)
+  padded = -(-rows // tile) * tile
+  pad = padded - rows
+  n = padded // tile
+  tiles = jnp.pad(centred, ((0, pad), (0, 0))).reshape(n, tile, -1)
+  key_t = jnp.pad(classes.key[classes.order], (0, pad), constant_values=_MASKED).reshape(n, tile)
+  live_t = jnp.pad(live, (0, pad)).reshape(n, tile)
+  sorted_loss = _tile_loss(tiles, key_t, live_t, s_bar, temperature).reshape(padded)[:rows]
+  row_loss = sorted_loss[classes.inverse]
   return jax.lax.dynamic_slice_in_dim(row_loss, anchor_offset, batch)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _switch(branches, index, centred, all_centred, *rest):
+def _switch(branches, index, features, all_features, *rest):
   """`lax.switch(index, branches, ...)` whose gradient re-runs only the chosen branch.
 
   Differentiating `lax.switch` directly makes every branch return zero-filled copies of every other
@@ -101,23 +218,24 @@ def _switch(branches, index, centred, all_centred, *rest):
   Here the forward saves only the inputs and the backward takes the vjp of the chosen branch.
   Cotangents flow to the two feature arguments only.
   """
-  return jax.lax.switch(index, branches, centred, all_centred, *rest)
+  return jax.lax.switch(index, branches, features, all_features, *rest)
 
 
-def _switch_fwd(branches, index, centred, all_centred, *rest):
-  return _switch(branches, index, centred, all_centred, *rest), (index, centred, all_centred, rest)
+def _switch_fwd(branches, index, features, all_features, *rest):
+  return (_switch(branches, index, features, all_features, *rest),
+          (index, features, all_features, rest))
 
 
 def _switch_bwd(branches, residuals, cotangent):
-  index, centred, all_centred, rest = residuals
+  index, features, all_features, rest = residuals
 
   def pullback(branch):
-    def run(centred, all_centred, *rest):
-      _, vjp = jax.vjp(lambda c, a: branch(c, a, *rest), centred, all_centred)
+    def run(features, all_features, *rest):
+      _, vjp = jax.vjp(lambda c, a: branch(c, a, *rest), features, all_features)
       return vjp(cotangent)
     return run
 
-  grads = jax.lax.switch(index, [pullback(b) for b in branches], centred, all_centred, *rest)
+  grads = jax.lax.switch(index, [pullback(b) for b in branches], features, all_features, *rest)
   return (None, *grads) + (None,) * len(rest)
 
 
@@ -143,8 +261,9 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   Positives are the other examples of the anchor's class in the (global) batch; an anchor with no
   positive gives 0. Computed as a log-sum-exp that includes the implicit 0 term, so neither the value
   nor the gradient overflows for large feature norms. Distances are taken between features centred on
-  their (stop-gradient) batch class mean: pairs are same-class, so the value is unchanged, and the
-  Gram-matrix form ‖u‖² + ‖v‖² − 2⟨u, v⟩ does not lose precision to large norms. φ is not detached.
+  a (stop-gradient) reference row of their class, its first row in class-sorted order: pairs are
+  same-class, so the value is unchanged, and the Gram-matrix form ‖u‖² + ‖v‖² − 2⟨u, v⟩ does not
+  lose precision to large norms. φ is not detached.
 
   Args:
     features: float [B, d] features φ (local batch).
@@ -159,7 +278,8 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
 
   Cost: positives are same-class pairs, so the global batch is sorted by class and the squared
   distances are computed in tiles of T rows against the tile before, the tile itself and the tile
-  after (3·T·B_global·d multiply-adds), with T the smallest of 8, 16, … that covers the largest class
+  after (2·T·B_global·d multiply-adds; the hand-written gradient 3·T·B_global·d and no recomputed
+  forward pass), with T the smallest of 8, 16, … that covers the largest class
   of the batch (largest count − 1 ≤ T). When no tile is smaller than a quarter of the local batch, or
   the dense local-anchors × global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense
   product is used. Both are exact; the choice is made at run time (`lax.switch`) from the batch's
@@ -190,27 +310,20 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
     all_labels = jax.lax.all_gather(labels, axis_name, tiled=True)
     all_valid = jax.lax.all_gather(valid, axis_name, tiled=True)
     anchor_offset = jax.lax.axis_index(axis_name) * batch
-  slots, class_means, _, _ = class_stats_lib.batch_class_moments(
-      jax.lax.stop_gradient(all_features), all_labels, all_valid, num_classes)
-  anchor_slot = jax.lax.dynamic_slice_in_dim(slots.slot, anchor_offset, batch)
-  centred = jnp.where(valid[:, None], features - class_means[anchor_slot], 0.0)
-  all_centred = jnp.where(all_valid[:, None], all_features - class_means[slots.slot], 0.0)
-
-  dense_work = batch * all_centred.shape[0] * all_centred.shape[1]
+  classes, largest = class_order(all_labels, all_valid)
+  dense_work = batch * all_features.shape[0] * all_features.shape[1]
   tiles = (tuple(t for t in _TILE_SIZES if 4 * t <= batch) if dense_work >= TILED_MIN_WORK
            else ())
   dense = functools.partial(_dense_anchor_loss, batch=batch, temperature=temperature)
-  operands = (centred, all_centred, anchor_slot, slots.slot, valid, all_valid, s_bar,
+  operands = (features, all_features, classes, valid, all_valid, s_bar,
               jnp.asarray(anchor_offset, jnp.int32))
   if not tiles:
     loss = dense(*operands)
   else:
     # The smallest tile T with (largest class count − 1) ≤ T, else the dense form. Exact either way.
-    max_class_count = jnp.max(jnp.where(slots.classes < num_classes, slots.counts, 0.0))
-    branch = jnp.sum(jnp.asarray(tiles, jnp.float32) < max_class_count - 1.0).astype(jnp.int32)
+    branch = jnp.sum(jnp.asarray(tiles, jnp.int32) < largest - 1).astype(jnp.int32)
     branches = tuple(functools.partial(_tiled_anchor_loss, tile=t, batch=batch,
-                                       temperature=temperature, num_slots=slots.classes.shape[0])
-                     for t in tiles) + (dense,)
+                                       temperature=temperature) for t in tiles) + (dense,)
     loss = _switch(branches, branch, *operands)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))

@@ -1,6 +1,7 @@
 """Test setup: 8 fake CPU devices for pmap tests (must be set before JAX initialises its backend)."""
 
 import os
+import sys
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
@@ -24,6 +25,24 @@ _SUPPRESSED = (HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.fil
                HealthCheck.differing_executors)
 settings.register_profile("default", max_examples=6, deadline=None, derandomize=True,
                           print_blob=True, database=None, suppress_health_check=_SUPPRESSED)
-settings.register_profile("slow", max_examples=1000, deadline=None, derandomize=False,
-                          print_blob=True, database=None, suppress_health_check=_SUPPRESSED)
+# HYPOTHESIS_SLOW_EXAMPLES=N runs the slow twins with N examples each (to time or bisect a run).
+settings.register_profile("slow",
+                          max_examples=int(os.environ.get("HYPOTHESIS_SLOW_EXAMPLES", 1000)),
+                          deadline=None, derandomize=False, print_blob=True, database=None,
+                          suppress_health_check=_SUPPRESSED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """With PROPERTY_REPORT_DIR set, each test process writes the property tests' worst |error| / atol
+  per check (tests/strategies.py's WORST) to <dir>/worst-<worker>.json: how tight the tolerances are."""
+  del exitstatus
+  report_dir = os.environ.get("PROPERTY_REPORT_DIR")
+  strategies = sys.modules.get("strategies") or sys.modules.get("tests.strategies")
+  if not report_dir or strategies is None or not strategies.WORST:
+    return
+  import json
+  worker = getattr(session.config, "workerinput", {}).get("workerid", "main")
+  os.makedirs(report_dir, exist_ok=True)
+  with open(os.path.join(report_dir, f"worst-{worker}.json"), "w") as f:
+    json.dump(dict(sorted(strategies.WORST.items())), f, indent=1)

@@ -120,6 +120,7 @@ def run_stats(config, devices, padded, stats, reduction="exact"):
 
 
 def check_stats(config, ex: StatsExample):
+  S.bound_compiled_code()
   p, decay = STATS_CONFIGS[config]
   padded, shape = ex.padded, ex.padded.batch.shape
   eps = S.eps(shape.dtype)
@@ -155,7 +156,7 @@ def check_stats(config, ex: StatsExample):
 
 def stats_shapes(config, wide):
   if wide:
-    return S.wide_shapes(S.BUCKETS, dims=(1, 4, 16), devices=S.DEVICE_COUNTS)
+    return S.wide_shapes(S.BUCKETS, dims=(1, 4, 16), devices=S.DEVICE_COUNTS)  # cheap compiles
   return st.sampled_from(STATS_POOL[config])
 
 
@@ -394,6 +395,7 @@ def compare_accumulators(acc, reference_acc, rows_bound, label):
 
 
 def check_nc(ex: NCExample):
+  S.bound_compiled_code()
   padded, shape = ex.padded, ex.padded.batch.shape
   expected, scale = nc_reference(ex)
   rows = max(padded.batch.rows, 1)

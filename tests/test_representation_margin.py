@@ -154,13 +154,15 @@ class TiledTest(chex.TestCase):
     labels = jnp.asarray(_labels_with_counts((9, 9, 9, 9, 9, 9, 9, 1), seed=3))
     features = jnp.asarray(np.random.default_rng(3).normal(size=(64, 7)), jnp.float32)
     valid = jnp.ones(64, bool)
-    args = (labels, labels, valid, valid, jnp.float32(0.5), jnp.int32(0))
+    classes, largest = rm.class_order(labels, valid)
+    self.assertEqual(int(largest), 9)
+    args = (classes, valid, valid, jnp.float32(0.5), jnp.int32(0))
 
     def loss(branch, f):
       if branch == "dense":
         out = rm._dense_anchor_loss(f, f, *args, batch=64, temperature=1.0)
       else:
-        out = rm._tiled_anchor_loss(f, f, *args, tile=8, batch=64, temperature=1.0, num_slots=8)
+        out = rm._tiled_anchor_loss(f, f, *args, tile=8, batch=64, temperature=1.0)
       return jnp.sum(out ** 2)
 
     value_and_grad = (jax.jit(loss, static_argnums=0),
@@ -171,6 +173,49 @@ class TiledTest(chex.TestCase):
       # reach ~2e3, so an entry of ~5 can be off by ~1e-4 in float32), not with each entry.
       np.testing.assert_allclose(f("tiled", features), dense, rtol=2e-5,
                                  atol=1e-6 * np.max(np.abs(dense)))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_hand_written_gradient_matches_float64_analytic_gradient(self):
+    # The tiled branch's hand-written VJP against the gradient written from the spec's formula in
+    # float64: with P_ij = e^{x_ij} / (1 + Σ_k e^{x_ik}), x_ij = (‖φ_i − φ_j‖² − 2 s̄)/τ over positives,
+    # ∂(Σ_i w_i ℓ_i)/∂φ_i = (2/τ) Σ_j (w_i P_ij + w_j P_ji)(φ_i − φ_j). Features share a common offset
+    # of 1e4 (reference-row centring keeps the Gram form exact), a fifth of the rows are masked, and
+    # the classes span tiles 8 and 16.
+    labels = _labels_with_counts((7, 10, 10, 10, 10, 10, 7), seed=6)
+    rng = np.random.default_rng(6)
+    features = (1e4 + rng.normal(size=(64, 5)) + rng.normal(size=(7, 5))[labels]).astype(np.float32)
+    where = np.arange(64) % 5 != 2
+    weights = rng.uniform(0.5, 2.0, size=64)
+    s_bar, tau = 1.5, 3.0
+    grad = self.variant(jax.grad(lambda f: jnp.sum(jnp.asarray(weights, jnp.float32)
+                                                  * mr2_jax.representation_margin_loss(
+                                                      f, labels, s_bar, temperature=tau,
+                                                      where=where, num_classes=7))))(features)
+    phi = features.astype(np.float64)
+    positive = ((labels[:, None] == labels[None, :]) & where[:, None] & where[None, :]
+                & ~np.eye(64, dtype=bool))
+    sq = np.sum((phi[:, None] - phi[None]) ** 2, axis=-1)
+    x = np.where(positive, (sq - 2 * s_bar) / tau, -np.inf)
+    shift = np.maximum(np.max(x, axis=1), 0.0)
+    e = np.exp(x - shift[:, None])
+    prob = e / (np.exp(-shift) + np.sum(e, axis=1))[:, None]
+    coupling = weights[:, None] * prob + (weights[:, None] * prob).T
+    expected = (2 / tau) * (np.sum(coupling, axis=1)[:, None] * phi - coupling @ phi)
+    # φ is stored in float32 at 1e4 (ulp ≈ 1e-3): differences are exact, the error is the sums'.
+    np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-5 * np.max(np.abs(expected)))
+    self.assertGreater(float(np.max(np.abs(expected))), 1e-2)
+    np.testing.assert_array_equal(np.asarray(grad)[~where], 0.0)
+
+  def test_class_order(self):
+    from mr2_jax import representation_margin as rm
+    labels = jnp.asarray([3, 1, 3, 0, 3, 1, 2], jnp.int32)
+    valid = jnp.asarray([True, True, True, True, False, True, True])
+    classes, largest = rm.class_order(labels, valid)
+    order = np.asarray(classes.order)
+    np.testing.assert_array_equal(order, [3, 1, 5, 6, 0, 2, 4])  # stable; the masked row last
+    np.testing.assert_array_equal(np.asarray(classes.inverse)[order], np.arange(7))
+    np.testing.assert_array_equal(classes.first, [0, 1, 1, 3, 4, 4, 6])
+    self.assertEqual(int(largest), 2)  # the masked row of class 3 does not count
 
   def test_pmap_global_batch_equals_reference(self):
     # 8 devices × 32 rows: each device uses the tiled form (T = 8) on the gathered global batch.
