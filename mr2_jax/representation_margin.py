@@ -169,12 +169,15 @@ def _tile_loss_bwd(temperature, residuals, cotangent):
   # Pairs between tile a and tile a + 1: seen from a (its "next" block) and from a + 1 (its
   # "previous" block, transposed).
   following = to_next[:-1] + jnp.swapaxes(to_previous[1:], 1, 2)  # [n − 1, T, T]
+  # Its transpose, formed on its own: a product with a transposed left operand is not given to
+  # XLA:CPU's fast dot path (it ran 3× slower), so the transpose is built before the product.
+  preceding = jnp.swapaxes(to_next[:-1], 1, 2) + to_previous[1:]
   no_block = jnp.zeros((1, tile, tile), g.dtype)
   row_sum = (jnp.sum(own, axis=2) + jnp.concatenate([jnp.sum(following, axis=2), no_block[:, 0]])
              + jnp.concatenate([no_block[:, 0], jnp.sum(following, axis=1)]))
   product = jnp.einsum("nts,nsd->ntd", own, tiles)
   from_next = jnp.einsum("nts,nsd->ntd", following, tiles[1:])
-  from_previous = jnp.einsum("nst,nsd->ntd", following, tiles[:-1])
+  from_previous = jnp.einsum("nts,nsd->ntd", preceding, tiles[:-1])
   zero_tile = jnp.zeros((1,) + tiles.shape[1:], tiles.dtype)
   product += (jnp.concatenate([from_next, zero_tile]) + jnp.concatenate([zero_tile, from_previous]))
   grad = 2.0 * (row_sum[..., None] * tiles - product)

@@ -175,22 +175,36 @@ class TiledTest(chex.TestCase):
                                  atol=1e-6 * np.max(np.abs(dense)))
 
   @chex.variants(with_jit=True, without_jit=True)
-  def test_hand_written_gradient_matches_float64_analytic_gradient(self):
-    # The tiled branch's hand-written VJP against the gradient written from the spec's formula in
+  @parameterized.named_parameters(
+      ("tile8", (7, 9, 9, 9, 9, 9, 9, 3), False, 8),
+      ("tile16", (7, 13, 13, 13, 13, 5), False, 16),
+      ("dense_past_the_tiles", (10, 27, 27), False, None),
+      ("dense_small_work", (7, 13, 13, 13, 13, 5), True, None),
+  )
+  def test_hand_written_gradient_matches_float64_analytic_gradient(self, counts, small_work, tile):
+    # Each branch's hand-written VJP against the gradient written from the spec's formula in
     # float64: with P_ij = e^{x_ij} / (1 + Σ_k e^{x_ik}), x_ij = (‖φ_i − φ_j‖² − 2 s̄)/τ over positives,
     # ∂(Σ_i w_i ℓ_i)/∂φ_i = (2/τ) Σ_j (w_i P_ij + w_j P_ji)(φ_i − φ_j). Features share a common offset
-    # of 1e4 (reference-row centring keeps the Gram form exact), a fifth of the rows are masked, and
-    # the classes span tiles 8 and 16.
-    labels = _labels_with_counts((7, 10, 10, 10, 10, 10, 7), seed=6)
+    # of 1e4 (reference-row centring keeps the Gram form exact) and a fifth of the rows are masked.
+    from mr2_jax import representation_margin as rm
+    if small_work:  # the dense form below TILED_MIN_WORK (the setUp lowered it to 0)
+      self.enter_context(mock.patch.object(rm, "TILED_MIN_WORK", 1 << 40))
+    labels = _labels_with_counts(counts, seed=6)
+    num_classes = len(counts)
     rng = np.random.default_rng(6)
-    features = (1e4 + rng.normal(size=(64, 5)) + rng.normal(size=(7, 5))[labels]).astype(np.float32)
+    features = (1e4 + rng.normal(size=(64, 5))
+                + rng.normal(size=(num_classes, 5))[labels]).astype(np.float32)
     where = np.arange(64) % 5 != 2
+    largest = np.max(np.bincount(labels[where]))
+    self.assertEqual(tile, None if largest - 1 > 16 or small_work else
+                     8 if largest - 1 <= 8 else 16)  # the branch this case is meant to take
     weights = rng.uniform(0.5, 2.0, size=64)
     s_bar, tau = 1.5, 3.0
     grad = self.variant(jax.grad(lambda f: jnp.sum(jnp.asarray(weights, jnp.float32)
                                                   * mr2_jax.representation_margin_loss(
                                                       f, labels, s_bar, temperature=tau,
-                                                      where=where, num_classes=7))))(features)
+                                                      where=where,
+                                                      num_classes=num_classes))))(features)
     phi = features.astype(np.float64)
     positive = ((labels[:, None] == labels[None, :]) & where[:, None] & where[None, :]
                 & ~np.eye(64, dtype=bool))
