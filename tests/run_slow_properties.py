@@ -1,0 +1,105 @@
+"""Runs the property tests' slow twins (1,000 generated examples each) one test at a time, resumably.
+
+    python -m tests.run_slow_properties --out tests/property_runs/<name> [--jobs 2] [-k EXPR]
+    python -m tests.run_slow_properties --out tests/property_runs/<name> --summary
+
+The whole slow profile is hours of CPU on a small machine, so it is run as one pytest process per
+test (at `nice` 19, `--jobs` at a time) and each test's log is kept in `--out`: a rerun skips the
+tests whose log already records a result, so the run can stop and continue across sessions.
+`--summary` writes `SUMMARY.md` there: per test, the generated examples that passed / failed /
+were invalid (from `--hypothesis-show-statistics`), the wall time and the result. A failure's log
+holds the reproduction blob (`print_blob`) and hypothesis' seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import re
+import subprocess
+import sys
+import time
+
+FILES = ("tests/test_properties_losses.py", "tests/test_properties_stats.py")
+
+
+def collect(expression: str | None) -> list[str]:
+  command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", *FILES]
+  if expression:
+    command += ["-k", expression]
+  out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+  return [line.strip() for line in out.splitlines() if "::" in line]
+
+
+def log_path(out: str, test_id: str) -> str:
+  return os.path.join(out, re.sub(r"[^A-Za-z0-9_.+=-]+", "_", test_id.split("::", 1)[1]) + ".log")
+
+
+def finished(path: str) -> bool:
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return re.search(r"^(\d+ (passed|failed)|.*\d+ (passed|failed).* in )", f.read(), re.M) is not None
+
+
+def run_one(out: str, test_id: str) -> str:
+  path = log_path(out, test_id)
+  env = dict(os.environ, PROPERTY_REPORT_DIR=os.path.splitext(path)[0] + ".worst")
+  start = time.time()
+  with open(path + ".partial", "w") as log:
+    result = subprocess.run(
+        ["nice", "-n", "19", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-p", "no:xdist", "-m", "slow", test_id, "--hypothesis-show-statistics"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+    log.write(f"\nwall_seconds={time.time() - start:.0f} returncode={result.returncode}\n")
+  os.replace(path + ".partial", path)
+  return f"{test_id}: returncode {result.returncode}, {time.time() - start:.0f} s"
+
+
+STATS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
+
+
+def summarize(out: str, test_ids: list[str]) -> str:
+  rows = ["| test | passing | failing | invalid | wall s | result |", "|---|---|---|---|---|---|"]
+  for test_id in test_ids:
+    path = log_path(out, test_id)
+    if not finished(path):
+      rows.append(f"| `{test_id.split('::', 1)[1]}` | – | – | – | – | not run |")
+      continue
+    text = open(path).read()
+    counts = [tuple(map(int, m)) for m in STATS.findall(text)]
+    passing, failing, invalid = (sum(c[i] for c in counts) for i in range(3))
+    wall = re.search(r"wall_seconds=(\d+)", text)
+    result = "passed" if re.search(r"\b1 passed\b", text) else "FAILED"
+    rows.append(f"| `{test_id.split('::', 1)[1]}` | {passing} | {failing} | {invalid} | "
+                f"{wall.group(1) if wall else '?'} | {result} |")
+  return "\n".join(rows) + "\n"
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--out", required=True)
+  parser.add_argument("--jobs", type=int, default=2)
+  parser.add_argument("-k", dest="expression", default=None)
+  parser.add_argument("--summary", action="store_true")
+  args = parser.parse_args()
+  os.makedirs(args.out, exist_ok=True)
+  test_ids = collect(args.expression)
+  if args.summary:
+    table = summarize(args.out, test_ids)
+    with open(os.path.join(args.out, "SUMMARY.md"), "w") as f:
+      f.write("Slow property twins (`python -m tests.run_slow_properties`), one pytest process "
+              "per test.\n\n" + table)
+    print(table)
+    return
+  todo = [t for t in test_ids if not finished(log_path(args.out, t))]
+  print(f"{len(test_ids) - len(todo)} of {len(test_ids)} already done; running {len(todo)}",
+        flush=True)
+  with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+    for line in pool.map(lambda t: run_one(args.out, t), todo):
+      print(line, flush=True)
+
+
+if __name__ == "__main__":
+  main()
