@@ -21,15 +21,20 @@ _TILE_SIZES = (8, 16, 32, 64, 128, 256, 512)
 TILED_MIN_WORK = 1 << 22
 
 
-def _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature):
-  """log(1 + Σ_{j positive} exp((d_ij − 2 s̄)/τ)) over the last axis, as a stable log-sum-exp."""
-  exponent = (sq_dist - 2.0 * s_bar) / temperature
-  # log(1 + Σ_j e^{x_j}) as a log-sum-exp over {0} ∪ {x_j}; masked terms are replaced before exp
-  # (double-where) so their gradient is exactly 0 rather than 0·inf.
-  shift = jax.lax.stop_gradient(
-      jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0))
+def _pair_loss_and_weights(raw_sq_dist, positive, s_bar, temperature):
+  """ℓ_s̄ over the last axis, and the pair weights P = τ · ∂ℓ_s̄/∂(squared distance).
+
+  ℓ = log(1 + Σ_{j positive} e^{x_j}), x_j = (max(d_j, 0) − 2 s̄)/τ, as a log-sum-exp that includes
+  the implicit 0 term (no overflow for large norms); P_j = e^{x_j} / (1 + Σ_k e^{x_k}) for positives,
+  0 for the others and where the Gram-form distance d_j was clamped at 0.
+  """
+  exponent = (jnp.maximum(raw_sq_dist, 0.0) - 2.0 * s_bar) / temperature
+  shift = jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0)
+  # Masked terms are replaced before exp, so no inf or NaN is ever formed for them.
   terms = jnp.where(positive, jnp.exp(jnp.where(positive, exponent, 0.0) - shift[..., None]), 0.0)
-  return shift + jnp.log(jnp.exp(-shift) + jnp.sum(terms, axis=-1))
+  total = jnp.exp(-shift) + jnp.sum(terms, axis=-1)
+  weights = jnp.where(raw_sq_dist > 0.0, terms / total[..., None], 0.0)
+  return shift + jnp.log(total), weights
 
 
 class ClassOrder(NamedTuple):
@@ -81,29 +86,31 @@ def _permute_rows_bwd(inverse, cotangent):
 _permute_rows.defvjp(_permute_rows_fwd, _permute_rows_bwd)
 
 
-def _dense_anchor_loss(features, all_features, classes, valid, all_valid, s_bar, anchor_offset, *,
-                       batch, temperature):
-  """Local anchors against every row of the global batch: [B, B_global] distances.
+def _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions, temperature):
+  """Local anchors against every row of the class-sorted global batch: [B, P] distances.
 
-  Rows are centred on their class's reference row (stop-gradient; the first row of the class in
-  sorted order): pairs are same-class, so distances are unchanged, and the Gram form
-  ‖u‖² + ‖v‖² − 2⟨u, v⟩ does not lose precision to large norms.
+  `centred` [P, d] are the class-sorted rows centred on their class's reference row, `key` / `live`
+  their class key and validity, `anchor_positions` [B] the sorted positions of the local anchors.
+  Returns (ℓ_s̄ [B], the pair weights P [B, P], see `_pair_loss_and_weights`).
   """
-  reference = classes.order[classes.first[classes.inverse]]  # [B_global] row index of the reference
-  anchor_reference = jax.lax.dynamic_slice_in_dim(reference, anchor_offset, batch)
-  frozen = jax.lax.stop_gradient(all_features)
-  centred = jnp.where(valid[:, None], features - frozen[anchor_reference], 0.0)
-  all_centred = jnp.where(all_valid[:, None], all_features - frozen[reference], 0.0)
-  sq_norm_anchor = jnp.sum(jnp.square(centred), axis=-1)
-  sq_norm_all = jnp.sum(jnp.square(all_centred), axis=-1)
-  sq_dist = sq_norm_anchor[:, None] + sq_norm_all[None, :] - 2.0 * centred @ all_centred.T
-  sq_dist = jnp.maximum(sq_dist, 0.0)
-  anchor_key = jax.lax.dynamic_slice_in_dim(classes.key, anchor_offset, batch)
-  positive = ((anchor_key[:, None] == classes.key[None, :]) & valid[:, None]
-              & all_valid[None, :])
-  anchor_index = jnp.arange(batch) + anchor_offset
-  positive &= anchor_index[:, None] != jnp.arange(classes.key.shape[0])[None, :]
-  return _log_one_plus_sum_exp(sq_dist, positive, s_bar, temperature)
+  anchors = centred[anchor_positions]
+  sq_norm_anchor = jnp.sum(jnp.square(anchors), axis=-1)
+  sq_norm_all = jnp.sum(jnp.square(centred), axis=-1)
+  raw = sq_norm_anchor[:, None] + sq_norm_all[None, :] - 2.0 * anchors @ centred.T
+  positive = ((key[anchor_positions][:, None] == key[None, :]) & live[anchor_positions][:, None]
+              & live[None, :])
+  positive &= anchor_positions[:, None] != jnp.arange(key.shape[0])[None, :]
+  return _pair_loss_and_weights(raw, positive, s_bar, temperature)
+
+
+def _dense_gradient(centred, anchor_positions, weights, cotangent, temperature):
+  """∂(Σ_i ḡ_i ℓ_i)/∂u for the dense form: with G_ij = ḡ_i P_ij / τ, anchor i gets
+  2 (Σ_j G_ij u_i − Σ_j G_ij u_j) and row j gets 2 (Σ_i G_ij u_j − Σ_i G_ij u_i)."""
+  anchors = centred[anchor_positions]
+  g = (cotangent[:, None] * weights / temperature).astype(centred.dtype)
+  as_partner = 2.0 * (jnp.sum(g, axis=0)[:, None] * centred - g.T @ anchors)
+  as_anchor = 2.0 * (jnp.sum(g, axis=1)[:, None] * anchors - g @ centred)
+  return as_partner.at[anchor_positions].add(as_anchor, unique_indices=True)
 
 
 def _windows(tiled, fill):
@@ -135,33 +142,16 @@ def _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature):
   itself = jnp.eye(tile, 3 * tile, k=tile, dtype=bool)
   positive = ((key_t[:, :, None] == key_w[:, None, :]) & live_t[:, :, None] & live_w[:, None, :]
               & ~itself)
-  exponent = (jnp.maximum(raw, 0.0) - 2.0 * s_bar) / temperature
-  shift = jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0)
-  terms = jnp.where(positive, jnp.exp(jnp.where(positive, exponent, 0.0) - shift[..., None]), 0.0)
-  total = jnp.exp(-shift) + jnp.sum(terms, axis=-1)
-  loss = shift + jnp.log(total)
-  weights = jnp.where(raw > 0.0, terms / total[..., None], 0.0)
-  return loss, weights
+  return _pair_loss_and_weights(raw, positive, s_bar, temperature)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _tile_loss(tiles, key_t, live_t, s_bar, temperature):
-  """ℓ_s̄ of class-sorted tiles (see `_tile_loss_and_weights`) with a hand-written gradient.
+def _tile_gradient(tiles, weights, cotangent, temperature):
+  """∂(Σ_i ḡ_i ℓ_i)/∂u for class-sorted tiles [n, T, d] with pair weights [n, T, 3T].
 
   With G_ij = ḡ_i P_ij / τ for anchor i and window row j, and M = G + Gᵀ (a pair is seen from both
   of its rows), ∂/∂u_i = 2 Σ_j M_ij (u_i − u_j) = 2 (M 1 ⊙ u − M u)_i: three [T, T] × [T, d]
-  products per tile (own, next, previous), no recomputed forward pass and no [n, 3T, d] copy.
+  products per tile (own, next, previous), no [n, 3T, d] copy.
   """
-  return _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature)[0]
-
-
-def _tile_loss_fwd(tiles, key_t, live_t, s_bar, temperature):
-  loss, weights = _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature)
-  return loss, (tiles, weights)
-
-
-def _tile_loss_bwd(temperature, residuals, cotangent):
-  tiles, weights = residuals
   tile = tiles.shape[1]
   g = (cotangent[:, :, None] * weights / temperature).astype(tiles.dtype)
   to_previous, to_own, to_next = g[:, :, :tile], g[:, :, tile:2 * tile], g[:, :, 2 * tile:]
@@ -175,71 +165,91 @@ def _tile_loss_bwd(temperature, residuals, cotangent):
   no_block = jnp.zeros((1, tile, tile), g.dtype)
   row_sum = (jnp.sum(own, axis=2) + jnp.concatenate([jnp.sum(following, axis=2), no_block[:, 0]])
              + jnp.concatenate([no_block[:, 0], jnp.sum(following, axis=1)]))
-  product = jnp.einsum("nts,nsd->ntd", own, tiles)
-  from_next = jnp.einsum("nts,nsd->ntd", following, tiles[1:])
-  from_previous = jnp.einsum("nts,nsd->ntd", preceding, tiles[:-1])
+  # The products are taken against the whole, unsliced `tiles` (a sliced right operand ran 4× slower
+  # on XLA:CPU) and their outputs are shifted instead: tile c's rows reach tile c − 1 through the
+  # block of the pair (c − 1, c) and tile c + 1 through the block of the pair (c, c + 1).
+  to_earlier = jnp.einsum("nts,nsd->ntd", jnp.concatenate([no_block, following]), tiles)
+  to_later = jnp.einsum("nts,nsd->ntd", jnp.concatenate([preceding, no_block]), tiles)
   zero_tile = jnp.zeros((1,) + tiles.shape[1:], tiles.dtype)
-  product += (jnp.concatenate([from_next, zero_tile]) + jnp.concatenate([zero_tile, from_previous]))
+  product = (jnp.einsum("nts,nsd->ntd", own, tiles) + jnp.concatenate([to_earlier[1:], zero_tile])
+             + jnp.concatenate([zero_tile, to_later[:-1]]))
   grad = 2.0 * (row_sum[..., None] * tiles - product)
-  return grad, None, None, None
+  return grad
 
 
-_tile_loss.defvjp(_tile_loss_fwd, _tile_loss_bwd)
 
 
-def _tiled_anchor_loss(features, all_features, classes, valid, all_valid, s_bar, anchor_offset, *,
-                       tile, batch, temperature):
-  """Every global row against the rows of its class only, on the class-sorted batch.
+class _Branch(NamedTuple):
+  """One form of ℓ_s̄ on the class-sorted batch: `tile` T for the tiled form, None for the dense one.
 
-  Exact when every class has at most tile + 1 rows: then all same-class partners of a row lie
-  within `tile` positions of it in sorted order, hence in its own or an adjacent tile. Rows are
-  centred on their class's first sorted row (stop-gradient), as in the dense form.
+  `forward` returns the local anchors' losses and the pair weights (flattened, zero-padded to
+  `size` so that every branch of the switch saves the same residual); `backward` maps the losses'
+  cotangent to the centred rows' from those weights, without a recomputed forward pass.
   """
-  del features, valid  # the local anchors are read back from the global result
-  rows = all_features.shape[0]
-  ordered = _permute_rows(all_features, classes.order, classes.inverse)
-  live = all_valid[classes.order]
-  centred = jnp.where(live[:, None],
-                      ordered - jax.lax.stop_gradient(ordered)[classes.first], 0.0)
-  padded = -(-rows // tile) * tile
-  pad = padded - rows
-  n = padded // tile
-  tiles = jnp.pad(centred, ((0, pad), (0, 0))).reshape(n, tile, -1)
-  key_t = jnp.pad(classes.key[classes.order], (0, pad), constant_values=_MASKED).reshape(n, tile)
-  live_t = jnp.pad(live, (0, pad)).reshape(n, tile)
-  sorted_loss = _tile_loss(tiles, key_t, live_t, s_bar, temperature).reshape(padded)[:rows]
-  row_loss = sorted_loss[classes.inverse]
-  return jax.lax.dynamic_slice_in_dim(row_loss, anchor_offset, batch)
+  tile: int | None
+  temperature: float
+
+  def weights_size(self, rows: int, batch: int) -> int:
+    return batch * rows if self.tile is None else rows * 3 * self.tile
+
+  def forward(self, size, centred, key, live, s_bar, anchor_positions):
+    if self.tile is None:
+      loss, weights = _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions,
+                                              self.temperature)
+    else:
+      # Every row against the rows of its class only: exact when every class has at most T + 1
+      # rows, since all same-class partners of a row then lie within T positions of it in sorted
+      # order, hence in its own or an adjacent tile.
+      n = centred.shape[0] // self.tile
+      sorted_loss, weights = _tile_loss_and_weights(
+          centred.reshape(n, self.tile, -1), key.reshape(n, self.tile),
+          live.reshape(n, self.tile), s_bar, self.temperature)
+      loss = sorted_loss.reshape(-1)[anchor_positions]
+    weights = weights.reshape(-1)
+    return loss, jnp.pad(weights, (0, size - weights.shape[0]))
+
+  def backward(self, centred, key, live, s_bar, anchor_positions, weights, cotangent):
+    del key, live, s_bar
+    rows, batch = centred.shape[0], anchor_positions.shape[0]
+    weights = weights[:self.weights_size(rows, batch)]
+    if self.tile is None:
+      return _dense_gradient(centred, anchor_positions, weights.reshape(batch, rows), cotangent,
+                             self.temperature)
+    n = rows // self.tile
+    sorted_cotangent = jnp.zeros((rows,), cotangent.dtype).at[anchor_positions].set(
+        cotangent, unique_indices=True)
+    grad = _tile_gradient(centred.reshape(n, self.tile, -1),
+                          weights.reshape(n, self.tile, 3 * self.tile),
+                          sorted_cotangent.reshape(n, self.tile), self.temperature)
+    return grad.reshape(rows, -1)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _switch(branches, index, features, all_features, *rest):
-  """`lax.switch(index, branches, ...)` whose gradient re-runs only the chosen branch.
+def _switch(branches, index, centred, *rest):
+  """ℓ_s̄ of the local anchors by the branch `index` (a `lax.switch` over `_Branch.forward`).
 
-  Differentiating `lax.switch` directly makes every branch return zero-filled copies of every other
-  branch's residuals ([B, B_global] and [n, T, 3T] arrays alike): that alone cost more than the loss.
-  Here the forward saves only the inputs and the backward takes the vjp of the chosen branch.
-  Cotangents flow to the two feature arguments only.
+  Its gradient runs only the chosen branch's hand-written backward pass, from the pair weights the
+  forward pass saved. Differentiating `lax.switch` directly makes every branch return zero-filled
+  copies of every other branch's residuals, and re-running the chosen branch under `jax.vjp`
+  repeats its forward pass; here the one saved residual is the weights, zero-padded to the
+  largest branch's size (≤ B·P floats). The sorting and centring stay outside the switch.
+  Cotangents flow to `centred` only.
   """
-  return jax.lax.switch(index, branches, features, all_features, *rest)
+  return _switch_fwd(branches, index, centred, *rest)[0]
 
 
-def _switch_fwd(branches, index, features, all_features, *rest):
-  return (_switch(branches, index, features, all_features, *rest),
-          (index, features, all_features, rest))
+def _switch_fwd(branches, index, centred, *rest):
+  rows, batch = centred.shape[0], rest[-1].shape[0]
+  size = max(b.weights_size(rows, batch) for b in branches)
+  loss, weights = jax.lax.switch(index, [functools.partial(b.forward, size) for b in branches],
+                                 centred, *rest)
+  return loss, (index, centred, rest, weights)
 
 
 def _switch_bwd(branches, residuals, cotangent):
-  index, features, all_features, rest = residuals
-
-  def pullback(branch):
-    def run(features, all_features, *rest):
-      _, vjp = jax.vjp(lambda c, a: branch(c, a, *rest), features, all_features)
-      return vjp(cotangent)
-    return run
-
-  grads = jax.lax.switch(index, [pullback(b) for b in branches], features, all_features, *rest)
-  return (None, *grads) + (None,) * len(rest)
+  index, centred, rest, weights = residuals
+  grad = jax.lax.switch(index, [b.backward for b in branches], centred, *rest, weights, cotangent)
+  return (None, grad) + (None,) * len(rest)
 
 
 _switch.defvjp(_switch_fwd, _switch_bwd)
@@ -314,20 +324,24 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
     all_valid = jax.lax.all_gather(valid, axis_name, tiled=True)
     anchor_offset = jax.lax.axis_index(axis_name) * batch
   classes, largest = class_order(all_labels, all_valid)
-  dense_work = batch * all_features.shape[0] * all_features.shape[1]
+  rows = all_features.shape[0]
+  dense_work = batch * rows * all_features.shape[1]
   tiles = (tuple(t for t in _TILE_SIZES if 4 * t <= batch) if dense_work >= TILED_MIN_WORK
            else ())
-  dense = functools.partial(_dense_anchor_loss, batch=batch, temperature=temperature)
-  operands = (features, all_features, classes, valid, all_valid, s_bar,
-              jnp.asarray(anchor_offset, jnp.int32))
-  if not tiles:
-    loss = dense(*operands)
-  else:
-    # The smallest tile T with (largest class count − 1) ≤ T, else the dense form. Exact either way.
-    branch = jnp.sum(jnp.asarray(tiles, jnp.int32) < largest - 1).astype(jnp.int32)
-    branches = tuple(functools.partial(_tiled_anchor_loss, tile=t, batch=batch,
-                                       temperature=temperature) for t in tiles) + (dense,)
-    loss = _switch(branches, branch, *operands)
+  # Sorting and centring, shared by every branch (outside the switch): rows in class order, each
+  # centred on its class's first sorted row, padded to a multiple of the largest tile.
+  ordered = _permute_rows(all_features, classes.order, classes.inverse)
+  live = all_valid[classes.order]
+  centred = jnp.where(live[:, None], ordered - jax.lax.stop_gradient(ordered)[classes.first], 0.0)
+  pad = -rows % (tiles[-1] if tiles else 1)
+  centred = jnp.pad(centred, ((0, pad), (0, 0)))
+  key = jnp.pad(classes.key[classes.order], (0, pad), constant_values=_MASKED)
+  live = jnp.pad(live, (0, pad))
+  anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
+  # The smallest tile T with (largest class count − 1) ≤ T, else the dense form. Exact either way.
+  branch = jnp.sum(jnp.asarray(tiles, jnp.int32) < largest - 1).astype(jnp.int32)
+  branches = tuple(_Branch(t, temperature) for t in tiles) + (_Branch(None, temperature),)
+  loss = _switch(branches, branch, centred, key, live, s_bar, anchor_positions)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
   return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))

@@ -206,7 +206,7 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
   prior = jnp.full((classes,), 1.0 / classes)
 
   def mr2_of(form):
-    def mr2(stats, logits, features):
+    def mr2(stats, logits, features, labels):
       def loss(lg, f):
         value, new_stats, _ = mr2_jax.mr2_loss(lg, f, labels, stats, form=form)
         return value, new_stats
@@ -215,7 +215,7 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
       return value, new_stats, grads
     return mr2
 
-  def reweight(state, logits):
+  def reweight(state, logits, labels):
     def loss(lg):
       per_example = reweight_jax.cross_entropy_loss(lg, labels)
       value, new_state, _ = reweight_jax.inverse_reweighted_loss(
@@ -235,15 +235,16 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
 
   stats0 = mr2_jax.init_class_stats(classes)
   state0 = reweight_jax.init_reweight_state(classes)
-  # Inputs are arguments, never closed-over constants (XLA would constant-fold through them).
+  # Inputs, labels included, are arguments, never closed-over constants: XLA would constant-fold
+  # through them (closed-over labels made ℓ_s̄'s run-time branch choice a constant before 2026-12-01).
   fns = {}
   for name, form in (("mr2", "paper"), ("mr2_released", "released")):
     loop_mr2 = jax.jit(functools.partial(looped, mr2_of(form)))
-    fns[name] = (jax.jit(mr2_of(form)), (stats0, logits, features),
-                 lambda loop_mr2=loop_mr2: loop_mr2(stats0, logits, features))
+    fns[name] = (jax.jit(mr2_of(form)), (stats0, logits, features, labels),
+                 lambda loop_mr2=loop_mr2: loop_mr2(stats0, logits, features, labels))
   loop_reweight = jax.jit(functools.partial(looped, reweight))
-  fns["inverse_reweight"] = (jax.jit(reweight), (state0, logits),
-                             lambda: loop_reweight(state0, logits))
+  fns["inverse_reweight"] = (jax.jit(reweight), (state0, logits, labels),
+                             lambda: loop_reweight(state0, logits, labels))
   return fns, labels
 
 

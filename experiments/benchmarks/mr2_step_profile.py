@@ -1,0 +1,106 @@
+"""Where the time of one MR2 loss + statistics step goes (forward + backward), on this machine.
+
+    python -m experiments.benchmarks.mr2_step_profile --batch 512 --dim 2048 --classes 8142 [--trace]
+
+Times, interleaved round by round: the step with λ = 0.1 and λ = 0 (the difference is ℓ_s̄) in the
+released and paper forms, and ℓ_s̄ alone (forward; forward + backward). `--trace` also records a
+profiler trace of the released step and prints the XLA operations that take the most time (op names
+as in the compiled HLO, which `--hlo FILE` writes). Diagnostic only: the figures of record come from
+`experiments.benchmarks.run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import mr2_jax
+from mr2_jax import representation_margin
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--batch", type=int, default=512)
+  parser.add_argument("--dim", type=int, default=2048)
+  parser.add_argument("--classes", type=int, default=1000)
+  parser.add_argument("--rounds", type=int, default=7)
+  parser.add_argument("--trace", action="store_true")
+  parser.add_argument("--hlo", default=None)
+  args = parser.parse_args()
+  batch, dim, classes = args.batch, args.dim, args.classes
+
+  rng = np.random.default_rng(0)  # the same inputs as experiments.benchmarks.run
+  logits = jnp.asarray(rng.normal(size=(batch, classes)), jnp.float32)
+  features = jnp.asarray(rng.normal(size=(batch, dim)) + 2 * rng.normal(size=(classes, dim))[
+      rng.integers(0, classes, batch)], jnp.float32)
+  labels = jnp.asarray(rng.integers(0, classes, batch), jnp.int32)
+  stats = mr2_jax.init_class_stats(classes)
+
+  def step(form, lam):
+    def run(stats, logits, features, labels):
+      def loss(z, x):
+        value, new_stats, _ = mr2_jax.mr2_loss(z, x, labels, stats, form=form, lam=lam)
+        return value, new_stats
+      (value, new_stats), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
+          logits, features)
+      return value, new_stats, grads
+    return jax.jit(run)
+
+  def margin(x, labels):
+    return jnp.sum(representation_margin.representation_margin_loss(
+        x, labels, 1.0, temperature=10.0 * dim))
+
+  calls = {
+      # labels are arguments: closed over, XLA would fold ℓ_s̄'s run-time branch choice
+      "released, λ = 0.1": (step("released", 0.1), (stats, logits, features, labels)),
+      "released, λ = 0": (step("released", 0.0), (stats, logits, features, labels)),
+      "paper, λ = 0.1": (step("paper", 0.1), (stats, logits, features, labels)),
+      "ℓ_s̄ forward": (jax.jit(margin), (features, labels)),
+      "ℓ_s̄ forward + backward": (jax.jit(jax.grad(margin)), (features, labels)),
+  }
+  for fn, fn_args in calls.values():
+    jax.block_until_ready(fn(*fn_args))
+  times = {name: [] for name in calls}
+  for _ in range(args.rounds):
+    for name, (fn, fn_args) in calls.items():
+      for _ in range(10):  # latency: each call waits for the previous one
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*fn_args))
+        times[name].append((time.perf_counter() - start) * 1e3)
+  print(f"B={batch} d={dim} K={classes}, ms per call, median (min):")
+  for name, values in times.items():
+    print(f"  {name:26s} {np.median(values):7.2f} ({np.min(values):.2f})")
+
+  released, released_args = calls["released, λ = 0.1"]
+  if args.hlo:
+    with open(args.hlo, "w") as f:
+      f.write(released.lower(*released_args).compile().as_text())
+  if args.trace:
+    with tempfile.TemporaryDirectory() as trace_dir:
+      with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        for _ in range(20):
+          jax.block_until_ready(released(*released_args))
+      (path,) = glob.glob(trace_dir + "/**/*.trace.json.gz", recursive=True)
+      with gzip.open(path) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    total = collections.Counter()
+    for event in events:
+      if event.get("ph") == "X" and "dur" in event:
+        total[event["name"]] += event["dur"] / 20 / 1000
+    print("released step, profiler trace, ms per step by event (nested events overlap):")
+    for name, ms in total.most_common(20):
+      print(f"  {ms:8.3f}  {name[:100]}")
+
+
+if __name__ == "__main__":
+  main()
