@@ -69,8 +69,15 @@ def lp_sq_norm(x: Array, p: float) -> jax.Array:
 
 def check_stats_inputs(features: Array, labels: Array, num_classes: int,
                        where: Array | None) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels, valid)."""
+  """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels, valid).
+
+  Features narrower than float32 (bfloat16, float16) are returned as float32: the class statistics'
+  sums and the representation margin accumulate in float32 (a bf16 sum of n rows is off by ~n·2⁻⁸
+  of its size; the property tests found a collapsed class's V = 0 read as 0.012).
+  """
   features = checks.check_floating(features, 2, "features")
+  if jnp.finfo(features.dtype).bits < 32:
+    features = features.astype(jnp.float32)
   in_range = checks.check_labels(labels, num_classes, "labels")
   checks.check_batch_dim(features, labels.shape[0], "features")
   mask = checks.check_where(where, labels.shape[0])

@@ -21,9 +21,11 @@ Properties (named in every assertion message):
       parameters, batch-sharded rows, pmean of shares and of gradients) changes nothing, and every
       device holds the same new state.
 
-bfloat16: the losses compute in the input dtype (per-example cross-entropy, margins, representation
-margin, class moments: bf16 arithmetic; the class statistics are *stored* in float32, the registry's
-batch reductions are float32), so bf16 inputs are compared with ε = 2⁻⁷ in the same error model;
+bfloat16: the per-example cross-entropies and margins compute in the input dtype (bf16 arithmetic);
+the class moments and the representation margin upcast bf16 features to float32 (their sums would
+otherwise be off by ~n·ε: the slow run found a collapsed class's V = 0 read as 0.012), the class
+statistics are stored in float32 and the registry's batch reductions are float32; bf16 inputs are
+compared with ε = 2⁻⁷ in the same error model;
 `inverse_reweighted_loss` upcasts its per-example losses to float32 (checked: bit-for-bit equal to the
 float32 call on the same values).
 """
