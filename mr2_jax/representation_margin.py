@@ -15,7 +15,7 @@ from mr2_jax.class_stats import ClassStats
 Array = Any
 
 
-_TILE_SIZES = (8, 16, 32, 64, 128, 256, 512)
+_TILE_SIZES = (4, 8, 16, 32, 64, 128, 256, 512)
 # Below this many multiply-adds (B·B_global·d) the dense product is cheaper than sorting, tiling and
 # switching (measured: B = 128, d = 64 runs 0.32 ms per call tiled, less dense).
 TILED_MIN_WORK = 1 << 22
@@ -292,7 +292,7 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   Cost: positives are same-class pairs, so the global batch is sorted by class and the squared
   distances are computed in tiles of T rows against the tile before, the tile itself and the tile
   after (2·T·B_global·d multiply-adds; the hand-written gradient 3·T·B_global·d and no recomputed
-  forward pass), with T the smallest of 8, 16, … that covers the largest class
+  forward pass), with T the smallest of 4, 8, 16, … that covers the largest class
   of the batch (largest count − 1 ≤ T). When no tile is smaller than a quarter of the local batch, or
   the dense local-anchors × global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense
   product is used. Both are exact; the choice is made at run time (`lax.switch`) from the batch's

@@ -101,8 +101,8 @@ def _labels_with_counts(counts, seed=0):
 class TiledTest(chex.TestCase):
   """The class-sorted tiled form (batch ≥ 32) at every switch boundary, against the reference.
 
-  With a local batch of 64 the candidate tiles are 8 and 16: a largest class of 9 rows uses T = 8
-  (9 − 1 ≤ 8), 10 rows T = 16, 17 rows T = 16, 18 rows the dense form. A tile one too small would
+  With a local batch of 64 the candidate tiles are 4, 8 and 16: a largest class of 5 rows uses T = 4,
+  6 rows T = 8, 9 rows T = 8 (9 − 1 ≤ 8), 10 rows T = 16, 17 rows T = 16, 18 rows the dense form. A tile one too small would
   miss partners that lie two tiles apart and change the value (checked: choosing the tile with
   `count − 2` instead of `count − 1` fails these cases). The work threshold below which the dense
   form is always used is lowered to 0 here, so that these small cases take the tiled form.
@@ -117,6 +117,8 @@ class TiledTest(chex.TestCase):
   @parameterized.named_parameters(
       # Classes are sorted in label order; the leading class of 7 (15) rows makes the next class start
       # at the last row of a tile, so its partners span the most tiles.
+      ("tile4_exact", (3,) + (5,) * 12 + (1,)),
+      ("tile8_just_over_4", (3,) + (6,) * 10 + (1,)),
       ("tile8_exact", (7, 9, 9, 9, 9, 9, 9, 3)),
       ("tile16_just_over_8", (7, 10, 10, 10, 10, 10, 7)),
       ("tile16_exact", (15, 17, 17, 15)),
@@ -196,7 +198,7 @@ class TiledTest(chex.TestCase):
     where = np.arange(64) % 5 != 2
     largest = np.max(np.bincount(labels[where]))
     self.assertEqual(tile, None if largest - 1 > 16 or small_work else
-                     8 if largest - 1 <= 8 else 16)  # the branch this case is meant to take
+                     4 if largest - 1 <= 4 else 8 if largest - 1 <= 8 else 16)  # the branch meant
     weights = rng.uniform(0.5, 2.0, size=64)
     s_bar, tau = 1.5, 3.0
     grad = self.variant(jax.grad(lambda f: jnp.sum(jnp.asarray(weights, jnp.float32)
@@ -231,7 +233,7 @@ class TiledTest(chex.TestCase):
     self.assertEqual(int(largest), 2)  # the masked row of class 3 does not count
 
   def test_pmap_global_batch_equals_reference(self):
-    # 8 devices × 32 rows: each device uses the tiled form (T = 8) on the gathered global batch.
+    # 8 devices × 32 rows: each device uses the tiled form (T = 4) on the gathered global batch.
     labels = _labels_with_counts((5,) * 48 + (2,) * 8, seed=4)  # 256 rows, largest class 5
     features = np.random.default_rng(4).normal(size=(256, 4)).astype(np.float32)
     out = jax.pmap(lambda f, y: mr2_jax.representation_margin_loss(
