@@ -47,7 +47,11 @@ def run_one(out: str, test_id: str) -> str:
   path = log_path(out, test_id)
   env = dict(os.environ, PROPERTY_REPORT_DIR=os.path.splitext(path)[0] + ".worst")
   start = time.time()
+  commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                          text=True, check=False).stdout.strip()
   with open(path + ".partial", "w") as log:
+    log.write(f"commit={commit} started={time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    log.flush()
     result = subprocess.run(
         ["nice", "-n", "19", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "-p", "no:xdist", "-m", "slow", test_id, "--hypothesis-show-statistics"],
@@ -61,18 +65,21 @@ STATS = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 
 
 def summarize(out: str, test_ids: list[str]) -> str:
-  rows = ["| test | passing | failing | invalid | wall s | result |", "|---|---|---|---|---|---|"]
+  rows = ["| test | commit | passing | failing | invalid | wall s | result |",
+          "|---|---|---|---|---|---|---|"]
   for test_id in test_ids:
     path = log_path(out, test_id)
     if not finished(path):
-      rows.append(f"| `{test_id.split('::', 1)[1]}` | – | – | – | – | not run |")
+      rows.append(f"| `{test_id.split('::', 1)[1]}` | – | – | – | – | – | not run |")
       continue
     text = open(path).read()
     counts = [tuple(map(int, m)) for m in STATS.findall(text)]
     passing, failing, invalid = (sum(c[i] for c in counts) for i in range(3))
     wall = re.search(r"wall_seconds=(\d+)", text)
+    commit = re.search(r"^commit=(\S+)", text, re.M)
     result = "passed" if re.search(r"\b1 passed\b", text) else "FAILED"
-    rows.append(f"| `{test_id.split('::', 1)[1]}` | {passing} | {failing} | {invalid} | "
+    rows.append(f"| `{test_id.split('::', 1)[1]}` | {commit.group(1) if commit else '?'} | "
+                f"{passing} | {failing} | {invalid} | "
                 f"{wall.group(1) if wall else '?'} | {result} |")
   return "\n".join(rows) + "\n"
 
