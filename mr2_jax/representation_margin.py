@@ -26,15 +26,17 @@ def _pair_loss_and_weights(raw_sq_dist, positive, s_bar, temperature):
 
   ℓ = log(1 + Σ_{j positive} e^{x_j}), x_j = (max(d_j, 0) − 2 s̄)/τ, as a log-sum-exp that includes
   the implicit 0 term (no overflow for large norms); P_j = e^{x_j} / (1 + Σ_k e^{x_k}) for positives,
-  0 for the others and where the Gram-form distance d_j was clamped at 0.
+  0 for the others. P is not zeroed where the Gram-form d_j rounded to ≤ 0 (a near-duplicate pair,
+  whose gradient 2 G (u_i − u_j) is then ~0 by itself): a threshold on a rounded value made XLA's
+  recomputed copies of P disagree (the slow property run found row sums and products using
+  different sets of pairs, a 1.5 % error in one row's gradient).
   """
   exponent = (jnp.maximum(raw_sq_dist, 0.0) - 2.0 * s_bar) / temperature
   shift = jnp.maximum(jnp.max(jnp.where(positive, exponent, -jnp.inf), axis=-1), 0.0)
   # Masked terms are replaced before exp, so no inf or NaN is ever formed for them.
   terms = jnp.where(positive, jnp.exp(jnp.where(positive, exponent, 0.0) - shift[..., None]), 0.0)
   total = jnp.exp(-shift) + jnp.sum(terms, axis=-1)
-  weights = jnp.where(raw_sq_dist > 0.0, terms / total[..., None], 0.0)
-  return shift + jnp.log(total), weights
+  return shift + jnp.log(total), terms / total[..., None]
 
 
 class ClassOrder(NamedTuple):
@@ -125,7 +127,7 @@ def _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature):
   """Per-row ℓ_s̄ of class-sorted tiles [n, T, d], and P = ∂ℓ_s̄/∂(squared distance) · τ [n, T, 3T].
 
   Row t of tile a meets the window (tile a − 1, a, a + 1). P is the softmax weight of each positive
-  pair in the log-sum-exp (0 for non-positives and where the Gram-form distance was clamped at 0).
+  pair in the log-sum-exp (0 for non-positives).
   """
   tile = tiles.shape[1]
   sq_norm = jnp.sum(jnp.square(tiles), axis=-1)

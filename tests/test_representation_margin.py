@@ -1,5 +1,6 @@
 """mr2_jax.representation_margin against the float64 NumPy reference written from the MR2 spec."""
 
+import pathlib
 from unittest import mock
 
 import chex
@@ -50,6 +51,28 @@ class RepresentationMarginTest(chex.TestCase):
       numeric[idx] = (ref.representation_margin_loss(up, labels, 0.7).sum()
                       - ref.representation_margin_loss(down, labels, 0.7).sum()) / (2 * eps)
     np.testing.assert_allclose(grad, numeric, rtol=2e-3, atol=1e-4)
+
+  def test_near_duplicate_pair_under_a_scaled_cotangent(self):
+    # Found by the slow property run (mr2[released], K = 1, d = 1, features ~1e-4; the dense form):
+    # rows 6 and 23 differ by 1.7e-8, so their Gram-form squared distance rounds to 0. With the pair
+    # weight zeroed where that rounded value was ≤ 0, XLA's recomputed copies of the weights
+    # disagreed under a cotangent ≠ 1 and row 23's gradient was 1.5 % off. Against the float64
+    # analytic gradient.
+    path = pathlib.Path(__file__).parent / "fixtures" / "near_duplicate_features.npy"
+    features = np.load(path)
+    labels = jnp.zeros(64, jnp.int32)
+    s_bar, tau = 9.947287438194508e-09, 10.0
+    weights = jnp.full((64,), 0.1, jnp.float32)
+    grad = jax.jit(jax.grad(lambda f: jnp.sum(weights * mr2_jax.representation_margin_loss(
+        f, labels, s_bar, temperature=tau))))(features)
+    phi = features.astype(np.float64)
+    x = np.where(~np.eye(64, dtype=bool), ((phi - phi.T) ** 2 - 2 * s_bar) / tau, -np.inf)
+    shift = np.maximum(np.max(x, axis=1), 0.0)
+    e = np.exp(x - shift[:, None])
+    coupling = 0.1 * e / (np.exp(-shift) + np.sum(e, axis=1))[:, None]
+    coupling = coupling + coupling.T
+    expected = (2 / tau) * (np.sum(coupling, axis=1)[:, None] * phi - coupling @ phi)
+    np.testing.assert_allclose(grad, expected, rtol=0, atol=1e-5 * np.max(np.abs(expected)))
 
   def test_anchor_without_positive_is_zero(self):
     features = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
