@@ -17,6 +17,13 @@ from reweight_jax.baselines import ldam_drw_weights
 from reweight_jax.baselines import ldam_loss
 from reweight_jax.baselines import ldam_margins
 from reweight_jax.baselines import logit_adjusted_loss
+from reweight_jax.eql import eql_dropped
+from reweight_jax.eql import eql_loss
+from reweight_jax.eql import eql_rare_classes
+from reweight_jax.group_dro import GroupDROAux
+from reweight_jax.group_dro import group_dro_adjustment
+from reweight_jax.group_dro import group_dro_loss
+from reweight_jax.group_dro import init_group_dro_q
 from reweight_jax.inverse_weights import BatchClassLosses
 from reweight_jax.inverse_weights import batch_class_losses
 from reweight_jax.inverse_weights import inverse_weights
@@ -38,6 +45,7 @@ from reweight_jax.state import init_reweight_state
 __all__ = [
     "PRIOR_KINDS",
     "BatchClassLosses",
+    "GroupDROAux",
     "NCAccumulator",
     "NCMetrics",
     "ReweightAux",
@@ -48,8 +56,14 @@ __all__ = [
     "class_mean",
     "class_prior",
     "cross_entropy_loss",
+    "eql_dropped",
+    "eql_loss",
+    "eql_rare_classes",
     "focal_loss",
+    "group_dro_adjustment",
+    "group_dro_loss",
     "ib_loss",
+    "init_group_dro_q",
     "init_reweight_state",
     "inverse_frequency_weights",
     "inverse_reweighted_loss",

@@ -1,0 +1,109 @@
+"""Class-level Group DRO (COMPARISONS spec, 'Class-level Group DRO'; Sagawa et al. 2020).
+
+Groups are classes. The state is the group distribution q ∈ Δ^K (start: `init_group_dro_q`, 1/K each),
+carried in the train state like any other loss state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from _perclass import class_sums
+from _perclass.checks import check_batch_dim
+from _perclass.checks import check_class_vector
+from _perclass.checks import check_floating
+from _perclass.checks import check_labels
+from _perclass.checks import check_where
+from reweight_jax.inverse_weights import slot_class_losses
+
+Array = Any
+
+
+class GroupDROAux(NamedTuple):
+  """class_losses [K]: g_c of this (global) batch (0 if absent); present bool [K]; q [K] updated."""
+  class_losses: jax.Array
+  present: jax.Array
+  q: jax.Array
+
+
+def init_group_dro_q(num_classes: int) -> jax.Array:
+  """q = 1/K for every class (the start of Group DRO's exponentiated-gradient ascent)."""
+  return jnp.full((num_classes,), 1.0 / num_classes, jnp.float32)
+
+
+def group_dro_adjustment(class_counts: Array, c: float) -> jax.Array:
+  """The generalisation adjustment C/√n_c of each class (n_c training counts; a class with none
+  is treated as having one, as the other count-based weights here do)."""
+  counts = jnp.maximum(jnp.asarray(class_counts, jnp.float32), 1.0)
+  return c / jnp.sqrt(counts)
+
+
+def group_dro_loss(per_example_loss: Array, labels: Array, q: Array, *, eta: float = 0.01,
+                   adjustment: Array | None = None, normalize: bool = False,
+                   axis_name: str | None = None, where: Array | None = None
+                   ) -> tuple[jax.Array, jax.Array, GroupDROAux]:
+  """One Group DRO step with classes as groups; returns `(loss, new_q, aux)`.
+
+      g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch)
+      a_c = g_c + adjustment_c           (optionally a / Σ_k a_k, `normalize`)
+      q_c ← q_c · exp(η · sg(a_c)),  q ← q / Σ_k q_k
+      loss = Σ_c q_c g_c                 (with the updated q, a constant for back-propagation)
+
+  Absent classes get exp(η·adjustment_c) (exp(0) without adjustment) and lose mass relative to the
+  present ones. The reference adds the adjustment to g in place, so its logged loss includes C/√n_c;
+  here the loss is Σ_c q_c g_c without it (the spec's definition). The multiplicative update is
+  taken in log space (q ← softmax(log q + η a)), so it neither overflows nor underflows to NaN.
+
+  Data parallel (`axis_name`): g_c comes from the global batch (class sums and counts psum-ed), q is
+  the same on every device, and the returned loss is this device's share
+  N_devices · Σ_{local i} q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated
+  batch and `lax.pmean` of the parameter gradients is its gradient.
+
+  Args:
+    per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).
+    labels: int [B] labels in [0, K), K = q.shape[0].
+    q: [K] the group distribution from the previous step (`init_group_dro_q` at the start).
+    eta: step size η ≥ 0 of the ascent (0.01).
+    adjustment: optional [K] non-negative adjustment, e.g. `group_dro_adjustment(counts, C)`.
+    normalize: divide the adjusted losses by their sum before the update.
+    axis_name: data-parallel axis name or None.
+    where: optional bool [B]; False marks padding, which counts nowhere.
+
+  Returns:
+    (loss, new_q, GroupDROAux); an out-of-range label of a real row makes the loss NaN.
+  """
+  q = check_floating(q, 1, "q")
+  num_classes = q.shape[0]
+  labels = jnp.asarray(labels)
+  in_range = check_labels(labels, num_classes)
+  per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
+  check_batch_dim(per_example_loss, labels.shape[0], "per_example_loss")
+  if not eta >= 0:
+    raise ValueError(f"eta: expected a step size η ≥ 0, got {eta}.")
+  dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
+  per_example_loss = per_example_loss.astype(dtype)
+  real = check_where(where, labels.shape[0])
+  valid = real & in_range
+  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
+  slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots, axis_name=axis_name)
+  class_losses = class_sums.scatter_to_classes(jnp.zeros((num_classes,), dtype), slot_losses, slots,
+                                               slot_present)
+  present = class_sums.scatter_to_classes(jnp.zeros((num_classes,), bool), slot_present, slots,
+                                          slot_present)
+  adjusted = jax.lax.stop_gradient(class_losses)
+  if adjustment is not None:
+    adjusted = adjusted + check_class_vector(adjustment, num_classes, "adjustment").astype(dtype)
+  if normalize:
+    adjusted = adjusted / jnp.maximum(jnp.sum(adjusted), jnp.finfo(dtype).tiny)
+  new_q = jax.nn.softmax(jnp.log(q.astype(dtype)) + eta * adjusted)
+  # Σ_c q_c g_c as per-example weights q_{y_i} / n_{y_i} (n global): each device's share.
+  slot_weights = class_sums.gather_from_classes(jax.lax.stop_gradient(new_q), slots) / jnp.maximum(
+      slots.counts, 1.0).astype(dtype)
+  example_weights = jnp.where(valid, slot_weights[slots.slot], 0.0)
+  loss = class_sums.num_devices(axis_name) * jnp.sum(
+      example_weights * jnp.where(valid, per_example_loss, 0.0))
+  loss = jnp.where(jnp.all(in_range | ~real), loss, jnp.nan)
+  return loss, new_q.astype(q.dtype), GroupDROAux(class_losses, present, new_q.astype(q.dtype))
