@@ -42,11 +42,11 @@ def _pair_loss_and_weights(raw_sq_dist, positive, s_bar, temperature):
 class ClassOrder(NamedTuple):
   """The global batch sorted by class: what every branch of ℓ_s̄ reads besides the features.
 
-  `key` is the label of a valid row and `_MASKED` for a masked one (masked rows sort last and
-  match nothing); `order` sorts the rows by key (stable), `inverse` undoes it; `first[r]` is the
-  sorted position of the first row of sorted row r's class (its reference row).
+  `order` sorts the rows by key (stable), `inverse` undoes it; `key` is, in sorted order, the label
+  of a valid row and `_MASKED` for a masked one (masked rows sort last and match nothing); `first[r]`
+  is the sorted position of the first row of sorted row r's class (its reference row).
   """
-  key: jax.Array      # int32 [B_global]
+  key: jax.Array      # int32 [B_global], in sorted order
   order: jax.Array    # int32 [B_global]
   inverse: jax.Array  # int32 [B_global]
   first: jax.Array    # int32 [B_global], in sorted positions
@@ -62,11 +62,11 @@ def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
   order = jnp.argsort(key, stable=True).astype(jnp.int32)
   position = jnp.arange(rows, dtype=jnp.int32)
   inverse = jnp.zeros((rows,), jnp.int32).at[order].set(position, unique_indices=True)
-  sorted_key = key[order]
-  starts = jnp.concatenate([jnp.ones((1,), bool), sorted_key[1:] != sorted_key[:-1]])
+  key = key[order]
+  starts = jnp.concatenate([jnp.ones((1,), bool), key[1:] != key[:-1]])
   first = jax.lax.cummax(jnp.where(starts, position, 0))
   run_length = position - first + 1
-  largest = jnp.max(jnp.where(sorted_key != _MASKED, run_length, 0), initial=0)
+  largest = jnp.max(jnp.where(key != _MASKED, run_length, 0), initial=0)
   return ClassOrder(key, order, inverse, first), largest
 
 
@@ -333,11 +333,11 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   # Sorting and centring, shared by every branch (outside the switch): rows in class order, each
   # centred on its class's first sorted row, padded to a multiple of the largest tile.
   ordered = _permute_rows(all_features, classes.order, classes.inverse)
-  live = all_valid[classes.order]
+  live = classes.key != _MASKED  # the valid rows, in sorted order
   centred = jnp.where(live[:, None], ordered - jax.lax.stop_gradient(ordered)[classes.first], 0.0)
   pad = -rows % (tiles[-1] if tiles else 1)
   centred = jnp.pad(centred, ((0, pad), (0, 0)))
-  key = jnp.pad(classes.key[classes.order], (0, pad), constant_values=_MASKED)
+  key = jnp.pad(classes.key, (0, pad), constant_values=_MASKED)
   live = jnp.pad(live, (0, pad))
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
   # The smallest tile T with (largest class count − 1) ≤ T, else the dense form. Exact either way.

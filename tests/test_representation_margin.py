@@ -183,7 +183,7 @@ class TiledTest(chex.TestCase):
     classes, largest = rm.class_order(labels, valid)
     self.assertEqual(int(largest), 9)
     centred = features[classes.order] - features[classes.order][classes.first]
-    args = (classes.key[classes.order], valid, jnp.float32(0.5), classes.inverse)
+    args = (classes.key, valid, jnp.float32(0.5), classes.inverse)
 
     def loss(branch, f):  # each branch alone, with its hand-written backward pass
       tile = None if branch == "dense" else 8
