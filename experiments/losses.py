@@ -43,6 +43,8 @@ class StepInfo(NamedTuple):
   step_in_epoch: jax.Array         # int
   class_counts: jax.Array          # float32 [K], training-set class counts n_c
   axis_name: str | None = None     # data-parallel axis (pmap / shard_map), None on one device
+  rng: jax.Array | None = None     # this step's PRNG key (the same on every device), for losses
+                                   # that draw (EQL); a pure function of (run seed, step)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -85,6 +87,12 @@ CONFIG_TREES = {
     "logit_adjust": ConfigTree(lambda: dict(tau=1.0), ranges=(("tau", *_NONNEG),)),
     "ib": ConfigTree(lambda: dict(alpha=1000.0, start_epoch=100),
                      ranges=(("alpha", *_POS), ("start_epoch", *_NONNEG))),
+    # COMPARISONS spec, 'Class-level Group DRO': step size η, adjustment C/√n_c, normalisation.
+    "group_dro": ConfigTree(lambda: dict(eta=0.01, c=0.0, normalize=False),
+                            ranges=(("eta", *_NONNEG), ("c", *_NONNEG))),
+    # COMPARISONS spec, 'EQL, softmax form': drop probability γ, rare threshold λ on f_k = n_k/N.
+    "eql": ConfigTree(lambda: dict(gamma=0.9, lam=5e-3),
+                      ranges=(("gamma", (0, True), (1, True)), ("lam", *_NONNEG))),
 }
 
 
@@ -123,7 +131,8 @@ class Loss:
   check: Callable[[Any], None] | None = None
 
 
-STATE_INIT = {"class_stats": mr2_jax.init_class_stats, "reweight": reweight_jax.init_reweight_state}
+STATE_INIT = {"class_stats": mr2_jax.init_class_stats, "reweight": reweight_jax.init_reweight_state,
+              "group_dro_q": reweight_jax.init_group_dro_q}
 
 
 def mean_share(per_example: jax.Array, axis_name: str | None,
@@ -257,6 +266,35 @@ def _ib(config, logits, features, labels, state, info):
   return mean_share(per_example, info.axis_name), state, {}
 
 
+def _group_dro(config, logits, features, labels, state, info):
+  del features
+  gd = config.group_dro
+  adjustment = (reweight_jax.group_dro_adjustment(info.class_counts, gd.c) if gd.c > 0 else None)
+  loss, q, aux = reweight_jax.group_dro_loss(
+      reweight_jax.cross_entropy_loss(logits, labels), labels, state["group_dro_q"], eta=gd.eta,
+      adjustment=adjustment, normalize=gd.normalize, axis_name=info.axis_name)
+  metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
+             "class_present": aux.present, "group_dro_q": q}
+  return loss, {**state, "group_dro_q": q}, metrics
+
+
+def global_rows(batch: int, axis_name: str | None) -> jax.Array:
+  """The positions int [B] of this device's rows in the global batch (devices hold equal blocks)."""
+  offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * batch
+  return offset + jnp.arange(batch)
+
+
+def _eql(config, logits, features, labels, state, info):
+  del features
+  if info.rng is None:
+    raise ValueError("the 'eql' loss draws its dropped logits per step: StepInfo.rng is None")
+  rare = reweight_jax.eql_rare_classes(info.class_counts, config.eql.lam)
+  dropped = reweight_jax.eql_dropped_at(info.rng, global_rows(labels.shape[0], info.axis_name),
+                                        logits.shape[1], config.eql.gamma)
+  return (mean_share(reweight_jax.eql_loss(logits, labels, rare, dropped), info.axis_name), state,
+          {"eql_rare": rare})
+
+
 REGISTRY: dict[str, Loss] = {
     "ce": Loss(_ce),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
@@ -275,6 +313,8 @@ REGISTRY: dict[str, Loss] = {
     "logit_adjust": Loss(_logit_adjust, reads=("logit_adjust",)),
     "balanced_softmax": Loss(_balanced_softmax),
     "ib": Loss(_ib, reads=("ib",), start="ib.start_epoch"),
+    "group_dro": Loss(_group_dro, reads=("group_dro",), state=("group_dro_q",)),
+    "eql": Loss(_eql, reads=("eql",)),
 }
 LOSSES = tuple(REGISTRY)
 

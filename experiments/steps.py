@@ -36,11 +36,11 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   per-class state and gradients are reduced across devices: the update equals one device on the
   global batch. Returns (state, metrics) with the loss's metrics, 'loss', 'train_correct',
   'learning_rate', 'step' and 'finite' (loss, loss state and parameters)."""
+  dropout_rng = jax.random.fold_in(state.rng, state.step)
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),
-                         axis_name=axis_name)
-  dropout_rng = jax.random.fold_in(state.rng, state.step)
+                         axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1))
 
   def objective(params):
     (logits, features), new_model_state = state.apply_fn(

@@ -18,9 +18,18 @@ from reweight_jax.baselines import ldam_loss
 from reweight_jax.baselines import ldam_margins
 from reweight_jax.baselines import logit_adjusted_loss
 from reweight_jax.eql import eql_dropped
+from reweight_jax.eql import eql_dropped_at
 from reweight_jax.eql import eql_loss
 from reweight_jax.eql import eql_rare_classes
+from reweight_jax.fairdro import FAIRDRO_SCHEDULES
+from reweight_jax.fairdro import fairdro_best_response
+from reweight_jax.fairdro import fairdro_loss
+from reweight_jax.fairdro import fairdro_step_size
+from reweight_jax.fairdro import fairdro_update
+from reweight_jax.fairdro import init_fairdro_q
+from reweight_jax.group_dro import ClassWeightedAux
 from reweight_jax.group_dro import GroupDROAux
+from reweight_jax.group_dro import class_weighted_loss
 from reweight_jax.group_dro import group_dro_adjustment
 from reweight_jax.group_dro import group_dro_loss
 from reweight_jax.group_dro import init_group_dro_q
@@ -28,6 +37,16 @@ from reweight_jax.inverse_weights import BatchClassLosses
 from reweight_jax.inverse_weights import batch_class_losses
 from reweight_jax.inverse_weights import inverse_weights
 from reweight_jax.inverse_weights import mean_class_loss
+from reweight_jax.jtt import jtt_epoch_length
+from reweight_jax.jtt import jtt_error_set
+from reweight_jax.jtt import jtt_upsampled_indices
+from reweight_jax.lff import LfFAux
+from reweight_jax.lff import LfFState
+from reweight_jax.lff import gce_loss
+from reweight_jax.lff import init_lff_state
+from reweight_jax.lff import lff_loss
+from reweight_jax.lff import lff_update_ema
+from reweight_jax.lff import lff_weights
 from reweight_jax.loss import ReweightAux
 from reweight_jax.loss import inverse_reweighted_loss
 from reweight_jax.macro import macro_factor
@@ -43,8 +62,10 @@ from reweight_jax.state import ReweightState
 from reweight_jax.state import init_reweight_state
 
 __all__ = [
+    "FAIRDRO_SCHEDULES",
     "PRIOR_KINDS",
     "BatchClassLosses",
+    "ClassWeightedAux",
     "GroupDROAux",
     "NCAccumulator",
     "NCMetrics",
@@ -55,14 +76,21 @@ __all__ = [
     "class_balanced_weights",
     "class_mean",
     "class_prior",
+    "class_weighted_loss",
     "cross_entropy_loss",
     "eql_dropped",
+    "eql_dropped_at",
     "eql_loss",
     "eql_rare_classes",
+    "fairdro_best_response",
+    "fairdro_loss",
+    "fairdro_step_size",
+    "fairdro_update",
     "focal_loss",
     "group_dro_adjustment",
     "group_dro_loss",
     "ib_loss",
+    "init_fairdro_q",
     "init_group_dro_q",
     "init_reweight_state",
     "inverse_frequency_weights",
@@ -80,4 +108,14 @@ __all__ = [
     "nc_metrics",
     "rho",
     "traced_checks",
+    "LfFAux",
+    "LfFState",
+    "gce_loss",
+    "init_lff_state",
+    "jtt_epoch_length",
+    "jtt_error_set",
+    "jtt_upsampled_indices",
+    "lff_loss",
+    "lff_update_ema",
+    "lff_weights",
 ]

@@ -33,6 +33,20 @@ def eql_dropped(key: jax.Array, batch: int, num_classes: int, gamma: float = 0.9
   return jax.random.bernoulli(key, gamma, (batch, num_classes))
 
 
+def eql_dropped_at(key: jax.Array, rows: Array, num_classes: int, gamma: float = 0.9) -> jax.Array:
+  """β_ik ~ Bernoulli(γ) drawn per example from `fold_in(key, rows_i)`: bool [B, K].
+
+  `rows` are the examples' positions in the global batch, so each example's draws do not depend on
+  how the batch is split over devices (data parallel equals one device, draw for draw)."""
+  if not 0 <= gamma <= 1:
+    raise ValueError(f"gamma: expected a probability in [0, 1], got {gamma}.")
+  rows = jnp.asarray(rows)
+  if rows.ndim != 1 or not jnp.issubdtype(rows.dtype, jnp.integer):
+    raise ValueError(f"rows: expected int [B] positions, got {rows.dtype} {rows.shape}.")
+  return jax.vmap(lambda row: jax.random.bernoulli(jax.random.fold_in(key, row), gamma,
+                                                   (num_classes,)))(rows)
+
+
 def eql_loss(logits: Array, labels: Array, rare: Array, dropped: Array, *,
              where: Array | None = None) -> jax.Array:
   """Softmax equalization loss per example [B]:

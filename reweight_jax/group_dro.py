@@ -1,7 +1,8 @@
 """Class-level Group DRO (COMPARISONS spec, 'Class-level Group DRO'; Sagawa et al. 2020).
 
 Groups are classes. The state is the group distribution q ∈ Δ^K (start: `init_group_dro_q`, 1/K each),
-carried in the train state like any other loss state.
+carried in the train state like any other loss state. The step loss Σ_c q_c g_c with global-batch
+class means is `class_weighted_loss`, shared with FairDRO (`reweight_jax/fairdro.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,89 @@ class GroupDROAux(NamedTuple):
   q: jax.Array
 
 
+class ClassWeightedAux(NamedTuple):
+  """class_losses [K]: g_c of this (global) batch (0 if absent); present bool [K]."""
+  class_losses: jax.Array
+  present: jax.Array
+
+
+class _BatchClasses(NamedTuple):
+  """The checked batch and its global-batch class means g_c, shared by the Σ_c q_c g_c losses."""
+  per_example_loss: jax.Array  # [B], promoted to at least float32
+  real: jax.Array  # bool [B], not padding
+  in_range: jax.Array  # bool [B], label in [0, K)
+  valid: jax.Array  # real & in_range
+  slots: class_sums.ClassSlots
+  class_losses: jax.Array  # [K] g_c, 0 if absent
+  present: jax.Array  # bool [K]
+
+
+def _batch_classes(per_example_loss: Array, labels: Array, num_classes: int, *,
+                   axis_name: str | None, where: Array | None) -> _BatchClasses:
+  labels = jnp.asarray(labels)
+  in_range = check_labels(labels, num_classes)
+  per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
+  check_batch_dim(per_example_loss, labels.shape[0], "per_example_loss")
+  dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
+  per_example_loss = per_example_loss.astype(dtype)
+  real = check_where(where, labels.shape[0])
+  valid = real & in_range
+  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
+  slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots, axis_name=axis_name)
+  class_losses = class_sums.scatter_to_classes(jnp.zeros((num_classes,), dtype), slot_losses, slots,
+                                               slot_present)
+  present = class_sums.scatter_to_classes(jnp.zeros((num_classes,), bool), slot_present, slots,
+                                          slot_present)
+  return _BatchClasses(per_example_loss, real, in_range, valid, slots, class_losses, present)
+
+
+def _weighted_share(q: jax.Array, batch: _BatchClasses, axis_name: str | None) -> jax.Array:
+  """This device's share of Σ_c q_c g_c with q constant:
+  N_devices · Σ_{local i} q_{y_i} ℓ_i / n_{y_i} (n global); NaN if a real row has an out-of-range
+  label."""
+  dtype = batch.per_example_loss.dtype
+  slot_weights = class_sums.gather_from_classes(
+      jax.lax.stop_gradient(q).astype(dtype), batch.slots) / jnp.maximum(
+          batch.slots.counts, 1.0).astype(dtype)
+  example_weights = jnp.where(batch.valid, slot_weights[batch.slots.slot], 0.0)
+  loss = class_sums.num_devices(axis_name) * jnp.sum(
+      example_weights * jnp.where(batch.valid, batch.per_example_loss, 0.0))
+  return jnp.where(jnp.all(batch.in_range | ~batch.real), loss, jnp.nan)
+
+
+def class_weighted_loss(per_example_loss: Array, labels: Array, q: Array, *,
+                        axis_name: str | None = None, where: Array | None = None
+                        ) -> tuple[jax.Array, ClassWeightedAux]:
+  """Σ_c q_c g_c over the (global) batch with fixed class weights q; returns `(loss, aux)`.
+
+      g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch)
+      loss = Σ_c q_c g_c                 (q a constant: ∂loss/∂ℓ_i = q_{y_i}/n_{y_i})
+
+  The step loss of Group DRO (with its updated q) and of FairDRO (COMPARISONS spec, 'Class-level
+  Group DRO' and 'FairDRO, classes as groups'). q may be any real vector (FairDRO's q may have
+  negative entries); it is not normalised here.
+
+  Data parallel (`axis_name`): g_c comes from the global batch (class sums and counts psum-ed), q
+  must be the same on every device, and the returned loss is this device's share
+  N_devices · Σ_{local i} q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated
+  batch and `lax.pmean` of the parameter gradients is its gradient.
+
+  Args:
+    per_example_loss: [B] per-example losses ℓ_i.
+    labels: int [B] labels in [0, K), K = q.shape[0].
+    q: [K] class weights.
+    axis_name: data-parallel axis name or None.
+    where: optional bool [B]; False marks padding, which counts nowhere.
+
+  Returns:
+    (loss, ClassWeightedAux); an out-of-range label of a real row makes the loss NaN.
+  """
+  q = check_floating(q, 1, "q")
+  batch = _batch_classes(per_example_loss, labels, q.shape[0], axis_name=axis_name, where=where)
+  loss = _weighted_share(q, batch, axis_name)
+  return loss, ClassWeightedAux(batch.class_losses, batch.present)
+
+
 def init_group_dro_q(num_classes: int) -> jax.Array:
   """q = 1/K for every class (the start of Group DRO's exponentiated-gradient ascent)."""
   return jnp.full((num_classes,), 1.0 / num_classes, jnp.float32)
@@ -50,7 +134,8 @@ def group_dro_loss(per_example_loss: Array, labels: Array, q: Array, *, eta: flo
       g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch)
       a_c = g_c + adjustment_c           (optionally a / Σ_k a_k, `normalize`)
       q_c ← q_c · exp(η · sg(a_c)),  q ← q / Σ_k q_k
-      loss = Σ_c q_c g_c                 (with the updated q, a constant for back-propagation)
+      loss = Σ_c q_c g_c                 (with the updated q, a constant for back-propagation;
+                                          as `class_weighted_loss`)
 
   Absent classes get exp(η·adjustment_c) (exp(0) without adjustment) and lose mass relative to the
   present ones. The reference adds the adjustment to g in place, so its logged loss includes C/√n_c;
@@ -77,33 +162,17 @@ def group_dro_loss(per_example_loss: Array, labels: Array, q: Array, *, eta: flo
   """
   q = check_floating(q, 1, "q")
   num_classes = q.shape[0]
-  labels = jnp.asarray(labels)
-  in_range = check_labels(labels, num_classes)
-  per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
-  check_batch_dim(per_example_loss, labels.shape[0], "per_example_loss")
   if not eta >= 0:
     raise ValueError(f"eta: expected a step size η ≥ 0, got {eta}.")
-  dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
-  per_example_loss = per_example_loss.astype(dtype)
-  real = check_where(where, labels.shape[0])
-  valid = real & in_range
-  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
-  slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots, axis_name=axis_name)
-  class_losses = class_sums.scatter_to_classes(jnp.zeros((num_classes,), dtype), slot_losses, slots,
-                                               slot_present)
-  present = class_sums.scatter_to_classes(jnp.zeros((num_classes,), bool), slot_present, slots,
-                                          slot_present)
+  batch = _batch_classes(per_example_loss, labels, num_classes, axis_name=axis_name, where=where)
+  class_losses = batch.class_losses
+  dtype = class_losses.dtype
   adjusted = jax.lax.stop_gradient(class_losses)
   if adjustment is not None:
     adjusted = adjusted + check_class_vector(adjustment, num_classes, "adjustment").astype(dtype)
   if normalize:
     adjusted = adjusted / jnp.maximum(jnp.sum(adjusted), jnp.finfo(dtype).tiny)
   new_q = jax.nn.softmax(jnp.log(q.astype(dtype)) + eta * adjusted)
-  # Σ_c q_c g_c as per-example weights q_{y_i} / n_{y_i} (n global): each device's share.
-  slot_weights = class_sums.gather_from_classes(jax.lax.stop_gradient(new_q), slots) / jnp.maximum(
-      slots.counts, 1.0).astype(dtype)
-  example_weights = jnp.where(valid, slot_weights[slots.slot], 0.0)
-  loss = class_sums.num_devices(axis_name) * jnp.sum(
-      example_weights * jnp.where(valid, per_example_loss, 0.0))
-  loss = jnp.where(jnp.all(in_range | ~real), loss, jnp.nan)
-  return loss, new_q.astype(q.dtype), GroupDROAux(class_losses, present, new_q.astype(q.dtype))
+  loss = _weighted_share(new_q, batch, axis_name)
+  new_q = new_q.astype(q.dtype)
+  return loss, new_q, GroupDROAux(class_losses, batch.present, new_q)

@@ -306,6 +306,21 @@ def reweight_arrays(draw, num_classes: int):
 
 
 @st.composite
+def simplex_points(draw, num_classes: int) -> np.ndarray:
+  """A distribution q [K] (float32, Σ = 1): uniform, random, or peaked with tiny entries."""
+  kind = draw(st.sampled_from(("uniform", "random", "peaked")))
+  rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+  if kind == "uniform":
+    q = np.ones(num_classes)
+  elif kind == "random":
+    q = rng.dirichlet(np.ones(num_classes))
+  else:
+    q = np.exp(-30.0 * rng.random(num_classes))
+  q = (q / q.sum()).astype(np.float32)
+  return q / q.sum(dtype=np.float32)
+
+
+@st.composite
 def class_counts(draw, num_classes: int) -> np.ndarray:
   """Training-set counts n_c [K] (float32): balanced, long-tailed, or long-tailed with empty classes."""
   kind = draw(st.sampled_from(("balanced", "long_tail", "with_zeros")))

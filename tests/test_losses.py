@@ -4,6 +4,7 @@ compile to a conditional (one branch per step); config validation names the fiel
 
 import chex
 import jax
+import reweight_jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
@@ -12,12 +13,19 @@ import pytest
 from experiments import losses
 from experiments.config_errors import ConfigError
 from experiments.configs import default
+from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_mr2 as ref_mr2
 from tests.reference import numpy_reweight as ref_rw
 
 K, B, D = 6, 24, 5
 START = 3  # start epoch of every deferred entry here
 COUNTS = np.array([60.0, 30.0, 15.0, 8.0, 4.0, 2.0])
+RNG = jax.random.key(7)  # StepInfo.rng of every call here (EQL draws from it)
+
+
+def step_info(epoch, step_in_epoch):
+  return losses.StepInfo(epoch=jnp.asarray(epoch), step_in_epoch=jnp.asarray(step_in_epoch),
+                         class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG)
 
 
 def config_for(loss: str) -> ml_collections.ConfigDict:
@@ -27,6 +35,7 @@ def config_for(loss: str) -> ml_collections.ConfigDict:
   config.ldam.drw_epoch = START
   config.ib.start_epoch = START
   config.reweight.refresh = "step"
+  config.eql.lam = 0.05  # classes 4 and 5 (f = 4/119, 2/119) are rare: some logits are dropped
   return config
 
 
@@ -46,9 +55,7 @@ def run(loss: str, epoch: int, jit: bool, seed=0, config=None):
   logits, features, labels = batch(seed)
 
   def call(logits, features, labels, state, epoch):
-    info = losses.StepInfo(epoch=epoch, step_in_epoch=jnp.asarray(1), class_counts=jnp.asarray(
-        COUNTS, jnp.float32))
-    return loss_fn(logits, features, labels, state, info)
+    return loss_fn(logits, features, labels, state, step_info(epoch, 1))
 
   fn = jax.jit(call) if jit else call
   out = fn(logits, features, labels, state, jnp.asarray(epoch))
@@ -97,6 +104,14 @@ def reference_loss(name: str, logits, features, labels, state):
     return np.mean(ref_rw.balanced_softmax_loss(logits, labels, COUNTS))
   if name == "ib":
     return np.mean(ref_rw.ib_loss(logits, labels, features, COUNTS, alpha=1000.0))
+  if name == "group_dro":
+    q = np.asarray(state["group_dro_q"], np.float64)
+    return ref_cmp.group_dro_step(ref_rw._per_example_ce(logits, labels), labels, q, 0.01)[0]
+  if name == "eql":
+    # The draws are an input of the loss: β from the library's per-row draw, the loss from NumPy.
+    rare = COUNTS / COUNTS.sum() < 0.05
+    dropped = np.asarray(reweight_jax.eql_dropped_at(RNG, np.arange(len(labels)), K, 0.9))
+    return np.mean(ref_cmp.eql_loss(logits, labels, rare, dropped)[0])
   raise AssertionError(f"no reference for {name}")
 
 
@@ -130,6 +145,11 @@ def test_entry_before_and_after_its_start(name, jit):
       if field == "reweight":
         counts = np.asarray(new.batch_counts) - np.asarray(old.batch_counts)
         np.testing.assert_array_equal(counts, present.astype(float) if updates else np.zeros(K))
+      if field == "group_dro_q":  # absent classes keep their relative mass (exp(0), renormalised)
+        ratio = np.asarray(new, np.float64) / np.asarray(old, np.float64)
+        np.testing.assert_allclose(ratio[~present], ratio[~present][0], rtol=1e-6)
+        assert np.all(ratio[present] > ratio[~present][0])  # positive losses gain mass
+        np.testing.assert_allclose(np.sum(new), 1.0, rtol=1e-6)
     if "class_weight" in metrics:
       weights = np.asarray(metrics["class_weight"])
       # Not computed before the start: NaN, never a made-up weight.
@@ -141,8 +161,7 @@ def test_deferred_entries_compile_one_conditional_and_others_none():
   for name in losses.LOSSES:
     config = config_for(name)
     state = losses.init_loss_state(config, K)
-    info = losses.StepInfo(epoch=jnp.asarray(0), step_in_epoch=jnp.asarray(0),
-                           class_counts=jnp.asarray(COUNTS, jnp.float32))
+    info = step_info(0, 0)
     jaxpr = str(jax.make_jaxpr(losses.make_loss_fn(config))(logits, features, labels, state, info))
     assert ("cond[" in jaxpr) == (losses.get(name).start is not None), name
     if losses.get(name).start is not None:  # started at epoch 0: no conditional at all
@@ -157,8 +176,7 @@ def test_deferred_gradient_is_the_before_entrys_gradient():
   config = config_for("mr2+inverse_reweight")
   state = losses.init_loss_state(config, K)
   logits, features, labels = batch()
-  info = losses.StepInfo(epoch=jnp.asarray(START - 1), step_in_epoch=jnp.asarray(0),
-                         class_counts=jnp.asarray(COUNTS, jnp.float32))
+  info = step_info(START - 1, 0)
   grad = jax.grad(lambda z: losses.make_loss_fn(config)(z, features, labels, state, info)[0])
   mr2_config = config_for("mr2")
   mr2_grad = jax.grad(lambda z: losses.make_loss_fn(mr2_config)(z, features, labels, state,
@@ -220,8 +238,7 @@ def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
   loss_fn = jax.jit(losses.make_loss_fn(config))
   state = losses.init_loss_state(config, K)
   logits, features, labels = batch(seed=3)
-  info = losses.StepInfo(epoch=jnp.asarray(0), step_in_epoch=jnp.asarray(0),
-                         class_counts=jnp.asarray(COUNTS, jnp.float32))
+  info = step_info(0, 0)
   bad = labels.copy()
   bad[-1] = K  # JAX indexing would clip this to class K − 1
   loss, new_state, _ = loss_fn(logits, features, bad, state, info)

@@ -52,6 +52,7 @@ from experiments import losses
 from experiments.configs import default
 from mr2_jax import representation_margin
 from tests import strategies as S
+from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_mr2 as ref_mr2
 from tests.reference import numpy_reweight as ref_rw
 
@@ -78,9 +79,17 @@ VARIANTS = {
     "logit_adjust": ("logit_adjust", {}),
     "balanced_softmax": ("balanced_softmax", {}),
     "ib": ("ib", {}),
+    "group_dro": ("group_dro", {}),
+    "group_dro[adjusted]": ("group_dro", {"group_dro.c": 1.0, "group_dro.normalize": True,
+                                          "group_dro.eta": 1.0}),
+    "eql": ("eql", {}),
 }
 NAMES = tuple(VARIANTS)
 TILED = {"mr2[tiled]"}
+# EQL draws β per batch position (`reweight_jax.eql_dropped_at`): a permuted batch is given other
+# draws, so (e) does not apply to the entry; the loss given β is permutation-equivariant
+# (tests/test_reweight_eql.py).
+POSITIONAL_DRAWS = {"eql"}
 
 
 def config_for(variant: str) -> ml_collections.ConfigDict:
@@ -125,6 +134,7 @@ class Expected:
   class_weight_scale: np.ndarray | None = None
   grad_amplification: float = 1.0
   grad_floor: tuple = (0.0, 0.0)  # gradient scales (logits, features) below which all is rounding
+  q_log_step: np.ndarray | None = None  # Group DRO: η·a_c, the log-step of every class's q
 
 
 def ce_terms(z_eff, labels, rounding=None):
@@ -314,7 +324,8 @@ def ib_reference(logits, labels, features, counts, alpha, epsilon=1e-3):
   return values, errors, amplification, (logit_gain, feature_gain)
 
 
-def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, counts) -> Expected:
+def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, counts,
+                       rng=None) -> Expected:
   """The float64 value of registry entry `variant` at `epoch` (its before entry before START)."""
   config = config_for(variant)
   entry = losses.get(config.loss)
@@ -325,7 +336,7 @@ def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, cou
   new_state = {f: dict(v) for f, v in state.items()}
   state_scale = {f: {k: np.zeros_like(np.asarray(a, float)) for k, a in v.items()}
                  for f, v in state.items()}
-  gamma = gamma_scale = class_weight = class_weight_scale = None
+  gamma = gamma_scale = class_weight = class_weight_scale = q_log_step = None
   amplification = 1.0
   rows = max(len(y), 1)
   # Gradient floors: |∂loss/∂z_i| ≤ row weight × logit gain; rounding is relative to these.
@@ -391,6 +402,39 @@ def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, cou
         z, y, x, counts1, config.ib.alpha)
     loss, scale = float(np.mean(per_example)), float(np.mean(errors))
     feature_gain = float(np.max(feature_gains, initial=0.0))
+  elif which == "group_dro":
+    gd = config.group_dro
+    q_old = np.asarray(state["group_dro_q"]["q"], np.float64)
+    per_example = ref_rw._per_example_ce(z, y)
+    errors, _ = ce_terms(z, y)
+    adjustment = gd.c / np.sqrt(counts1) if gd.c > 0 else None
+    loss, q, g = ref_cmp.group_dro_step(per_example, y, q_old, gd.eta, adjustment, gd.normalize)
+    members = np.bincount(y, minlength=num_classes)
+    g_error = np.bincount(y, weights=errors, minlength=num_classes) / np.maximum(members, 1)
+    # q = softmax(log q + η a): its relative error is a few ε plus η·|Δa|, Δa ~ g's error (and,
+    # normalised, Σ a's); the loss Σ q_c g_c moves by Σ q_c Δg_c + Σ Δq_c g_c.
+    a = g + (adjustment if adjustment is not None else 0.0)
+    a_error = g_error + (np.abs(a) * 2 if adjustment is not None else 0.0)
+    if gd.normalize:
+      a_error = a_error + np.abs(a) * float(np.sum(a_error)) / max(float(np.sum(a)), 1e-300)
+      a_error = a_error / max(float(np.sum(a)), 1e-300)
+    q_relative = 8.0 + np.log(num_classes) + 2 * gd.eta * float(np.max(a_error, initial=0.0))
+    scale = float(np.sum(q * g_error)) + q_relative * float(np.sum(q * np.abs(g)))
+    new_state["group_dro_q"] = {"q": q}
+    state_scale["group_dro_q"] = {"q": q_relative * q}
+    row_weight = q[y] / np.maximum(members[y], 1)
+    a_used = a / max(float(np.sum(a)), 1e-300) if gd.normalize and np.sum(a) > 0 else a
+    q_log_step = gd.eta * a_used
+  elif which == "eql":
+    rare = np.asarray(reweight_jax.eql_rare_classes(np.asarray(counts, np.float32),
+                                                    config.eql.lam))
+    dropped = np.asarray(reweight_jax.eql_dropped_at(rng, np.arange(len(y)), num_classes,
+                                                     config.eql.gamma))
+    per_example, _ = ref_cmp.eql_loss(z, y, rare, dropped)
+    masked = dropped & rare[None, :] & (np.arange(num_classes)[None, :] != y[:, None])
+    kept = np.where(masked, -1e300, z)  # exp → 0, and 0 · |shift| = 0 in the error scale
+    errors, _ = ce_terms(kept, y)
+    loss, scale = float(np.mean(per_example)), float(np.mean(errors))
   else:
     raise AssertionError(which)
 
@@ -407,7 +451,7 @@ def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, cou
   floor = (float(np.max(row_weight * logit_gain, initial=0.0)),
            float(np.max(row_weight, initial=0.0)) * feature_gain)
   return Expected(loss, scale + 2 * abs(loss), new_state, state_scale, gamma, gamma_scale,
-                  class_weight, class_weight_scale, amplification, floor)
+                  class_weight, class_weight_scale, amplification, floor, q_log_step)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -427,6 +471,8 @@ def to_library_state(config, state, num_classes):
     rs = state["reweight"]
     out["reweight"] = reweight_jax.ReweightState(batch_counts=jnp.asarray(rs["batch_counts"]),
                                                  beta=jnp.asarray(rs["beta"]))
+  if "group_dro_q" in fields:
+    out["group_dro_q"] = jnp.asarray(state["group_dro_q"]["q"], jnp.float32)
   return out
 
 
@@ -439,6 +485,8 @@ def from_library_state(state) -> dict:
   if "reweight" in state:
     rs = state["reweight"]
     out["reweight"] = {"batch_counts": np.asarray(rs.batch_counts), "beta": np.asarray(rs.beta)}
+  if "group_dro_q" in state:
+    out["group_dro_q"] = {"q": np.asarray(state["group_dro_q"])}
   return out
 
 
@@ -457,8 +505,8 @@ def _objective(loss_fn, labels, state, info, rows=None):
 def single_device(variant):
   loss_fn = losses.make_loss_fn(config_for(variant))
 
-  def run(logits, features, labels, state, epoch, step_in_epoch, counts):
-    info = losses.StepInfo(epoch, step_in_epoch, counts)
+  def run(logits, features, labels, state, epoch, step_in_epoch, counts, rng):
+    info = losses.StepInfo(epoch, step_in_epoch, counts, rng=rng)
     (loss, (new_state, metrics)), grads = jax.value_and_grad(
         _objective(loss_fn, labels, state, info), argnums=(0, 1), has_aux=True)(logits, features)
     return loss, new_state, metrics, grads
@@ -471,8 +519,8 @@ def sharded(variant, devices):
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:devices]), (AXIS,),
                            axis_types=(jax.sharding.AxisType.Auto,))
 
-  def local(logits, features, labels, state, epoch, step_in_epoch, counts):
-    info = losses.StepInfo(epoch, step_in_epoch, counts, axis_name=AXIS)
+  def local(logits, features, labels, state, epoch, step_in_epoch, counts, rng):
+    info = losses.StepInfo(epoch, step_in_epoch, counts, axis_name=AXIS, rng=rng)
     (loss, (new_state, metrics)), grads = jax.value_and_grad(
         _objective(loss_fn, labels, state, info, rows=labels.shape[0]), argnums=(0, 1),
         has_aux=True)(logits, features)
@@ -480,16 +528,16 @@ def sharded(variant, devices):
     return (jax.lax.pmean(loss, AXIS), per_device, metrics,
             jax.tree.map(lambda g: jax.lax.pmean(g, AXIS), grads))
 
-  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(AXIS), P(), P(), P(), P()),
+  return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(AXIS), P(), P(), P(), P(), P()),
                                out_specs=(P(), P(AXIS), P(), P()), check_vma=False))
 
 
-def call(fn, variant, batch: S.Batch, state, epoch, step_in_epoch, counts):
+def call(fn, variant, batch: S.Batch, state, epoch, step_in_epoch, counts, rng):
   config = config_for(variant)
   with patched(variant):
     out = fn(jnp.asarray(batch.logits), jnp.asarray(batch.features), jnp.asarray(batch.labels),
              to_library_state(config, state, batch.shape.num_classes), jnp.asarray(epoch),
-             jnp.asarray(step_in_epoch), jnp.asarray(counts))
+             jnp.asarray(step_in_epoch), jnp.asarray(counts), rng)
   loss, new_state, metrics, grads = jax.device_get(out)
   return float(loss), new_state, metrics, tuple(np.asarray(g, np.float64) for g in grads)
 
@@ -506,6 +554,7 @@ class RegistryExample:
   step_in_epoch: int
   counts: np.ndarray
   order: np.ndarray
+  rng: jax.Array          # StepInfo.rng (EQL's draws)
 
 
 @st.composite
@@ -516,13 +565,17 @@ def registry_examples(draw, shapes):
   a, v, seen = draw(S.class_stats_arrays(shape.num_classes, magnitude))
   batch_counts, beta = draw(S.reweight_arrays(shape.num_classes))
   state = {"class_stats": {"A": a, "V": v, "seen": seen},
-           "reweight": {"batch_counts": batch_counts, "beta": beta}}
+           "reweight": {"batch_counts": batch_counts, "beta": beta},
+           "group_dro_q": {"q": draw(S.simplex_points(shape.num_classes))}}
   epoch = draw(st.integers(0, 2 * START - 1))
   step_in_epoch = draw(st.sampled_from((0, 1)))
   counts = draw(S.class_counts(shape.num_classes))
   order = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).permutation(shape.batch)
-  note(f"shape {shape}; {batch.description}; epoch {epoch}, step_in_epoch {step_in_epoch}")
-  return RegistryExample(batch, state, epoch, step_in_epoch, counts, order)
+  rng_seed = draw(st.integers(0, 2**31 - 1))
+  note(f"shape {shape}; {batch.description}; epoch {epoch}, step_in_epoch {step_in_epoch}, "
+       f"rng key({rng_seed})")
+  return RegistryExample(batch, state, epoch, step_in_epoch, counts, order,
+                         jax.random.key(rng_seed))
 
 
 def registry_shapes(variant, wide, sharded_shapes=False):
@@ -570,9 +623,10 @@ def check_outputs(variant, ex: RegistryExample, out, expected: Expected, prefix:
 def check_registry_entry(variant, ex: RegistryExample):
   S.bound_compiled_code()
   batch = ex.batch
-  expected = registry_reference(variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts)
+  expected = registry_reference(variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts,
+                                ex.rng)
   fn = single_device(variant)
-  out = call(fn, variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts)
+  out = call(fn, variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts, ex.rng)
   actual_state = check_outputs(variant, ex, out, expected, variant)
 
   # (c) absent classes' state bit-for-bit unchanged.
@@ -582,12 +636,25 @@ def check_registry_entry(variant, ex: RegistryExample):
     for key, value in arrays.items():
       if field == "reweight" and key == "beta":
         continue  # β is renormalised over all K classes by design (a refresh, not an update)
+      if field == "group_dro_q":
+        # q is renormalised over all K classes by design: an absent class's q moves by its own
+        # exp(η·a_c) (a_c its adjustment, 0 without) and the common normalisation, nothing else
+        ratio = (np.asarray(value, np.float64)[~present]
+                 / np.asarray(ex.state[field][key], np.float64)[~present]
+                 * np.exp(-expected.q_log_step[~present]))
+        S.assert_close(ratio, np.full_like(ratio, ratio[0] if ratio.size else 0.0),
+                       C * S.EPS32 * expected.state_scale[field][key][~present]
+                       / np.maximum(np.asarray(ex.state[field][key])[~present], 1e-30),
+                       f"{variant} (c): q of absent classes, relative to each other")
+        continue
       np.testing.assert_array_equal(value[~present], np.asarray(ex.state[field][key])[~present],
                                     err_msg=f"{variant} (c): {field}.{key} of absent classes")
 
   # (e) the permuted batch: same loss and state, permuted gradients.
+  if variant in POSITIONAL_DRAWS:
+    return
   permuted = call(fn, variant, batch.permuted(ex.order), ex.state, ex.epoch, ex.step_in_epoch,
-                  ex.counts)
+                  ex.counts, ex.rng)
   check_outputs(variant, ex, permuted, expected, f"{variant} (e) permuted")
   eps = S.eps(batch.shape.dtype)
   for name, g, g_perm, floor in zip(("logits", "features"), out[3], permuted[3],
@@ -600,11 +667,12 @@ def check_registry_entry(variant, ex: RegistryExample):
 def check_registry_sharded(variant, ex: RegistryExample):
   S.bound_compiled_code()
   batch, devices = ex.batch, ex.batch.shape.devices
-  expected = registry_reference(variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts)
+  expected = registry_reference(variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts,
+                                ex.rng)
   single = call(single_device(variant), variant, batch, ex.state, ex.epoch, ex.step_in_epoch,
-                ex.counts)
+                ex.counts, ex.rng)
   loss, per_device, metrics, grads = call(sharded(variant, devices), variant, batch, ex.state,
-                                          ex.epoch, ex.step_in_epoch, ex.counts)
+                                          ex.epoch, ex.step_in_epoch, ex.counts, ex.rng)
   # Every device holds the same new state.
   for leaf in jax.tree.leaves(per_device):
     leaf = np.asarray(leaf)

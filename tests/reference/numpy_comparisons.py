@@ -36,8 +36,11 @@ def eql_loss(logits, labels, rare, dropped):
     weights = [1.0 - float(dropped[i][k]) * float(rare[k]) * (0.0 if k == y else 1.0)
                for k in range(num_classes)]
     m = max(logits[i][k] for k in range(num_classes) if weights[k] > 0)
-    total = sum(weights[k] * math.exp(logits[i][k] - m) for k in range(num_classes))
+    # w̃ = 0 terms are left out (not 0 · exp(z − m), which overflows for a dropped logit above m)
+    total = sum(weights[k] * math.exp(logits[i][k] - m) for k in range(num_classes)
+                if weights[k] > 0)
     losses[i] = -logits[i][y] + m + math.log(total)
     for k in range(num_classes):
-      grads[i][k] = weights[k] * math.exp(logits[i][k] - m) / total - (1.0 if k == y else 0.0)
+      kept = weights[k] * math.exp(logits[i][k] - m) / total if weights[k] > 0 else 0.0
+      grads[i][k] = kept - (1.0 if k == y else 0.0)
   return losses, grads

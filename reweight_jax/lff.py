@@ -1,0 +1,313 @@
+"""Learning from Failure (COMPARISONS spec, 'LfF'; Nam et al. NeurIPS 2020, `alinlab/LfF`).
+
+Two models of the same architecture see the same batches: a biased one f_B, trained with the
+generalized cross-entropy (GCE) so that it latches onto easy (bias-aligned) examples, and the
+debiased one f_D (the one evaluated), trained with cross-entropy weighted towards the examples f_B
+finds hard. The weights come from per-example EMAs of both models' losses over the N training
+examples, so every step needs each example's dataset index. The state (`LfFState`) holds the two
+EMAs and the visited mask; parameters, optimisers and batch statistics of the two models live in
+the train state as usual (one backward pass of the summed loss, one optimiser per model).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+from _perclass import class_sums
+from _perclass.checks import check_batch_dim
+from _perclass.checks import check_floating
+from _perclass.checks import check_labels
+from _perclass.checks import check_num_classes
+from _perclass.checks import check_where
+from _perclass.checks import is_concrete
+from _perclass.checks import take_class_values
+from _perclass.checks import traced_checks_enabled
+from _perclass.cross_entropy import check_logits_and_labels as _check_logits_and_labels
+from _perclass.cross_entropy import cross_entropy_loss
+from _perclass.cross_entropy import finish_per_example as _finish
+from _perclass.cross_entropy import label_log_prob as _label_log_prob
+
+Array = Any
+
+
+class LfFState(NamedTuple):
+  """Per-example loss EMAs over the training set.
+
+  Attributes:
+    ema_biased: float32 [N], e_B (0 where unvisited).
+    ema_debiased: float32 [N], e_D (0 where unvisited).
+    seen: bool [N], whether example i has been visited (its first visit sets e ← ℓ).
+  """
+  ema_biased: jax.Array
+  ema_debiased: jax.Array
+  seen: jax.Array
+
+
+class LfFAux(NamedTuple):
+  """weights [B]: W_i (constant for back-propagation; 0 for padding); ce_biased, ce_debiased [B]:
+  the per-example cross-entropies that updated the EMAs; gce_biased [B]: f_B's per-example GCE."""
+  weights: jax.Array
+  ce_biased: jax.Array
+  ce_debiased: jax.Array
+  gce_biased: jax.Array
+
+
+def init_lff_state(num_examples: int) -> LfFState:
+  """e_B = e_D = 0 and nothing seen, for a training set of `num_examples` examples."""
+  if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)):
+    raise TypeError(f"num_examples: expected a Python int, got {type(num_examples).__name__}.")
+  if num_examples < 1:
+    raise ValueError(f"num_examples: expected a positive training-set size, got {num_examples}.")
+  return LfFState(jnp.zeros((num_examples,), jnp.float32), jnp.zeros((num_examples,), jnp.float32),
+                  jnp.zeros((num_examples,), bool))
+
+
+def gce_loss(logits: Array, labels: Array, *, q: float = 0.7,
+             where: Array | None = None) -> jax.Array:
+  """Generalized cross-entropy as LfF codes it, per example [B]:
+
+      ℓ_i = q · sg(p_{i,y_i}^q) · (−log p_{i,y_i}),   p_i = softmax(z_i)
+
+  so ∂ℓ_i/∂z_i = q · p_y^q · (softmax(z_i) − onehot(y_i)), the gradient of (1 − p_y^q)/q of Zhang &
+  Sabuncu (2018), while the value is not (1 − p_y^q)/q (`module/loss.py`, `GeneralizedCELoss`).
+  p_y^q is exp(q · log p_y) from the stable log-softmax, so it neither overflows nor is 0^q.
+
+  Args:
+    logits: [B, K]. labels: int [B] in [0, K).
+    q: exponent in (0, 1] (0.7, the reference's default).
+    where: optional bool [B]; padding rows give 0 and no gradient.
+
+  Returns:
+    float [B]; NaN for an out-of-range label under `jit` (never a clipped class).
+  """
+  if not 0 < q <= 1:
+    raise ValueError(f"q: expected an exponent in (0, 1], got {q}.")
+  logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
+  log_prob = _label_log_prob(logits, labels, in_range)
+  weight = q * jnp.exp(q * jax.lax.stop_gradient(log_prob))
+  return _finish(weight * -log_prob, labels, in_range, where, None, logits.shape[1])
+
+
+def _check_state(state: LfFState) -> int:
+  ema_biased = check_floating(state.ema_biased, 1, "state.ema_biased")
+  check_floating(state.ema_debiased, 1, "state.ema_debiased")
+  num_examples = ema_biased.shape[0]
+  for name, value in (("state.ema_debiased", state.ema_debiased), ("state.seen", state.seen)):
+    if value.shape != (num_examples,):
+      raise ValueError(f"{name}: expected shape ({num_examples},) like state.ema_biased, got "
+                       f"{value.shape}.")
+  seen_dtype = jnp.asarray(state.seen).dtype
+  if seen_dtype != jnp.bool_:
+    raise TypeError(f"state.seen: expected a boolean mask, got {seen_dtype}.")
+  return num_examples
+
+
+def _check_indices(indices: Array, num_examples: int, where: jax.Array,
+                   batch_name: str = "labels") -> jax.Array:
+  """Checks dataset indices int [B] (B = where's length); returns the mask of in-range ones.
+
+  Eagerly an out-of-range index of a real row raises; under tracing inside `traced_checks()` it is
+  a `checkify` check; otherwise the callers write nothing for it and make its weight NaN.
+  """
+  indices = jnp.asarray(indices)
+  if indices.ndim != 1:
+    raise ValueError(f"indices: expected rank 1 [batch], got shape {indices.shape}.")
+  if not jnp.issubdtype(indices.dtype, jnp.integer):
+    raise TypeError(f"indices: expected an integer dtype, got {indices.dtype}.")
+  check_batch_dim(indices, where.shape[0], "indices", batch_name)
+  in_range = (indices >= 0) & (indices < num_examples)
+  if is_concrete(indices) and is_concrete(where):
+    values = np.asarray(indices)[np.asarray(where)]
+    if values.size and (values.min() < 0 or values.max() >= num_examples):
+      raise ValueError(f"indices: dataset indices must lie in [0, {num_examples}); got values "
+                       f"from {values.min()} to {values.max()}.")
+  elif traced_checks_enabled():
+    checkify.check(jnp.all(in_range | ~where),
+                   f"indices: dataset indices must lie in [0, {num_examples}).", debug=True)
+  return in_range
+
+
+def lff_update_ema(state: LfFState, indices: Array, loss_biased: Array, loss_debiased: Array, *,
+                   alpha: float = 0.7, where: Array | None = None,
+                   axis_name: str | None = None) -> LfFState:
+  """The loss EMAs after one (global) batch, at the batch's dataset positions (`util.py`, `EMA`):
+
+      e_i ← ℓ_i                        on the first visit of example i,
+      e_i ← α · e_i + (1 − α) · ℓ_i    afterwards,          for e = e_B, e_D.
+
+  The reference writes α·e + (1 − α·seen)·ℓ, the same thing with e = 0 before the first visit.
+  Losses are taken as constants (stop-gradient).
+
+  Indices within one global batch are assumed distinct (an epoch's permutation). A repeated index
+  is not accumulated: every repeat reads the pre-step e, and the row last in the global batch
+  writes (deterministic, and the same on one device and on any split over devices).
+
+  Data parallel (`axis_name`): the indices, losses and masks of the global batch are all-gathered
+  (tiled, in device order), so every device applies the same update and holds an identical state.
+
+  Args:
+    state: `LfFState` with N entries.
+    indices: int [B] dataset positions in [0, N) of the local batch.
+    loss_biased, loss_debiased: [B] per-example losses ℓ_B, ℓ_D (cross-entropy in the reference).
+    alpha: EMA decay α in [0, 1] (0.7).
+    where: optional bool [B]; False marks padding, which writes nothing.
+    axis_name: data-parallel axis name or None.
+
+  Returns:
+    The new `LfFState`. A real row with an out-of-range index raises eagerly; under `jit` it writes
+    nothing (never a clipped position) and `lff_weights` / `lff_loss` give it NaN.
+  """
+  if not 0 <= alpha <= 1:
+    raise ValueError(f"alpha: expected an EMA decay in [0, 1], got {alpha}.")
+  num_examples = _check_state(state)
+  loss_biased = check_floating(loss_biased, 1, "loss_biased")
+  loss_debiased = check_floating(loss_debiased, 1, "loss_debiased")
+  check_batch_dim(loss_debiased, loss_biased.shape[0], "loss_debiased", "loss_biased")
+  real = check_where(where, loss_biased.shape[0])
+  indices = jnp.asarray(indices)
+  in_range = _check_indices(indices, num_examples, real, "loss_biased")
+  writes = real & in_range
+  positions = jnp.where(writes, indices, num_examples).astype(jnp.int32)
+  losses = jax.lax.stop_gradient(jnp.stack([loss_biased, loss_debiased]).astype(jnp.float32))
+  if axis_name is not None:
+    positions = jax.lax.all_gather(positions, axis_name, tiled=True)
+    losses = jax.lax.all_gather(losses, axis_name, axis=1, tiled=True)
+  # The last row of the global batch writing each position; earlier repeats write nothing.
+  rows = jnp.arange(positions.shape[0], dtype=jnp.int32)
+  last_row = jax.ops.segment_max(rows, positions, num_segments=num_examples)
+  is_last = last_row[jnp.minimum(positions, num_examples - 1)] == rows
+  targets = jnp.where((positions < num_examples) & is_last, positions, num_examples)
+  read = jnp.minimum(targets, num_examples - 1)
+  old = jnp.stack([state.ema_biased, state.ema_debiased]).astype(jnp.float32)[:, read]
+  new = jnp.where(state.seen[read], alpha * old + (1 - alpha) * losses, losses)
+  ema_biased = state.ema_biased.at[targets].set(new[0].astype(state.ema_biased.dtype), mode="drop")
+  ema_debiased = state.ema_debiased.at[targets].set(new[1].astype(state.ema_debiased.dtype),
+                                                    mode="drop")
+  seen = state.seen.at[targets].set(True, mode="drop")
+  return LfFState(ema_biased, ema_debiased, seen)
+
+
+def lff_weights(state: LfFState, indices: Array, labels: Array, dataset_labels: Array,
+                num_classes: int, *, where: Array | None = None) -> jax.Array:
+  """LfF's per-example weights of the debiased model's cross-entropy, [B] in [0, 1):
+
+      ẽ_i = e_i / max{e_j : y_j = y_i, j = 1..N}     (unvisited examples have e_j = 0)
+      W_i = ẽ_B,i / (ẽ_B,i + ẽ_D,i + 1e-8)
+
+  The class maxima run over all N training examples (`jax.ops.segment_max` over the dataset
+  labels, O(N) per step, as the reference's `EMA.max_loss`). A class whose maximum is 0 (its
+  members unvisited or with zero loss) gives ẽ = 0, hence W = 0, where the reference divides 0 by 0.
+  W < 1 holds in exact arithmetic; in float32 (as in the reference) W rounds to 1 once
+  ẽ_D + 1e-8 < 6e-8·ẽ_B, e.g. when f_D's loss has underflowed to 0.
+  Pass the state after this step's `lff_update_ema`, as the reference does. No communication: the
+  state is identical on every device.
+
+  Args:
+    state: `LfFState` with N entries.
+    indices: int [B] dataset positions of the batch.
+    labels: int [B] in [0, K), the batch's labels (which select the class maximum, as in the
+      reference; they are the dataset labels at `indices`).
+    dataset_labels: int [N] in [0, K), every training example's label.
+    num_classes: K.
+    where: optional bool [B]; padding rows give 0.
+
+  Returns:
+    float32 [B]; NaN for a real row with an out-of-range label or index under `jit`.
+  """
+  num_examples = _check_state(state)
+  num_classes = check_num_classes(num_classes)
+  labels = jnp.asarray(labels)
+  label_ok = check_labels(labels, num_classes)
+  real = check_where(where, labels.shape[0])
+  indices = jnp.asarray(indices)
+  index_ok = _check_indices(indices, num_examples, real)
+  dataset_labels = jnp.asarray(dataset_labels)
+  check_labels(dataset_labels, num_classes, "dataset_labels")
+  if dataset_labels.shape != (num_examples,):
+    raise ValueError(f"dataset_labels: expected shape ({num_examples},) like the state, got "
+                     f"{dataset_labels.shape}.")
+  emas = jnp.stack([state.ema_biased, state.ema_debiased]).astype(jnp.float32)  # [2, N]
+  # An out-of-range dataset label (only under jit) joins no class: segment_max drops it.
+  class_max = jax.vmap(lambda e: jax.ops.segment_max(e, dataset_labels, num_segments=num_classes))(
+      emas)  # [2, K]; −inf for a class without examples
+  class_max = jnp.where(class_max > 0, class_max, 1.0)  # ẽ = 0/1 = 0 where the maximum is 0
+  batch_max = jax.vmap(lambda m: take_class_values(m, labels, label_ok))(class_max)  # [2, B]
+  batch_emas = emas[:, jnp.where(index_ok, indices, 0)]
+  normalized = batch_emas / batch_max
+  weights = normalized[0] / (normalized[0] + normalized[1] + 1e-8)
+  weights = jnp.where(index_ok, weights, jnp.nan)
+  return jnp.where(real, weights, 0.0)
+
+
+def lff_loss(logits_biased: Array, logits_debiased: Array, labels: Array, indices: Array,
+             state: LfFState, dataset_labels: Array, *, q: float = 0.7, alpha: float = 0.7,
+             axis_name: str | None = None, where: Array | None = None
+             ) -> tuple[jax.Array, LfFState, LfFAux]:
+  """One LfF step of both models; returns `(loss, new_state, aux)` (`train.py` of the reference):
+
+      ℓ_B,i = CE(z^B_i, y_i), ℓ_D,i = CE(z^D_i, y_i)   update the EMAs (`lff_update_ema`, constants)
+      W_i   from the updated EMAs                        (`lff_weights`, a constant)
+      loss  = (1/B) Σ_i GCE_q(z^B_i, y_i) + (1/B) Σ_i W_i · CE(z^D_i, y_i)
+
+  The order is the reference's: EMA update with this step's losses first, then the class maxima
+  and the weights, so an example on its first visit has e = ℓ. The biased model's gradient comes
+  only from the GCE term and the debiased model's only from the weighted CE term, so one backward
+  pass of the sum trains both.
+
+  Data parallel (`axis_name`): the EMA update is the global batch's on every device (all-gathered),
+  B counts the real rows of the global batch, and the returned loss is this device's share
+  N_devices · (Σ_{local i} GCE_B,i + W_i·CE_D,i) / B: `lax.pmean` of it (and of the gradients) is
+  the loss (gradient) of the concatenated batch on one device.
+
+  Args:
+    logits_biased, logits_debiased: [B, K] logits of f_B and f_D.
+    labels: int [B] in [0, K).
+    indices: int [B] the examples' positions in the training set, [0, N).
+    state: `LfFState` (`init_lff_state(N)` at the start).
+    dataset_labels: int [N], every training example's label (for the class maxima).
+    q: GCE exponent (0.7). alpha: EMA decay (0.7).
+    axis_name: data-parallel axis name or None.
+    where: optional bool [B]; False marks padding, which counts nowhere and writes nothing. Its
+      logits (inf, NaN) and indices may be anything; its labels too under `jit` (eagerly they are
+      range-checked with the others, as by every loss of the package).
+
+  Returns:
+    (loss, new_state, LfFAux). A real row with an out-of-range label or index makes the loss NaN
+    under `jit` and writes nothing into the state.
+  """
+  logits_biased = check_floating(logits_biased, 2, "logits_biased")
+  logits_debiased = check_floating(logits_debiased, 2, "logits_debiased")
+  if logits_debiased.shape != logits_biased.shape:
+    raise ValueError(f"logits_debiased: expected the shape {logits_biased.shape} of logits_biased, "
+                     f"got {logits_debiased.shape}.")
+  num_classes = logits_biased.shape[1]
+  labels = jnp.asarray(labels)
+  label_ok = check_labels(labels, num_classes)
+  real = check_where(where, labels.shape[0])
+  indices = jnp.asarray(indices)
+  index_ok = _check_indices(indices, _check_state(state), real)
+
+  ce_biased = cross_entropy_loss(logits_biased, labels, where=where)
+  ce_debiased = cross_entropy_loss(logits_debiased, labels, where=where)
+  gce_biased = gce_loss(logits_biased, labels, q=q, where=where)
+  # Rows with a bad label or index write nothing (their loss is NaN below).
+  new_state = lff_update_ema(state, indices, jax.lax.stop_gradient(ce_biased),
+                             jax.lax.stop_gradient(ce_debiased), alpha=alpha,
+                             where=real & label_ok & index_ok, axis_name=axis_name)
+  weights = jax.lax.stop_gradient(lff_weights(
+      new_state, jnp.where(real, indices, 0), jnp.where(real, labels, 0), dataset_labels,
+      num_classes, where=real))
+  weights = jnp.where(real & ~(label_ok & index_ok), jnp.nan, weights)
+
+  per_example = jnp.where(real, gce_biased + weights * ce_debiased, 0.0)
+  count = jnp.sum(real.astype(jnp.float32))
+  if axis_name is not None:
+    count = jax.lax.psum(count, axis_name)
+  loss = class_sums.num_devices(axis_name) * jnp.sum(per_example) / jnp.maximum(count, 1.0)
+  return loss, new_state, LfFAux(weights, ce_biased, ce_debiased, gce_biased)
+
