@@ -25,12 +25,18 @@ from mr2_jax.objective import mr2_loss
 from mr2_jax.objective import mr2_terms
 from mr2_jax.representation_margin import mean_class_deviation
 from mr2_jax.representation_margin import representation_margin_loss
+from mr2_jax.supcon import SupConAux
+from mr2_jax.supcon import SupConProjection
+from mr2_jax.supcon import stack_views
+from mr2_jax.supcon import supcon_loss
 from _perclass.checks import traced_checks
 
 __all__ = [
     "GROUP_NAMES",
     "ClassStats",
     "CosineClassifier",
+    "SupConAux",
+    "SupConProjection",
     "accuracy_from_counts",
     "class_accuracy_std",
     "class_margins",
@@ -46,6 +52,8 @@ __all__ = [
     "per_class_accuracy",
     "per_class_correct",
     "representation_margin_loss",
+    "stack_views",
+    "supcon_loss",
     "traced_checks",
     "update_class_stats",
     "worst_class_accuracy",

@@ -1,0 +1,164 @@
+"""Supervised contrastive loss (COMPARISONS spec, 'SupCon'; Khosla et al. NeurIPS 2020).
+
+Reference code: `HobbitLong/SupContrast` (`losses.py` for the loss, `networks/resnet_big.py` for the
+head). Two views per image go through one forward pass on the stacked batch; `stack_views` builds
+that batch, `SupConProjection` is the head, `supcon_loss` the loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from _perclass import checks
+from _perclass import class_sums
+from mr2_jax.heads import l2_normalize
+
+Array = Any
+
+
+class SupConAux(NamedTuple):
+  """per_anchor [N]: ℓ_i of the local anchors (0 for padding, NaN for an out-of-range label);
+  num_positives int [N]: |P(i)| over the global batch (0 for padding); num_anchors: the global
+  number of anchors N_valid, the denominator of the mean."""
+  per_anchor: jax.Array
+  num_positives: jax.Array
+  num_anchors: jax.Array
+
+
+class SupConProjection(nn.Module):
+  """SupCon head: Linear(d→d) – ReLU – Linear(d→`features`), L2-normalised: [..., d] → [..., 128].
+
+  As `networks/resnet_big.py`'s 'mlp' head; the normalisation is `l2_normalize` (x / max(‖x‖, ε)),
+  finite for a zero output, like the reference's `F.normalize`.
+  """
+  features: int = 128
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    hidden = nn.relu(nn.Dense(x.shape[-1], name="hidden")(x))
+    return l2_normalize(nn.Dense(self.features, name="output")(hidden))
+
+
+def stack_views(views: Array, labels: Array, where: Array | None = None
+                ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+  """[B, V, D] view embeddings and [B] labels → the [V·B, D] view-major batch of `supcon_loss`.
+
+  Rows are concatenate([views[:, 0], views[:, 1], …]); labels (and `where`, when given) are
+  repeated per view. Under data parallelism each device stacks its own local views.
+  """
+  views = checks.check_floating(views, 3, "views")
+  labels = jnp.asarray(labels)
+  if labels.ndim != 1:
+    raise ValueError(f"labels: expected rank 1 [batch], got shape {labels.shape}.")
+  checks.check_batch_dim(views, labels.shape[0], "views")
+  num_views = views.shape[1]
+  projections = jnp.swapaxes(views, 0, 1).reshape(num_views * views.shape[0], views.shape[2])
+  if where is not None:
+    where = jnp.tile(checks.check_where(where, labels.shape[0]), num_views)
+  return projections, jnp.tile(labels, num_views), where
+
+
+def supcon_loss(projections: Array, labels: Array, *, temperature: float = 0.1,
+                base_temperature: float = 0.07, where: Array | None = None,
+                axis_name: str | None = None, num_classes: int | None = None
+                ) -> tuple[jax.Array, SupConAux]:
+  """SupCon loss of a batch of views; returns `(loss, aux)`. COMPARISONS spec, 'SupCon'.
+
+  For anchor i of the N views (valid rows only), A(i) = every other view, P(i) = those of A(i) with
+  the label of i (i's other views among them), s_ij = z_i·z_j / τ:
+
+      ℓ_i = −(τ/τ_b) · (1/|P(i)|) · Σ_{p∈P(i)} [s_ip − log Σ_{a∈A(i)} exp s_ia]
+      L   = (1/N_valid) Σ_i ℓ_i
+
+  An anchor with no positive (a view whose partners are padded out) gives ℓ_i = 0 but still counts
+  in N_valid, as in the reference. τ/τ_b only scales the loss (and its gradient): with the README
+  recipe τ = 0.1, τ_b = 0.07 it is 10/7; τ = τ_b gives the plain form.
+
+  Numerics: the log-sum-exp over A(i) subtracts the row maximum over A(i) only (a constant for
+  back-propagation), so exp never overflows and at least one term is 1. The reference takes the
+  maximum over the whole row, s_ii included, and for unnormalised rows whose other similarities sit
+  ~90 below s_ii every term of A(i) then underflows to 0 (log 0). The self-similarity s_ii and the
+  padding columns are excluded with a mask (−∞ logits, exactly 0 weight), not by adding a large
+  negative constant, which is not negligible when the true logits are as negative as it, and which
+  would hand an anchor without candidates a finite garbage denominator. Padding rows are zeroed
+  before the product, so NaN or ∞ in them reach neither the value nor any gradient (theirs is 0).
+  Projections are used as given: the formula is applied to unnormalised rows too.
+
+  Data parallel (`axis_name`, inside `shard_map` or `pmap`): P(i) and A(i) range over the global
+  batch (projections, labels and `where` all-gathered, tiled, in device order), a local anchor is
+  excluded from its own A(i) by its global index, and the returned loss is this device's share
+  N_devices · Σ_{local i} ℓ_i / N_valid(global): `lax.pmean` of the shares is the loss on the
+  concatenated batch, and `lax.pmean` of the parameter gradients is its gradient (the all-gather's
+  transpose carries each anchor's cotangents back to the devices that own its candidates). That is
+  for `pmap` and `shard_map(..., check_vma=False)`; under `check_vma=True` JAX itself sums a
+  replicated parameter's cotangent over devices, so differentiate `lax.pmean(loss)` instead.
+
+  Args:
+    projections: float [N, D] view embeddings z (L2-normalised by the head), N = views × batch,
+      views stacked (`stack_views`). Narrower than float32 is computed in float32.
+    labels: int [N] labels, repeated per view.
+    temperature: τ > 0 (0.1, README recipe; the reference code's default is 0.07).
+    base_temperature: τ_b > 0 (0.07).
+    where: optional bool [N]; False marks padding: neither anchor, candidate nor counted in N_valid.
+    axis_name: data-parallel axis name or None.
+    num_classes: K, to range-check labels against [0, K); when None labels need only be ≥ 0
+      (positives are matched by label equality).
+
+  Returns:
+    (loss, SupConAux); the loss is NaN when a real row has an out-of-range label (only possible
+    under tracing: eagerly it raises).
+  """
+  projections = checks.check_floating(projections, 2, "projections")
+  if jnp.finfo(projections.dtype).bits < 32:
+    projections = projections.astype(jnp.float32)
+  if not temperature > 0:
+    raise ValueError(f"temperature: expected τ > 0, got {temperature}.")
+  if not base_temperature > 0:
+    raise ValueError(f"base_temperature: expected τ_b > 0, got {base_temperature}.")
+  if num_classes is None:
+    num_classes = int(jnp.iinfo(jnp.int32).max)
+  labels = jnp.asarray(labels)
+  in_range = checks.check_labels(labels, num_classes)
+  checks.check_batch_dim(projections, labels.shape[0], "projections")
+  real = checks.check_where(where, labels.shape[0])
+  valid = real & in_range
+  # Zeroed before any product: a masked row's NaN/∞ would otherwise meet 0 cotangents as 0·NaN.
+  local = jnp.where(valid[:, None], projections, 0.0)
+
+  batch = labels.shape[0]
+  if axis_name is None:
+    all_rows, all_labels, all_valid, anchor_offset = local, labels, valid, 0
+  else:
+    all_rows = jax.lax.all_gather(local, axis_name, tiled=True)
+    all_labels = jax.lax.all_gather(labels, axis_name, tiled=True)
+    all_valid = jax.lax.all_gather(valid, axis_name, tiled=True)
+    anchor_offset = jax.lax.axis_index(axis_name) * batch
+  anchor_index = anchor_offset + jnp.arange(batch)
+  candidate = (valid[:, None] & all_valid[None, :]
+               & (anchor_index[:, None] != jnp.arange(all_labels.shape[0])[None, :]))
+  positive = candidate & (labels[:, None] == all_labels[None, :])
+
+  logits = (local @ all_rows.T) / temperature  # [B_local, N_global]
+  masked = jnp.where(candidate, logits, -jnp.inf)
+  has_candidate = jnp.any(candidate, axis=1)
+  row_max = jax.lax.stop_gradient(jnp.where(has_candidate, jnp.max(masked, axis=1), 0.0))
+  sum_exp = jnp.sum(jnp.exp(masked - row_max[:, None]), axis=1)
+  log_denominator = row_max + jnp.log(jnp.where(has_candidate, sum_exp, 1.0))
+  num_positives = jnp.sum(positive, axis=1)
+  mean_positive_logit = (jnp.sum(jnp.where(positive, logits, 0.0), axis=1)
+                         / jnp.maximum(num_positives, 1).astype(logits.dtype))
+  per_anchor = -(temperature / base_temperature) * (mean_positive_logit - log_denominator)
+  per_anchor = jnp.where(num_positives > 0, per_anchor, 0.0)
+  # An out-of-range label of a real row gives NaN, never a silently dropped anchor.
+  per_anchor = jnp.where(real & ~in_range, jnp.nan, per_anchor)
+
+  num_anchors = jnp.sum(valid)
+  if axis_name is not None:
+    num_anchors = jax.lax.psum(num_anchors, axis_name)
+  loss = class_sums.num_devices(axis_name) * jnp.sum(per_anchor) / jnp.maximum(
+      num_anchors, 1).astype(per_anchor.dtype)
+  return loss, SupConAux(per_anchor, num_positives, num_anchors)
