@@ -93,6 +93,10 @@ CONFIG_TREES = {
     # COMPARISONS spec, 'EQL, softmax form': drop probability γ, rare threshold λ on f_k = n_k/N.
     "eql": ConfigTree(lambda: dict(gamma=0.9, lam=5e-3),
                       ranges=(("gamma", (0, True), (1, True)), ("lam", *_NONNEG))),
+    # COMPARISONS spec, 'FairDRO, classes as groups': radius ρ, smoothing schedule, q ≥ 0 option.
+    "fairdro": ConfigTree(lambda: dict(rho=0.5, schedule="linear", clip=False),
+                          ranges=(("rho", *_POS),),
+                          choices=(("schedule", reweight_jax.FAIRDRO_SCHEDULES),)),
 }
 
 
@@ -122,6 +126,9 @@ class Loss:
     start: config field of the start epoch of a deferred entry (None: active from the first step).
     before: the entry trained before `start`.
     check: extra config checks (raise ConfigError).
+    epoch_end: (config, loss_state, EpochPass, epoch, num_epochs) → loss_state, for an entry whose
+      state is set from a pass over the training set after each epoch (FairDRO's q); the trainer
+      runs that pass (eval mode, no augmentation) only for such an entry.
   """
   apply: LossApply
   reads: tuple[str, ...] = ()
@@ -129,10 +136,18 @@ class Loss:
   start: str | None = None
   before: str = "ce"
   check: Callable[[Any], None] | None = None
+  epoch_end: Callable[..., dict] | None = None
+
+
+class EpochPass(NamedTuple):
+  """Per-class sums of a pass over the training set (float32 [K] each, reduced over devices)."""
+  loss_sums: jax.Array     # Σ cross-entropy
+  correct: jax.Array       # correct predictions
+  counts: jax.Array        # examples
 
 
 STATE_INIT = {"class_stats": mr2_jax.init_class_stats, "reweight": reweight_jax.init_reweight_state,
-              "group_dro_q": reweight_jax.init_group_dro_q}
+              "group_dro_q": reweight_jax.init_group_dro_q, "fairdro_q": reweight_jax.init_fairdro_q}
 
 
 def mean_share(per_example: jax.Array, axis_name: str | None,
@@ -295,6 +310,26 @@ def _eql(config, logits, features, labels, state, info):
           {"eql_rare": rare})
 
 
+def _fairdro(config, logits, features, labels, state, info):
+  del config, features
+  loss, aux = reweight_jax.fairdro_loss(reweight_jax.cross_entropy_loss(logits, labels), labels,
+                                        state["fairdro_q"], axis_name=info.axis_name)
+  metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
+             "class_present": aux.present}
+  return loss, state, metrics
+
+
+def _fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
+  """q ← q + s_e (q* − q): q* from the per-class mean training loss L_c of the pass (classes
+  without training examples left out), s_e the smoothing step after epoch `epoch` (0-based)."""
+  fd = config.fairdro
+  present = epoch_pass.counts > 0
+  class_losses = reweight_jax.class_mean(epoch_pass.loss_sums, epoch_pass.counts)
+  q_star = reweight_jax.fairdro_best_response(class_losses, fd.rho, clip=fd.clip, present=present)
+  q = reweight_jax.fairdro_update(state["fairdro_q"], q_star, epoch, num_epochs, fd.schedule)
+  return {**state, "fairdro_q": q}
+
+
 REGISTRY: dict[str, Loss] = {
     "ce": Loss(_ce),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
@@ -315,6 +350,8 @@ REGISTRY: dict[str, Loss] = {
     "ib": Loss(_ib, reads=("ib",), start="ib.start_epoch"),
     "group_dro": Loss(_group_dro, reads=("group_dro",), state=("group_dro_q",)),
     "eql": Loss(_eql, reads=("eql",)),
+    "fairdro": Loss(_fairdro, reads=("fairdro",), state=("fairdro_q",),
+                    epoch_end=_fairdro_epoch_end),
 }
 LOSSES = tuple(REGISTRY)
 

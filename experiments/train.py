@@ -162,6 +162,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           f"{error}; the checkpoints up to step {manager.latest_step()} in {manager.directory} are "
           f"intact") from error
 
+  epoch_end = losses.get(config.loss).epoch_end
   step = start_step
   window, window_steps, window_start = None, 0, time.perf_counter()
   while step < total_steps:
@@ -188,6 +189,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         if progress is not None:
           progress.set_postfix(loss=f"{scalars['loss']:.3f}", epoch=f"{scalars['epoch']:.1f}")
         window, window_steps, window_start = None, 0, time.perf_counter()
+      if epoch_end is not None and step % steps_per_epoch == 0:
+        # A state set from the training set (FairDRO's q): one eval-mode pass, no augmentation.
+        evaluation_start = time.perf_counter()
+        sums = evaluate_train(state)
+        host = runner.to_host(state)
+        state = runner.place_state(host.replace(loss_state=epoch_end(
+            config, host.loss_state, losses.EpochPass(sums.loss_sums, sums.correct, sums.counts),
+            step // steps_per_epoch - 1, config.num_epochs)))
+        window_start += time.perf_counter() - evaluation_start
       if (config.class_loss_every_epochs and step % steps_per_epoch == 0
           and (step // steps_per_epoch) % config.class_loss_every_epochs == 0):
         evaluation_start = time.perf_counter()

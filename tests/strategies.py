@@ -306,14 +306,20 @@ def reweight_arrays(draw, num_classes: int):
 
 
 @st.composite
-def simplex_points(draw, num_classes: int) -> np.ndarray:
-  """A distribution q [K] (float32, Σ = 1): uniform, random, or peaked with tiny entries."""
-  kind = draw(st.sampled_from(("uniform", "random", "peaked")))
+def simplex_points(draw, num_classes: int, signed: bool = False) -> np.ndarray:
+  """A distribution q [K] (float32, Σ = 1): uniform, random, or peaked with tiny entries; with
+  `signed`, also weights that sum to 1 with negative entries (FairDRO's unclipped q)."""
+  kinds = ("uniform", "random", "peaked") + (("signed",) if signed else ())
+  kind = draw(st.sampled_from(kinds))
   rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
   if kind == "uniform":
     q = np.ones(num_classes)
   elif kind == "random":
     q = rng.dirichlet(np.ones(num_classes))
+  elif kind == "signed":
+    q = 1.0 / num_classes + rng.normal(size=num_classes) / num_classes
+    q = (q + (1.0 - q.sum()) / num_classes).astype(np.float32)
+    return q
   else:
     q = np.exp(-30.0 * rng.random(num_classes))
   q = (q / q.sum()).astype(np.float32)

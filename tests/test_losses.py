@@ -14,6 +14,7 @@ from experiments import losses
 from experiments.config_errors import ConfigError
 from experiments.configs import default
 from tests.reference import numpy_comparisons as ref_cmp
+from tests.reference import numpy_fairdro as ref_fairdro
 from tests.reference import numpy_mr2 as ref_mr2
 from tests.reference import numpy_reweight as ref_rw
 
@@ -107,6 +108,9 @@ def reference_loss(name: str, logits, features, labels, state):
   if name == "group_dro":
     q = np.asarray(state["group_dro_q"], np.float64)
     return ref_cmp.group_dro_step(ref_rw._per_example_ce(logits, labels), labels, q, 0.01)[0]
+  if name == "fairdro":
+    q = np.asarray(state["fairdro_q"], np.float64)
+    return ref_fairdro.step_loss(ref_rw._per_example_ce(logits, labels), labels, q)[0]
   if name == "eql":
     # The draws are an input of the loss: β from the library's per-row draw, the loss from NumPy.
     rare = COUNTS / COUNTS.sum() < 0.05
@@ -245,3 +249,34 @@ def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
   assert np.isnan(float(loss)), name
   _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state, info)
   chex.assert_trees_all_close(new_state, clean_state, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("schedule, clip", [("linear", False), ("cos", True)])
+def test_epoch_end_hook_sets_fairdro_q_from_the_training_pass(schedule, clip):
+  """FairDRO's q after three epochs of hook calls against the float64 loop reference (classes
+  without training examples left out), and the step loss reads the new q; entries without the
+  hook have none."""
+  assert [n for n, e in losses.REGISTRY.items() if e.epoch_end is not None] == ["fairdro"]
+  config = config_for("fairdro")
+  config.fairdro.schedule, config.fairdro.clip, config.fairdro.rho = schedule, clip, 0.3
+  entry = losses.get("fairdro")
+  state = losses.init_loss_state(config, K)
+  rng = np.random.default_rng(0)
+  q_ref = np.full(K, 1.0 / K)
+  for epoch in range(3):
+    counts = rng.integers(1, 50, K).astype(np.float32)
+    counts[-1] = 0.0  # a class without training examples
+    loss_sums = (counts * rng.uniform(0.2, 2.0, K)).astype(np.float32)
+    epoch_pass = losses.EpochPass(loss_sums=jnp.asarray(loss_sums), correct=jnp.zeros(K),
+                                  counts=jnp.asarray(counts))
+    state = entry.epoch_end(config, state, epoch_pass, epoch, 5)
+    means = np.where(counts > 0, loss_sums.astype(np.float64) / np.maximum(counts, 1), np.nan)
+    q_star = ref_fairdro.best_response(means, 0.3, present=counts > 0, clip=clip)
+    q_ref = ref_fairdro.update(q_ref, q_star, epoch, 5, schedule)
+    np.testing.assert_allclose(np.asarray(state["fairdro_q"]), q_ref, rtol=1e-5, atol=1e-6)
+  logits, features, labels = batch()
+  loss, new_state, _ = losses.make_loss_fn(config)(logits, features, labels, state,
+                                                   step_info(0, 0))
+  expected = ref_fairdro.step_loss(ref_rw._per_example_ce(logits, labels), labels, q_ref)[0]
+  np.testing.assert_allclose(float(loss), expected, rtol=2e-5)
+  chex.assert_trees_all_equal(new_state, state)  # the step does not move q

@@ -53,6 +53,7 @@ from experiments.configs import default
 from mr2_jax import representation_margin
 from tests import strategies as S
 from tests.reference import numpy_comparisons as ref_cmp
+from tests.reference import numpy_fairdro as ref_fairdro
 from tests.reference import numpy_mr2 as ref_mr2
 from tests.reference import numpy_reweight as ref_rw
 
@@ -83,6 +84,7 @@ VARIANTS = {
     "group_dro[adjusted]": ("group_dro", {"group_dro.c": 1.0, "group_dro.normalize": True,
                                           "group_dro.eta": 1.0}),
     "eql": ("eql", {}),
+    "fairdro": ("fairdro", {}),
 }
 NAMES = tuple(VARIANTS)
 TILED = {"mr2[tiled]"}
@@ -425,6 +427,15 @@ def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, cou
     row_weight = q[y] / np.maximum(members[y], 1)
     a_used = a / max(float(np.sum(a)), 1e-300) if gd.normalize and np.sum(a) > 0 else a
     q_log_step = gd.eta * a_used
+  elif which == "fairdro":  # Σ_c q_c g_c with the state's q (set at epoch ends, not by a step)
+    q = np.asarray(state["fairdro_q"]["q"], np.float64)
+    per_example = ref_rw._per_example_ce(z, y)
+    errors, _ = ce_terms(z, y)
+    loss, g = ref_fairdro.step_loss(per_example, y, q)
+    members = np.bincount(y, minlength=num_classes)
+    g_error = np.bincount(y, weights=errors, minlength=num_classes) / np.maximum(members, 1)
+    scale = float(np.sum(np.abs(q) * (g_error + 4 * np.abs(g))))
+    row_weight = np.abs(q[y]) / np.maximum(members[y], 1)
   elif which == "eql":
     rare = np.asarray(reweight_jax.eql_rare_classes(np.asarray(counts, np.float32),
                                                     config.eql.lam))
@@ -471,8 +482,9 @@ def to_library_state(config, state, num_classes):
     rs = state["reweight"]
     out["reweight"] = reweight_jax.ReweightState(batch_counts=jnp.asarray(rs["batch_counts"]),
                                                  beta=jnp.asarray(rs["beta"]))
-  if "group_dro_q" in fields:
-    out["group_dro_q"] = jnp.asarray(state["group_dro_q"]["q"], jnp.float32)
+  for field in ("group_dro_q", "fairdro_q"):
+    if field in fields:
+      out[field] = jnp.asarray(state[field]["q"], jnp.float32)
   return out
 
 
@@ -485,8 +497,9 @@ def from_library_state(state) -> dict:
   if "reweight" in state:
     rs = state["reweight"]
     out["reweight"] = {"batch_counts": np.asarray(rs.batch_counts), "beta": np.asarray(rs.beta)}
-  if "group_dro_q" in state:
-    out["group_dro_q"] = {"q": np.asarray(state["group_dro_q"])}
+  for field in ("group_dro_q", "fairdro_q"):
+    if field in state:
+      out[field] = {"q": np.asarray(state[field])}
   return out
 
 
@@ -566,7 +579,9 @@ def registry_examples(draw, shapes):
   batch_counts, beta = draw(S.reweight_arrays(shape.num_classes))
   state = {"class_stats": {"A": a, "V": v, "seen": seen},
            "reweight": {"batch_counts": batch_counts, "beta": beta},
-           "group_dro_q": {"q": draw(S.simplex_points(shape.num_classes))}}
+           "group_dro_q": {"q": draw(S.simplex_points(shape.num_classes))},
+           # FairDRO's q sums to 1 and may be negative (nonnegativity is not imposed)
+           "fairdro_q": {"q": draw(S.simplex_points(shape.num_classes, signed=True))}}
   epoch = draw(st.integers(0, 2 * START - 1))
   step_in_epoch = draw(st.sampled_from((0, 1)))
   counts = draw(S.class_counts(shape.num_classes))

@@ -126,6 +126,28 @@ def test_1_2_4_8_devices_pmap_and_shard_map_equal_one_device(loss):
     assert_same_training(results[mode], results["none", 1])
 
 
+def test_fairdro_q_is_the_best_response_to_the_training_pass_after_each_epoch(tmp_path):
+  """The trainer runs the epoch-end hook: after one epoch (step size 1) q is q* of the per-class
+  training loss of an eval-mode pass with the final parameters (the summary's train_class_loss,
+  computed from the same parameters), by the float64 loop reference; after two, the smoothed
+  update of it."""
+  from tests.reference import numpy_fairdro as ref_fairdro
+  config = tiny_config("fairdro")
+  config.fairdro.rho = 0.3
+  steps_per_epoch = data_lib.steps_per_epoch(digits_train(), config.batch_size)
+  summary = train.train_and_evaluate(config, tmp_path / "one", max_steps=steps_per_epoch)
+  class_loss = np.asarray(summary["train_class_loss"], np.float64)
+  q_star = ref_fairdro.best_response(class_loss, 0.3, present=np.isfinite(class_loss))
+  np.testing.assert_allclose(summary["fairdro_q"], q_star, rtol=2e-4, atol=2e-5)
+  assert np.std(summary["fairdro_q"]) > 1e-3  # not the uniform start
+  two = train.train_and_evaluate(config, tmp_path / "two", max_steps=2 * steps_per_epoch)
+  class_loss = np.asarray(two["train_class_loss"], np.float64)
+  q_star = ref_fairdro.best_response(class_loss, 0.3, present=np.isfinite(class_loss))
+  # q after epoch 1 is not in the summary of run two; its own epoch-0 q is run one's (same seed).
+  expected = ref_fairdro.update(summary["fairdro_q"], q_star, 1, config.num_epochs, "linear")
+  np.testing.assert_allclose(two["fairdro_q"], expected, rtol=2e-4, atol=2e-5)
+
+
 def test_train_and_evaluate_writes_summary_metrics_and_history(tmp_path):
   config = tiny_config("mr2+inverse_reweight")
   config.log_every_steps = 5
