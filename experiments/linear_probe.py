@@ -48,6 +48,7 @@ import numpy as np
 import optax
 
 import mr2_jax
+import reweight_jax
 from experiments import data
 from experiments import losses
 from experiments.configs import default as default_config
@@ -178,14 +179,25 @@ def method_config(method: str):
   """The config (experiments/configs/default.py) whose loss is `method`'s registry entry."""
   if method not in METHOD_LOSSES:
     raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
-  loss, overrides = METHOD_LOSSES[method]
+  return loss_config(*METHOD_LOSSES[method])
+
+
+def loss_config(loss: str, overrides: dict[str, Any] | tuple = ()):
+  """The default config with `config.loss = loss` and `overrides` {"tree.field": value} applied,
+  validated by the registry."""
   config = default_config.get_config()
   config.loss = loss
-  for field, value in overrides.items():
+  for field, value in dict(overrides).items():
     head, tail = field.split(".")
     config[head][tail] = value
   losses.validate(config)
   return config
+
+
+def method_key(method: str) -> tuple[str, tuple]:
+  """(loss, sorted overrides): the hashable key of a method's loss config."""
+  loss, overrides = METHOD_LOSSES[method]
+  return loss, tuple(sorted(overrides.items()))
 
 
 class ProbeState(NamedTuple):
@@ -201,34 +213,48 @@ def make_optimizer(recipe: Recipe, steps_per_epoch: int) -> optax.GradientTransf
                      optax.sgd(schedule, momentum=recipe.momentum))
 
 
+def init_params(key: jax.Array, feature_dim: int, num_classes: int, init_std: float
+                ) -> dict[str, jax.Array]:
+  return {"kernel": init_std * jax.random.normal(key, (feature_dim, num_classes)),
+          "bias": jnp.zeros((num_classes,))}
+
+
 def init_state(key: jax.Array, feature_dim: int, num_classes: int,
                optimizer: optax.GradientTransformation, init_std: float,
-               method: str = "erm") -> ProbeState:
-  params = {"kernel": init_std * jax.random.normal(key, (feature_dim, num_classes)),
-            "bias": jnp.zeros((num_classes,))}
+               method: str | tuple = "erm") -> ProbeState:
+  """`method`: a name of METHODS or a `method_key` (loss, overrides)."""
+  params = init_params(key, feature_dim, num_classes, init_std)
+  config = loss_config(*(method_key(method) if isinstance(method, str) else method))
   return ProbeState(params=params, opt_state=optimizer.init(params),
-                    loss_state=losses.init_loss_state(method_config(method), num_classes))
+                    loss_state=losses.init_loss_state(config, num_classes))
+
+
+def logits_of(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
+  return features @ params["kernel"] + params["bias"]
 
 
 @functools.lru_cache(maxsize=None)
-def make_train_epoch(method: str, recipe: Recipe, steps_per_epoch: int):
-  """jit(state, features [N, d], labels [N], batch_indices [S, B]) → (state, mean loss): one epoch,
-  the steps under `lax.scan`; β of the reweighting is refreshed at the first step of each epoch.
-  Cached, so the seeds of one (method, recipe, data size) share one compilation."""
+def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int):
+  """jit(state, features [N, d], labels [N], batch_indices [S, B], epoch, rng) → (state, mean
+  loss): one epoch, the steps under `lax.scan`; β of the reweighting is refreshed at the first step
+  of each epoch; step s draws from fold_in(rng, s) (EQL). `method`: a METHODS name or a
+  `method_key`. Cached, so the seeds of one (method, recipe, data size) share one compilation."""
   optimizer = make_optimizer(recipe, steps_per_epoch)
-  loss_fn = losses.make_loss_fn(method_config(method))
+  loss_fn = losses.make_loss_fn(loss_config(*(method_key(method) if isinstance(method, str)
+                                              else method)))
 
   @jax.jit
-  def train_epoch(state, features, labels, batch_indices, epoch):
+  def train_epoch(state, features, labels, batch_indices, epoch, rng):
     class_counts = jnp.zeros((state.params["bias"].shape[0],), jnp.float32).at[labels].add(1.0)
 
     def step(state: ProbeState, inputs):
       step_in_epoch, indices = inputs
-      info = losses.StepInfo(epoch=epoch, step_in_epoch=step_in_epoch, class_counts=class_counts)
+      info = losses.StepInfo(epoch=epoch, step_in_epoch=step_in_epoch, class_counts=class_counts,
+                             rng=jax.random.fold_in(rng, step_in_epoch))
 
       def objective(params):
         batch_features = features[indices]
-        logits = batch_features @ params["kernel"] + params["bias"]
+        logits = logits_of(params, batch_features)
         loss, loss_state, _ = loss_fn(logits, batch_features, labels[indices], state.loss_state,
                                       info)
         return loss, loss_state
@@ -245,35 +271,65 @@ def make_train_epoch(method: str, recipe: Recipe, steps_per_epoch: int):
   return train_epoch
 
 
-def epoch_batches(num_examples: int, batch_size: int, seed: int, epoch: int) -> np.ndarray:
-  """int32 [steps, batch]: `experiments.data.epoch_permutation` cut into full batches."""
-  steps = num_examples // batch_size
+def epoch_batches(num_examples: int, batch_size: int, seed: int, epoch: int,
+                  order: np.ndarray | None = None) -> np.ndarray:
+  """int32 [steps, batch]: `order` (default `experiments.data.epoch_permutation`) cut into full
+  batches."""
+  if order is None:
+    order = data.epoch_permutation(num_examples, seed, epoch)
+  steps = len(order) // batch_size
   if steps == 0:
-    raise ValueError(f"{num_examples} examples do not fill one batch of {batch_size}")
-  order = data.epoch_permutation(num_examples, seed, epoch)
-  return order[:steps * batch_size].reshape(steps, batch_size).astype(np.int32)
+    raise ValueError(f"{len(order)} examples do not fill one batch of {batch_size}")
+  return np.asarray(order[:steps * batch_size]).reshape(steps, batch_size).astype(np.int32)
+
+
+@functools.partial(jax.jit, static_argnames="num_classes")
+def class_loss_sums(params, features, labels, num_classes: int) -> losses.EpochPass:
+  """Per-class Σ CE, correct and counts of a full pass (FairDRO's epoch-end pass)."""
+  logits = logits_of(params, features)
+  ce = reweight_jax.cross_entropy_loss(logits, labels)
+  k = num_classes
+  return losses.EpochPass(
+      loss_sums=jnp.zeros((k,), jnp.float32).at[labels].add(ce),
+      correct=jnp.zeros((k,), jnp.float32).at[labels].add(
+          (jnp.argmax(logits, -1) == labels).astype(jnp.float32)),
+      counts=jnp.zeros((k,), jnp.float32).at[labels].add(1.0))
 
 
 @jax.jit
 def predict(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
-  return jnp.argmax(features @ params["kernel"] + params["bias"], axis=-1)
+  return jnp.argmax(logits_of(params, features), axis=-1)
 
 
-def train_probe(method: str, train_features: np.ndarray, train_labels: np.ndarray,
-                recipe: Recipe, seed: int, num_classes: int = NUM_CLASSES
-                ) -> tuple[ProbeState, list[float]]:
-  """Trains one linear head; returns the final state and the per-epoch mean training loss."""
-  steps = len(train_labels) // recipe.batch_size
+def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: np.ndarray,
+                recipe: Recipe, seed: int, num_classes: int = NUM_CLASSES,
+                epoch_order=None) -> tuple[ProbeState, list[float]]:
+  """Trains one linear head; returns the final state and the per-epoch mean training loss.
+
+  `method`: a METHODS name or a `method_key` (loss, overrides). `epoch_order(epoch)` gives the
+  dataset positions of an epoch (default: a permutation of all; JTT's up-sampled list); every epoch
+  must have the same length. An entry with an epoch-end hook (FairDRO) gets a pass over the training
+  set after every epoch."""
+  key = method_key(method) if isinstance(method, str) else method
+  order = (epoch_order or (lambda e: data.epoch_permutation(len(train_labels), seed, e)))
+  steps = len(order(0)) // recipe.batch_size
   optimizer = make_optimizer(recipe, steps)
   state = init_state(jax.random.key(seed), train_features.shape[1], num_classes, optimizer,
-                     recipe.init_std, method)
-  train_epoch = make_train_epoch(method, recipe, steps)
+                     recipe.init_std, key)
+  train_epoch = make_train_epoch(key, recipe, steps)
+  config = loss_config(*key)
+  epoch_end = losses.get(config.loss).epoch_end
   features, labels = jnp.asarray(train_features), jnp.asarray(train_labels, jnp.int32)
   epoch_losses = []
   for epoch in range(recipe.epochs):
     state, loss = train_epoch(state, features, labels,
-                              epoch_batches(len(train_labels), recipe.batch_size, seed, epoch),
-                              jnp.asarray(epoch))
+                              epoch_batches(len(train_labels), recipe.batch_size, seed, epoch,
+                                            order(epoch)),
+                              jnp.asarray(epoch), jax.random.fold_in(jax.random.key(seed), epoch))
+    if epoch_end is not None:
+      state = state._replace(loss_state=epoch_end(
+          config, state.loss_state, class_loss_sums(state.params, features, labels, num_classes),
+          epoch, recipe.epochs))
     epoch_losses.append(float(loss))
   return state, epoch_losses
 
@@ -309,16 +365,17 @@ def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
   return {k: 100.0 * float(v) for k, v in metrics.items()}
 
 
-def summarise(runs: list[dict], setting: str) -> dict:
+def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
+              long_tailed: bool | None = None) -> dict:
   """Groups from ERM's mean per-class test accuracy; per method mean ± sample std (ddof = 1) over
   seeds (`reporting.mean_std`) and the paired per-seed Δ vs ERM (`reporting.paired_delta`: mean,
   sample std, seeds ahead)."""
   runs = [r for r in runs if r["setting"] == setting]
-  methods = [m for m in METHODS if any(r["method"] == m for r in runs)]
+  methods = [m for m in methods if any(r["method"] == m for r in runs)]
   by_method = {m: {r["seed"]: r for r in runs if r["method"] == m} for m in methods}
   erm_mean = np.mean([r["class_accuracy"] for r in by_method["erm"].values()], axis=0)
   difficulty = mr2_jax.difficulty_tertiles(erm_mean)
-  lt = SETTINGS[setting][0] > 1
+  lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
 
   def metrics(run: dict) -> dict[str, float]:
     return group_metrics(np.asarray(run["class_accuracy"]), difficulty,
@@ -359,10 +416,11 @@ def _cell(mean: float, std: float) -> str:
   return reporting.cell(mean, std, fmt=".2f")
 
 
-def markdown_tables(summary: dict, setting: str, class_names: Sequence[str]) -> str:
+def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
+                    long_tailed: bool | None = None) -> str:
   """Two tables: mean ± sample std (ddof = 1) over seeds, and the paired per-seed Δ vs ERM (mean ±
   sample std of Δ, seeds ahead / seeds paired)."""
-  lt = SETTINGS[setting][0] > 1
+  lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
   columns = COLUMNS + (SHOT_COLUMNS if lt else ())
   methods = summary["methods"]
   num_seeds = len(methods["erm"]["seeds"])
@@ -392,7 +450,7 @@ def markdown_tables(summary: dict, setting: str, class_names: Sequence[str]) -> 
 
 
 def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequence[str],
-                               path: pathlib.Path) -> None:
+                               path: pathlib.Path, title: str = "Lite0 linear probe") -> None:
   """Per-class test accuracy, classes sorted by ERM's mean accuracy (descending), bars ±1 sample
   std (ddof = 1) over seeds."""
   import matplotlib
@@ -412,7 +470,7 @@ def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequenc
   ax.set_ylabel("test accuracy (%)")
   lowest = min(100 * min(r["class_accuracy_mean"]) for r in methods.values())
   ax.set_ylim(max(0, lowest - 10), 100)
-  ax.set_title(f"Lite0 linear probe, {setting}: per-class accuracy, sorted by ERM\n"
+  ax.set_title(f"{title}, {setting}: per-class accuracy, sorted by ERM\n"
                f"(bars: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
   ax.legend(fontsize=8)
   fig.tight_layout()

@@ -1,0 +1,149 @@
+"""experiments/probe_comparison.py on tiny synthetic features (no data, seconds): every method trains
+end to end, JTT's stage 2 reads the up-sampled epochs, LfF's first step is the library's loss,
+FairDRO's q follows the epoch-end passes, tuning selects on validation only, and the reports are
+written from the run files."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import reweight_jax
+from experiments import data
+from experiments import linear_probe as lp
+from experiments import probe_comparison as pc
+from tests.reference import numpy_fairdro as ref_fairdro
+
+N, D = 320, 12
+RECIPE = lp.Recipe(learning_rate=0.05, epochs=2, batch_size=32)
+
+
+def synthetic(seed=0):
+  rng = np.random.default_rng(seed)
+  labels = np.repeat(np.arange(lp.NUM_CLASSES), N // lp.NUM_CLASSES).astype(np.int64)
+  centres = rng.normal(size=(lp.NUM_CLASSES, D))
+  spread = np.linspace(0.5, 2.5, lp.NUM_CLASSES)[labels, None]  # easy to hard classes
+  return (centres[labels] + spread * rng.normal(size=(N, D))).astype(np.float32), labels
+
+
+@pytest.mark.parametrize("name", list(pc.METHODS))
+def test_every_method_trains_with_each_candidate_shape(name):
+  features, labels = synthetic()
+  params = pc.METHODS[name].candidates()[-1]
+  head, epoch_losses, _ = pc.train_method(name, params, features, labels, RECIPE, seed=0)
+  assert len(epoch_losses) == RECIPE.epochs and np.all(np.isfinite(epoch_losses))
+  accuracy = lp.class_accuracy(head, features, labels)
+  assert np.mean(accuracy) > 0.3, name  # learnt something (chance is 0.1)
+
+
+def test_jtt_stage_two_reads_each_error_example_one_plus_upweight_times(monkeypatch):
+  features, labels = synthetic()
+  seen = []
+  real_train = lp.train_probe
+
+  def recording(method, f, y, recipe, seed, num_classes=lp.NUM_CLASSES, epoch_order=None):
+    if epoch_order is not None:
+      seen.append([np.asarray(epoch_order(e)) for e in range(recipe.epochs)])
+    return real_train(method, f, y, recipe, seed, num_classes, epoch_order)
+
+  monkeypatch.setattr(lp, "train_probe", recording)
+  _, _, record = pc.train_method("jtt", {"jtt.stage1_epochs": 1, "jtt.upweight": 3}, features,
+                                 labels, RECIPE, seed=0)
+  stage1, _ = real_train("erm", features, labels, RECIPE._replace(epochs=1), 0)
+  errors = np.argmax(np.asarray(lp.logits_of(stage1.params, jnp.asarray(features))), 1) != labels
+  assert record["jtt_error_set_size"] == int(errors.sum()) > 0
+  assert record["jtt_epoch_length"] == N + 3 * int(errors.sum())
+  (orders,) = seen
+  for order in orders:
+    np.testing.assert_array_equal(np.bincount(order, minlength=N), 1 + 3 * errors)
+  assert not np.array_equal(orders[0], orders[1])  # a new order each epoch
+
+
+def test_lff_first_step_is_the_library_loss():
+  features, labels = synthetic()
+  recipe = RECIPE._replace(epochs=1)
+  steps = N // recipe.batch_size
+  optimizer = lp.make_optimizer(recipe, steps)
+  key = jax.random.key(0)
+  params = {"debiased": lp.init_params(key, D, lp.NUM_CLASSES, recipe.init_std),
+            "biased": lp.init_params(jax.random.fold_in(key, 1), D, lp.NUM_CLASSES,
+                                     recipe.init_std)}
+  state = pc.LfFProbeState(params, optimizer.init(params), reweight_jax.init_lff_state(N))
+  batches = lp.epoch_batches(N, recipe.batch_size, 0, 0)[:1]
+  epoch = pc.make_lff_epoch(recipe, 1, 0.7, 0.7)
+  _, loss = epoch(state, jnp.asarray(features), jnp.asarray(labels, jnp.int32), batches)
+  x = jnp.asarray(features)[batches[0]]
+  expected, _, _ = reweight_jax.lff_loss(
+      lp.logits_of(params["biased"], x), lp.logits_of(params["debiased"], x),
+      jnp.asarray(labels)[batches[0]], jnp.asarray(batches[0]), state.lff, jnp.asarray(labels),
+      q=0.7, alpha=0.7)
+  np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
+
+
+def test_fairdro_q_follows_the_epoch_end_passes(monkeypatch):
+  """The probe's FairDRO run: the final q equals the smoothed best responses to the per-class CE
+  of a pass after each epoch, replayed in float64 NumPy from the heads the passes saw."""
+  features, labels = synthetic()
+  heads = []
+  real_sums = lp.class_loss_sums
+
+  def recording(params, f, y, num_classes):
+    heads.append(jax.tree.map(np.asarray, params))
+    return real_sums(params, f, y, num_classes)
+
+  monkeypatch.setattr(lp, "class_loss_sums", recording)
+  recipe = RECIPE._replace(epochs=3)
+  state, _ = lp.train_probe(pc.loss_key(pc.METHODS["fairdro"], {"fairdro.rho": 0.5}), features,
+                            labels, recipe, seed=0)
+  assert len(heads) == recipe.epochs
+  q = np.full(lp.NUM_CLASSES, 1.0 / lp.NUM_CLASSES)
+  x = features.astype(np.float64)
+  for epoch, head in enumerate(heads):
+    logits = x @ head["kernel"].astype(np.float64) + head["bias"]
+    shifted = logits - logits.max(1, keepdims=True)
+    ce = np.log(np.exp(shifted).sum(1)) - shifted[np.arange(N), labels]
+    class_loss = np.bincount(labels, ce, lp.NUM_CLASSES) / np.bincount(labels, None, 10)
+    q = ref_fairdro.update(q, ref_fairdro.best_response(class_loss, 0.5), epoch, recipe.epochs,
+                           "linear")
+  np.testing.assert_allclose(np.asarray(state.loss_state["fairdro_q"]), q, rtol=1e-4, atol=1e-5)
+  assert np.std(q) > 1e-3  # the synthetic classes differ in difficulty: q is not uniform
+
+
+def test_tune_scores_on_validation_and_records_the_choice(monkeypatch, tmp_path):
+  features, labels = synthetic()
+  scored = []
+  real_accuracy = lp.class_accuracy
+
+  def recording(params, f, y):
+    scored.append(len(y))
+    return real_accuracy(params, f, y)
+
+  monkeypatch.setattr(lp, "class_accuracy", recording)
+  record = pc.tune(features, labels, RECIPE, ["erm", "focal"], seeds=(0,), log=lambda *_: None)
+  held_out = data.stratified_holdout(labels, lp.NUM_CLASSES, pc.VALIDATION_FRACTION, seed=0)[1]
+  assert set(scored) == {len(held_out)}  # every score on the held-out rows, never training rows
+  focal = record["methods"]["focal"]
+  assert len(focal["candidates"]) == 2
+  best = max(focal["candidates"], key=lambda c: (c["val_worst_class"], c["val_mean_class"]))
+  assert focal["chosen"] == best["params"]
+  assert record["methods"]["erm"]["chosen"] == {}
+
+
+def test_report_from_run_files(tmp_path):
+  rng = np.random.default_rng(0)
+  (tmp_path / "runs").mkdir()
+  for seed in range(3):
+    for name in ("erm", "group_dro", "jtt"):
+      run = {"setting": "balanced", "method": name, "seed": seed, "params": {"x": 1},
+             "recipe": RECIPE._asdict(), "resolution": 128, "wall_s": 1.0,
+             "class_accuracy": rng.uniform(0.5, 1.0, 10).tolist()}
+      (tmp_path / "runs" / f"{name}-seed{seed}.json").write_text(json.dumps(run))
+  pc.main(["--no_xla_cpu_tuning", "report", f"--out={tmp_path}"])
+  tables = (tmp_path / "tables.md").read_text()
+  assert "| group_dro |" in tables and "Paired Δ vs ERM" in tables
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert results["seeds"] == [0, 1, 2]
+  assert set(results["summary"]["methods"]) == {"erm", "group_dro", "jtt"}
+  assert (tmp_path / "tradeoff.png").stat().st_size > 0
