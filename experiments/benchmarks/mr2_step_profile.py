@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import mr2_jax
+from experiments.benchmarks import run
 from mr2_jax import representation_margin
 
 
@@ -38,11 +39,7 @@ def main() -> None:
   args = parser.parse_args()
   batch, dim, classes = args.batch, args.dim, args.classes
 
-  rng = np.random.default_rng(0)  # the same inputs as experiments.benchmarks.run
-  logits = jnp.asarray(rng.normal(size=(batch, classes)), jnp.float32)
-  features = jnp.asarray(rng.normal(size=(batch, dim)) + 2 * rng.normal(size=(classes, dim))[
-      rng.integers(0, classes, batch)], jnp.float32)
-  labels = jnp.asarray(rng.integers(0, classes, batch), jnp.int32)
+  logits, features, labels = run.benchmark_batch(batch, dim, classes)  # the benchmark's inputs
   stats = mr2_jax.init_class_stats(classes)
 
   def step(form, lam):

@@ -190,6 +190,19 @@ def bench_compile_and_overhead(quick: bool) -> tuple[dict, dict]:
 # scaling: the losses alone
 # ------------------------------------------------------------------------------------------------
 
+def benchmark_batch(batch: int, dim: int, classes: int):
+  """(logits [B, K], features [B, d], labels [B]) float32/int32: the one random batch of the loss
+  benchmarks (seed 0; features around class centres, so classes have spread and offset)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(batch, classes)), jnp.float32)
+  features = jnp.asarray(rng.normal(size=(batch, dim)) + 2 * rng.normal(size=(classes, dim))[
+      rng.integers(0, classes, batch)], jnp.float32)
+  labels = jnp.asarray(rng.integers(0, classes, batch), jnp.int32)
+  return logits, features, labels
+
+
 def _loss_fns(batch: int, dim: int, classes: int, loop: int):
   """({loss: (jitted fn, its args, looped call)}, labels) on one random batch."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -198,11 +211,7 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
   import mr2_jax  # pylint: disable=g-import-not-at-top
   import reweight_jax  # pylint: disable=g-import-not-at-top
 
-  rng = np.random.default_rng(0)
-  logits = jnp.asarray(rng.normal(size=(batch, classes)), jnp.float32)
-  features = jnp.asarray(rng.normal(size=(batch, dim)) + 2 * rng.normal(size=(classes, dim))[
-      rng.integers(0, classes, batch)], jnp.float32)
-  labels = jnp.asarray(rng.integers(0, classes, batch), jnp.int32)
+  logits, features, labels = benchmark_batch(batch, dim, classes)
   prior = jnp.full((classes,), 1.0 / classes)
 
   def mr2_of(form):
