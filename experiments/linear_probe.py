@@ -116,11 +116,14 @@ def features_command(args: argparse.Namespace) -> None:
   variables = efficientnet_lite.load_lite0_params()
   report = {"resolution": args.resolution, "batch_size": args.batch_size,
             "weights": str(efficientnet_lite.lite0_weights_path()), "splits": {}}
-  for split in ("train", "test"):
-    source = data.load_split(DATASET, split, args.data_dir)
+  for split in args.splits:
+    # "<split>-flip": the horizontally flipped images (a second view, for SupCon's two views).
+    base, flipped = split.removesuffix("-flip"), split.endswith("-flip")
+    source = data.load_split(DATASET, base, args.data_dir)
+    images = source.images[:, :, ::-1] if flipped else source.images
     start = time.perf_counter()
-    features, images_per_s = extract_features(source.images, args.resolution, args.batch_size,
-                                              variables)
+    features, images_per_s = extract_features(np.ascontiguousarray(images), args.resolution,
+                                              args.batch_size, variables)
     wall = time.perf_counter() - start
     features_path, labels_path = feature_paths(cache, args.resolution, split)
     np.save(features_path, features)
@@ -129,7 +132,9 @@ def features_command(args: argparse.Namespace) -> None:
                                "wall_s": wall, "path": str(features_path)}
     print(f"{split}: {len(source)} images in {wall:.0f} s, {images_per_s:.1f} images/s "
           f"(resolution {args.resolution}) -> {features_path}", flush=True)
-  (cache / f"lite0-r{args.resolution}-extraction.json").write_text(json.dumps(report, indent=1))
+  name = "extraction" if list(args.splits) == ["train", "test"] else "extraction-" + "-".join(
+      args.splits)
+  (cache / f"lite0-r{args.resolution}-{name}.json").write_text(json.dumps(report, indent=1))
 
 
 def load_features(resolution: int, split: str, cache: pathlib.Path | None = None
@@ -619,6 +624,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   features.add_argument("--resolution", type=int, default=RESOLUTION)
   features.add_argument("--batch_size", type=int, default=FEATURE_BATCH)
   features.add_argument("--cache_dir", default=None, help="default: experiments.data.cache_dir()")
+  features.add_argument("--splits", nargs="+", default=["train", "test"],
+                        choices=["train", "test", "train-flip", "test-flip"],
+                        help="'<split>-flip': the horizontally flipped images")
   select = commands.add_parser("select", help="choose lr / epochs on a validation split (ERM)")
   select.add_argument("--resolution", type=int, default=RESOLUTION)
   select.add_argument("--learning_rates", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1, 0.3])

@@ -3,10 +3,15 @@
 ERM, MR2 (ℓ_γ,ce: on frozen features ℓ_s̄ has no parameter to act on), focal, LDAM, class-level
 Group DRO, FairDRO, EQL, JTT and LfF, each on a linear head over the cached EfficientNet-Lite0
 features of balanced CIFAR-10 (`experiments.linear_probe`: same features, head, optimiser and
-recipe — lr 0.01, 30 epochs, batch 256, SGD momentum 0.9, cosine). SupCon is not among them: its
-loss acts on the encoder, which a frozen-feature probe does not train (with the encoder frozen,
-SupCon's joint form gives the linear classifier exactly ERM's gradient, and its two-stage form
-trains the classifier by ERM), so it needs the trainable-network setting.
+recipe — lr 0.01, 30 epochs, batch 256, SGD momentum 0.9, cosine). SupCon's loss acts on the
+encoder, which a linear probe does not train (with the encoder frozen, SupCon's joint form gives the
+linear classifier exactly ERM's gradient and its two-stage form trains the classifier by ERM), so it
+runs in a second setting, 'adapter': a trainable MLP adapter (1280 → 256, ReLU) under the linear
+classifier, two views per image (the image and its horizontal flip, both through the frozen
+backbone: `linear_probe features --splits train-flip`), cross-entropy on both views, and the
+joint objective CE + λ·SupCon on the adapter's features through SupCon's projection head
+(`mr2_jax.SupConProjection`, τ = 0.1, τ_b = 0.07); its paired reference is ERM on the same
+adapter and views (`erm_adapter`, λ = 0).
 
     python -m experiments.probe_comparison tune  --out=experiments/results/probe_comparison
     python -m experiments.probe_comparison study --out=experiments/results/probe_comparison
@@ -50,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import linen as nn
 
 import mr2_jax
 import reweight_jax
@@ -83,19 +89,30 @@ METHODS = {
     "erm": Method("loss", "ce"),
     "mr2": Method("loss", "mr2", fixed=(("mr2.lam", 0.0), ("mr2.form", "paper"),
                                         ("mr2.decay", 0.9)),
-                  grid=(("mr2.c_bar", (1.0, 1.5)),)),
-    "focal": Method("loss", "focal", grid=(("focal.gamma", (1.0, 2.0)),)),
+                  grid=(("mr2.c_bar", (1.0, 1.5, 2.0, 3.0)),)),
+    "focal": Method("loss", "focal", grid=(("focal.gamma", (0.5, 1.0, 2.0)),)),
     # Linear logits are not cosines: LDAM's scale s is 1 and the margin is on the logits' scale.
     "ldam": Method("loss", "ldam", fixed=(("ldam.scale", 1.0),),
-                   grid=(("ldam.max_margin", (0.5, 2.0)),)),
-    "group_dro": Method("loss", "group_dro", grid=(("group_dro.eta", (0.01, 0.1, 1.0)),)),
-    "fairdro": Method("loss", "fairdro", grid=(("fairdro.rho", (0.1, 0.5, 2.0)),)),
+                   grid=(("ldam.max_margin", (0.5, 2.0, 4.0)),)),
+    "group_dro": Method("loss", "group_dro",
+                        grid=(("group_dro.eta", (0.001, 0.01, 0.1, 1.0)),)),
+    "fairdro": Method("loss", "fairdro", grid=(("fairdro.rho", (0.03, 0.1, 0.5, 2.0)),)),
     # Balanced CIFAR-10 has f_k = 0.1: λ = 5e-3 makes no class rare (EQL = ERM); λ = 0.2 makes
     # every class rare (random dropout of negative logits, the spec's other regime).
     "eql": Method("loss", "eql", grid=(("eql.lam", (5e-3, 0.2)), ("eql.gamma", (0.5, 0.9)))),
-    "jtt": Method("jtt", grid=(("jtt.stage1_epochs", (1, 5)), ("jtt.upweight", (5, 20)))),
-    "lff": Method("lff", fixed=(("lff.alpha", 0.7),), grid=(("lff.q", (0.5, 0.7)),)),
+    "jtt": Method("jtt", grid=(("jtt.stage1_epochs", (1, 5)), ("jtt.upweight", (1, 5, 20)))),
+    "lff": Method("lff", fixed=(("lff.alpha", 0.7),), grid=(("lff.q", (0.3, 0.5, 0.7)),)),
+    # Setting 'adapter' (a trainable MLP under the head, two views): ERM there, and SupCon.
+    "erm_adapter": Method("adapter", fixed=(("supcon.lam", 0.0),)),
+    "supcon": Method("adapter", fixed=(("supcon.temperature", 0.1),),
+                     grid=(("supcon.lam", (0.1, 0.5, 1.0)),)),
 }
+ADAPTER_METHODS = ("erm_adapter", "supcon")
+ADAPTER_WIDTH = 256
+
+
+def setting_of(name: str) -> str:
+  return "adapter" if name in ADAPTER_METHODS else SETTING
 
 
 def loss_key(method: Method, params: dict[str, Any]) -> tuple[str, tuple]:
@@ -158,9 +175,71 @@ def train_lff(features: np.ndarray, labels: np.ndarray, recipe: lp.Recipe, seed:
   return state.params["debiased"], epoch_losses, state
 
 
+class Adapter(nn.Module):
+  """features → h = ReLU(Dense(width)) → (logits = Dense(K)(h), SupCon projection of h)."""
+  width: int = ADAPTER_WIDTH
+  num_classes: int = NUM_CLASSES
+
+  @nn.compact
+  def __call__(self, x):
+    hidden = nn.relu(nn.Dense(self.width, name="adapter")(x))
+    return nn.Dense(self.num_classes, name="head")(hidden), mr2_jax.SupConProjection(
+        name="projection")(hidden)
+
+
+class AdapterState(NamedTuple):
+  params: Any
+  opt_state: Any
+
+
+@functools.lru_cache(maxsize=None)
+def make_adapter_epoch(recipe: lp.Recipe, steps_per_epoch: int, lam: float, temperature: float):
+  """jit(state, features, flipped, labels, batch_indices) → (state, mean loss): one epoch of
+  CE on both views + λ·SupCon over the 2B views (λ = 0: ERM on the same adapter and views)."""
+  optimizer = lp.make_optimizer(recipe, steps_per_epoch)
+  model = Adapter()
+
+  @jax.jit
+  def train_epoch(state: AdapterState, features, flipped, labels, batch_indices):
+    def step(state: AdapterState, indices):
+      def objective(params):
+        x = jnp.concatenate([features[indices], flipped[indices]])  # view-major, 2B rows
+        y = jnp.concatenate([labels[indices], labels[indices]])
+        logits, projections = model.apply({"params": params}, x)
+        loss = jnp.mean(reweight_jax.cross_entropy_loss(logits, y))
+        if lam:
+          loss = loss + lam * mr2_jax.supcon_loss(projections, y, temperature=temperature,
+                                                  num_classes=NUM_CLASSES)[0]
+        return loss
+
+      loss, grads = jax.value_and_grad(objective)(state.params)
+      updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+      return AdapterState(optax.apply_updates(state.params, updates), opt_state), loss
+
+    state, step_losses = jax.lax.scan(step, state, batch_indices)
+    return state, jnp.mean(step_losses)
+
+  return train_epoch
+
+
+@jax.jit
+def _adapter_predict(params, features):
+  return jnp.argmax(Adapter().apply({"params": params}, features)[0], axis=-1)
+
+
+def class_accuracy(name: str, head, features: np.ndarray, labels: np.ndarray) -> np.ndarray:
+  """Per-class accuracy of a trained method's head (the adapter's for the adapter setting)."""
+  if METHODS[name].kind != "adapter":
+    return lp.class_accuracy(head, features, labels)
+  predictions = _adapter_predict(head, jnp.asarray(features))
+  return mr2_jax.per_class_accuracy(predictions, jnp.asarray(labels, jnp.int32), NUM_CLASSES)
+
+
 def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels: np.ndarray,
-                 recipe: lp.Recipe, seed: int) -> tuple[dict, list[float], dict[str, Any]]:
-  """(head params, per-epoch training loss, method-specific record) of one run."""
+                 recipe: lp.Recipe, seed: int, flipped: np.ndarray | None = None
+                 ) -> tuple[dict, list[float], dict[str, Any]]:
+  """(head params, per-epoch training loss, method-specific record) of one run; `flipped`: the
+  second view's features (adapter setting only)."""
   method = METHODS[name]
   if method.kind == "loss":
     state, epoch_losses = lp.train_probe(loss_key(method, params), features, labels, recipe, seed)
@@ -190,6 +269,22 @@ def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels
     head, epoch_losses, state = train_lff(features, labels, recipe, seed, params["lff.q"],
                                           params["lff.alpha"])
     return head, epoch_losses, {"lff_visited": int(np.asarray(state.lff.seen).sum())}
+  if method.kind == "adapter":
+    if flipped is None:
+      raise ValueError(f"{name}: the adapter setting needs the flipped view's features")
+    steps = len(labels) // recipe.batch_size
+    model_params = Adapter().init(jax.random.key(seed), jnp.zeros((1, features.shape[1])))["params"]
+    optimizer = lp.make_optimizer(recipe, steps)
+    state = AdapterState(model_params, optimizer.init(model_params))
+    train_epoch = make_adapter_epoch(recipe, steps, float(params["supcon.lam"]),
+                                     float(params.get("supcon.temperature", 0.1)))
+    x, x2, y = jnp.asarray(features), jnp.asarray(flipped), jnp.asarray(labels, jnp.int32)
+    epoch_losses = []
+    for epoch in range(recipe.epochs):
+      state, loss = train_epoch(state, x, x2, y, lp.epoch_batches(len(labels), recipe.batch_size,
+                                                                  seed, epoch))
+      epoch_losses.append(float(loss))
+    return state.params, epoch_losses, {"adapter_width": ADAPTER_WIDTH}
   raise ValueError(f"{name}: unknown kind {method.kind!r}")
 
 
@@ -198,13 +293,15 @@ def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels
 
 
 def tune(features: np.ndarray, labels: np.ndarray, recipe: lp.Recipe,
-         methods: Sequence[str], seeds: Sequence[int] = TUNE_SEEDS, log=print) -> dict:
+         methods: Sequence[str], seeds: Sequence[int] = TUNE_SEEDS, log=print,
+         flipped: np.ndarray | None = None) -> dict:
   """Every candidate of each method on a stratified (1 − VALIDATION_FRACTION) split of the training
   set, scored on the held-out rest: mean over `seeds` of the worst-class validation accuracy
   (ties: mean per-class accuracy). Returns the selection record."""
   fit, val = data.stratified_holdout(labels, NUM_CLASSES, VALIDATION_FRACTION, seed=0)
   fit_features, fit_labels, val_features, val_labels = (features[fit], labels[fit], features[val],
                                                         labels[val])
+  fit_flipped = None if flipped is None else flipped[fit]
   record = {"criterion": "mean over seeds of the worst-class accuracy on a stratified "
                          f"{VALIDATION_FRACTION:.0%} validation split of the training set "
                          "(ties: mean per-class accuracy); never the test set",
@@ -215,8 +312,9 @@ def tune(features: np.ndarray, labels: np.ndarray, recipe: lp.Recipe,
       worst, mean = [], []
       start = time.perf_counter()
       for seed in seeds:
-        head, _, _ = train_method(name, params, fit_features, fit_labels, recipe, seed)
-        acc = lp.class_accuracy(head, val_features, val_labels)
+        head, _, _ = train_method(name, params, fit_features, fit_labels, recipe, seed,
+                                  flipped=fit_flipped)
+        acc = class_accuracy(name, head, val_features, val_labels)
         worst.append(float(np.min(acc)))
         mean.append(float(np.mean(acc)))
       scored.append({"params": params, "val_worst_class": float(np.mean(worst)),
@@ -257,24 +355,45 @@ def tradeoff_plot(summary: dict, path: pathlib.Path) -> None:
   plt.close(fig)
 
 
+SETTING_TITLES = {
+    SETTING: "linear head on frozen Lite0 features (ERM = `erm`)",
+    "adapter": (f"trainable MLP adapter ({ADAPTER_WIDTH} units) on frozen Lite0 features, image + "
+                "flipped view (ERM = `erm_adapter`, SupCon's paired reference)"),
+}
+
+
 def write_reports(runs: list[dict], out: pathlib.Path, results: dict) -> str:
-  names = [m for m in METHODS if any(r["method"] == m for r in runs)]
-  summary = lp.summarise(runs, SETTING, methods=names, long_tailed=False)
+  """tables.md, results.json, per_class[_adapter].png and tradeoff[_adapter].png, per setting
+  (Easy / Medium / Hard from the setting's own ERM)."""
   class_names = data.CIFAR10_CLASS_NAMES
-  chosen = {m: next(r["params"] for r in runs if r["method"] == m) for m in names}
-  lines = [f"# MR2's comparison methods on the Lite0 frozen-feature probe, balanced CIFAR-10\n",
-           lp.markdown_tables(summary, SETTING, class_names, long_tailed=False), "",
-           "Hyper-parameters (chosen on the validation split, `selection.json`):", "",
-           "| Method | hyper-parameters |", "|---|---|"]
+  lines = ["# MR2's comparison methods on the Lite0 frozen-feature probe, balanced CIFAR-10\n"]
+  summaries, chosen = {}, {}
+  for setting in (SETTING, "adapter"):
+    names = [m for m in METHODS if setting_of(m) == setting and any(r["method"] == m for r in runs)]
+    if not names:
+      continue
+    reference = "erm" if setting == SETTING else "erm_adapter"
+    # `summarise` reads the reference method as "erm".
+    renamed = [{**r, "method": "erm" if r["method"] == reference else r["method"]}
+               for r in runs if r["method"] in names]
+    summary = lp.summarise(renamed, setting, methods=["erm" if m == reference else m
+                                                      for m in names], long_tailed=False)
+    summaries[setting] = summary
+    chosen.update({m: next(r["params"] for r in runs if r["method"] == m) for m in names})
+    suffix = "" if setting == SETTING else f"_{setting}"
+    lines += [f"## {SETTING_TITLES[setting]}\n",
+              lp.markdown_tables(summary, setting, class_names, long_tailed=False)]
+    lp.plot_sorted_class_accuracy(summary, setting, class_names, out / f"per_class{suffix}.png",
+                                  title="Lite0 probe, comparison methods")
+    tradeoff_plot(summary, out / f"tradeoff{suffix}.png")
+  lines += ["Hyper-parameters (chosen on the validation split, `selection.json`):", "",
+            "| Method | hyper-parameters |", "|---|---|"]
   lines += [f"| {m} | {', '.join(f'{k} = {v}' for k, v in p.items()) or '—'} |"
             for m, p in chosen.items()]
   text = "\n".join(lines) + "\n"
   (out / "tables.md").write_text(text)
-  (out / "results.json").write_text(json.dumps({**results, "summary": summary,
+  (out / "results.json").write_text(json.dumps({**results, "summaries": summaries,
                                                 "hyper_parameters": chosen}, indent=1))
-  lp.plot_sorted_class_accuracy(summary, SETTING, class_names, out / "per_class.png",
-                                title="Lite0 probe, comparison methods")
-  tradeoff_plot(summary, out / "tradeoff.png")
   return text
 
 
@@ -282,12 +401,20 @@ def write_reports(runs: list[dict], out: pathlib.Path, results: dict) -> str:
 # Commands.
 
 
+def flipped_features(args, methods: Sequence[str]) -> np.ndarray | None:
+  """The flipped view's training features when an adapter-setting method is among `methods`."""
+  if not any(m in ADAPTER_METHODS for m in methods):
+    return None
+  return lp.load_features(args.resolution, "train-flip", args.cache_dir)[0]
+
+
 def tune_command(args: argparse.Namespace) -> None:
   features, labels = lp.load_features(args.resolution, "train", args.cache_dir)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
-  record = tune(features, labels, lp.RECIPE, args.methods)
+  record = tune(features, labels, lp.RECIPE, args.methods,
+                flipped=flipped_features(args, args.methods))
   record.update(recipe=lp.RECIPE._asdict(), resolution=args.resolution,
                 wall_s=time.perf_counter() - start)
   path = out / "selection.json"
@@ -304,6 +431,7 @@ def study_command(args: argparse.Namespace) -> None:
   (out / "runs").mkdir(parents=True, exist_ok=True)
   train_features, train_labels = lp.load_features(args.resolution, "train", args.cache_dir)
   test_features, test_labels = lp.load_features(args.resolution, "test", args.cache_dir)
+  flipped = flipped_features(args, args.methods)
   start_all = time.perf_counter()
   for seed in args.seeds:
     for name in args.methods:
@@ -313,9 +441,9 @@ def study_command(args: argparse.Namespace) -> None:
       params = selection["methods"][name]["chosen"]
       start = time.perf_counter()
       head, epoch_losses, record = train_method(name, params, train_features, train_labels,
-                                                lp.RECIPE, seed)
-      class_acc = lp.class_accuracy(head, test_features, test_labels)
-      run = {"setting": SETTING, "method": name, "seed": seed, "params": params,
+                                                lp.RECIPE, seed, flipped=flipped)
+      class_acc = class_accuracy(name, head, test_features, test_labels)
+      run = {"setting": setting_of(name), "method": name, "seed": seed, "params": params,
              "recipe": lp.RECIPE._asdict(), "resolution": args.resolution,
              "class_accuracy": class_acc.tolist(), "final_train_loss": epoch_losses[-1],
              "wall_s": time.perf_counter() - start, **record}
@@ -348,7 +476,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     sub.add_argument("--out", default="experiments/results/probe_comparison")
     sub.add_argument("--resolution", type=int, default=lp.RESOLUTION)
     sub.add_argument("--cache_dir", type=pathlib.Path, default=None)
-    sub.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    sub.add_argument("--methods", nargs="+", choices=list(METHODS),
+                     default=[m for m in METHODS if m not in ADAPTER_METHODS],
+                     help="default: the linear-head setting's methods; the adapter setting's "
+                          f"{ADAPTER_METHODS} need the flipped view's features")
     if command == "study":
       sub.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
   return parser.parse_args(argv)

@@ -32,9 +32,11 @@ def synthetic(seed=0):
 def test_every_method_trains_with_each_candidate_shape(name):
   features, labels = synthetic()
   params = pc.METHODS[name].candidates()[-1]
-  head, epoch_losses, _ = pc.train_method(name, params, features, labels, RECIPE, seed=0)
+  flipped = features + 0.1 * np.random.default_rng(1).normal(size=features.shape).astype(np.float32)
+  head, epoch_losses, _ = pc.train_method(name, params, features, labels, RECIPE, seed=0,
+                                          flipped=flipped)
   assert len(epoch_losses) == RECIPE.epochs and np.all(np.isfinite(epoch_losses))
-  accuracy = lp.class_accuracy(head, features, labels)
+  accuracy = pc.class_accuracy(name, head, features, labels)
   assert np.mean(accuracy) > 0.3, name  # learnt something (chance is 0.1)
 
 
@@ -145,5 +147,28 @@ def test_report_from_run_files(tmp_path):
   assert "| group_dro |" in tables and "Paired Δ vs ERM" in tables
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["seeds"] == [0, 1, 2]
-  assert set(results["summary"]["methods"]) == {"erm", "group_dro", "jtt"}
+  assert set(results["summaries"]["balanced"]["methods"]) == {"erm", "group_dro", "jtt"}
   assert (tmp_path / "tradeoff.png").stat().st_size > 0
+
+
+def test_adapter_step_is_ce_on_both_views_plus_lambda_supcon():
+  """The adapter setting's first-epoch loss (one step) against CE on the 2B views plus λ·SupCon of
+  the projections computed here from the library functions; λ = 0 is ERM on the same adapter."""
+  import mr2_jax
+  features, labels = synthetic()
+  flipped = features[:, ::-1].copy()
+  recipe = RECIPE._replace(epochs=1)
+  batches = lp.epoch_batches(N, recipe.batch_size, 0, 0)[:1]
+  params = pc.Adapter().init(jax.random.key(0), jnp.zeros((1, D)))["params"]
+  x = jnp.concatenate([features[batches[0]], flipped[batches[0]]])
+  y = jnp.concatenate([labels[batches[0]], labels[batches[0]]]).astype(jnp.int32)
+  logits, projections = pc.Adapter().apply({"params": params}, x)
+  ce = float(jnp.mean(reweight_jax.cross_entropy_loss(logits, y)))
+  supcon = float(mr2_jax.supcon_loss(projections, y, temperature=0.1)[0])
+  for lam in (0.0, 0.5):
+    optimizer = lp.make_optimizer(recipe, 1)
+    state = pc.AdapterState(params, optimizer.init(params))
+    _, loss = pc.make_adapter_epoch(recipe, 1, lam, 0.1)(
+        state, jnp.asarray(features), jnp.asarray(flipped), jnp.asarray(labels, jnp.int32),
+        batches)
+    np.testing.assert_allclose(float(loss), ce + lam * supcon, rtol=1e-5)
