@@ -127,7 +127,7 @@ def test_tune_scores_on_validation_and_records_the_choice(monkeypatch, tmp_path)
   held_out = data.stratified_holdout(labels, lp.NUM_CLASSES, pc.VALIDATION_FRACTION, seed=0)[1]
   assert set(scored) == {len(held_out)}  # every score on the held-out rows, never training rows
   focal = record["methods"]["focal"]
-  assert len(focal["candidates"]) == 2
+  assert len(focal["candidates"]) == len(pc.METHODS["focal"].candidates())
   best = max(focal["candidates"], key=lambda c: (c["val_worst_class"], c["val_mean_class"]))
   assert focal["chosen"] == best["params"]
   assert record["methods"]["erm"]["chosen"] == {}
