@@ -90,6 +90,11 @@ METHODS = {
     "mr2": Method("loss", "mr2", fixed=(("mr2.lam", 0.0), ("mr2.form", "paper"),
                                         ("mr2.decay", 0.9)),
                   grid=(("mr2.c_bar", (1.0, 1.5, 2.0, 3.0)),)),
+    # MR2's control: the same margin cross-entropy with every γ_k = c̄ (a uniform temperature),
+    # c̄ from the same grid — separates MR2's class-dependent γ from a global temperature.
+    "uniform_gamma": Method("loss", "mr2", fixed=(("mr2.lam", 0.0), ("mr2.form", "paper"),
+                                                  ("mr2.decay", 0.9), ("mr2.uniform_margin", True)),
+                            grid=(("mr2.c_bar", (1.0, 1.5, 2.0, 3.0)),)),
     "focal": Method("loss", "focal", grid=(("focal.gamma", (0.5, 1.0, 2.0)),)),
     # Linear logits are not cosines: LDAM's scale s is 1 and the margin is on the logits' scale.
     "ldam": Method("loss", "ldam", fixed=(("ldam.scale", 1.0),),
