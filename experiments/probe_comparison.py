@@ -360,6 +360,23 @@ def tradeoff_plot(summary: dict, path: pathlib.Path) -> None:
   plt.close(fig)
 
 
+def paired_against_control(runs: list[dict], method: str, control: str,
+                           difficulty: Sequence[int]) -> str:
+  """A Markdown row set: `method` − `control` per seed (paired Δ, seeds ahead) on the groups of
+  `difficulty` (ERM's), for the columns of the probe tables."""
+  by = {(r["method"], r["seed"]): r for r in runs}
+  seeds = sorted(s for m, s in by if m == method and (control, s) in by)
+  metrics = {m: {s: lp.group_metrics(np.asarray(by[m, s]["class_accuracy"]),
+                                     np.asarray(difficulty), None) for s in seeds}
+             for m in (method, control)}
+  cells = [reporting.delta_cell(tuple(reporting.paired_delta(
+      {s: metrics[method][s][k] for s in seeds}, {s: metrics[control][s][k] for s in seeds})),
+      scale=1.0, digits=2) for k, _ in lp.COLUMNS]
+  return ("| Method − control | " + " | ".join(t for _, t in lp.COLUMNS) + " |\n"
+          + "|---" * (len(lp.COLUMNS) + 1) + "|\n"
+          + f"| {method} − {control} | " + " | ".join(cells) + " |\n")
+
+
 SETTING_TITLES = {
     SETTING: "linear head on frozen Lite0 features (ERM = `erm`)",
     "adapter": (f"trainable MLP adapter ({ADAPTER_WIDTH} units) on frozen Lite0 features, image + "
@@ -388,6 +405,10 @@ def write_reports(runs: list[dict], out: pathlib.Path, results: dict) -> str:
     suffix = "" if setting == SETTING else f"_{setting}"
     lines += [f"## {SETTING_TITLES[setting]}\n",
               lp.markdown_tables(summary, setting, class_names, long_tailed=False)]
+    if setting == SETTING and {"mr2", "uniform_gamma"} <= set(names):
+      lines += ["MR2 against its uniform-γ control (same c̄ grid; paired per seed, ERM's groups):",
+                "", paired_against_control(runs, "mr2", "uniform_gamma",
+                                           summary["difficulty_groups"])]
     lp.plot_sorted_class_accuracy(summary, setting, class_names, out / f"per_class{suffix}.png",
                                   title="Lite0 probe, comparison methods")
     tradeoff_plot(summary, out / f"tradeoff{suffix}.png")

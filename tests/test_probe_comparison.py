@@ -137,7 +137,7 @@ def test_report_from_run_files(tmp_path):
   rng = np.random.default_rng(0)
   (tmp_path / "runs").mkdir()
   for seed in range(3):
-    for name in ("erm", "group_dro", "jtt"):
+    for name in ("erm", "mr2", "uniform_gamma", "group_dro", "jtt"):
       run = {"setting": "balanced", "method": name, "seed": seed, "params": {"x": 1},
              "recipe": RECIPE._asdict(), "resolution": 128, "wall_s": 1.0,
              "class_accuracy": rng.uniform(0.5, 1.0, 10).tolist()}
@@ -147,7 +147,15 @@ def test_report_from_run_files(tmp_path):
   assert "| group_dro |" in tables and "Paired Δ vs ERM" in tables
   results = json.loads((tmp_path / "results.json").read_text())
   assert results["seeds"] == [0, 1, 2]
-  assert set(results["summaries"]["balanced"]["methods"]) == {"erm", "group_dro", "jtt"}
+  assert set(results["summaries"]["balanced"]["methods"]) == {"erm", "mr2", "uniform_gamma",
+                                                               "group_dro", "jtt"}
+  # MR2 against its control, paired per seed: the Overall Δ of the table against NumPy.
+  runs = {(p.stem.rsplit("-seed", 1)[0], int(p.stem.rsplit("seed", 1)[1])):
+          np.asarray(json.loads(p.read_text())["class_accuracy"]) for p in
+          (tmp_path / "runs").glob("*.json")}
+  delta = [100 * (runs["mr2", s].mean() - runs["uniform_gamma", s].mean()) for s in range(3)]
+  row = next(line for line in tables.splitlines() if line.startswith("| mr2 − uniform_gamma |"))
+  assert row.split("|")[2].strip().startswith(f"{np.mean(delta):+.2f} ± {np.std(delta, ddof=1):.2f}")
   assert (tmp_path / "tradeoff.png").stat().st_size > 0
 
 
