@@ -46,3 +46,24 @@ def pytest_sessionfinish(session, exitstatus):
   os.makedirs(report_dir, exist_ok=True)
   with open(os.path.join(report_dir, f"worst-{worker}.json"), "w") as f:
     json.dump(dict(sorted(strategies.WORST.items())), f, indent=1)
+
+
+import pytest  # noqa: E402
+
+# XLA:CPU keeps ~200 memory mappings per compiled executable; a test worker that compiles hundreds
+# of functions passes the kernel's vm.max_map_count (65,530 here) and the next compile segfaults
+# inside LLVM. Drop JAX's compiled code between tests once a worker holds more than this many.
+_MAX_MEMORY_MAPS = 30_000
+
+
+@pytest.fixture(autouse=True)
+def _bounded_compiled_code():
+  try:
+    with open("/proc/self/maps") as maps:
+      count = sum(1 for _ in maps)
+  except OSError:
+    count = 0
+  if count > _MAX_MEMORY_MAPS:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.clear_caches()
+  yield
