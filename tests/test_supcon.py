@@ -165,7 +165,7 @@ class SupConTest(chex.TestCase):
 
     loss1, (grad_w1, grad_x1) = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))(
         w, x, labels, where)
-    for devices in (8, 4, 2):
+    for devices in (8, 2):  # 4 is between; each split is a compile
       mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:devices]), ("i",))
 
       def local(w, x, y, m, devices=devices):
