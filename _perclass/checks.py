@@ -119,6 +119,17 @@ def check_where(where: Array | None, batch: int, name: str = "where") -> jax.Arr
   return where
 
 
+def check_class_mask(x: Array, num_classes: int, name: str) -> jax.Array:
+  """Checks a boolean per-class mask of shape [num_classes]."""
+  x = jnp.asarray(x)
+  if x.shape != (num_classes,):
+    raise ValueError(f"{name}: expected shape ({num_classes},) matching the number of classes, "
+                     f"got {x.shape}.")
+  if x.dtype != jnp.bool_:
+    raise TypeError(f"{name}: expected a boolean mask, got {x.dtype}.")
+  return x
+
+
 def check_class_vector(x: Array, num_classes: int, name: str) -> jax.Array:
   """Checks a floating per-class vector of shape [num_classes]."""
   x = check_floating(x, 1, name)

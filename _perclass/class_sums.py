@@ -35,6 +35,20 @@ class ClassSlots(NamedTuple):
   slot: jax.Array
 
 
+def global_batch(axis_name: str | None, *arrays) -> tuple[tuple, jax.Array | int]:
+  """The global batch of per-row arrays and this device's row offset in it.
+
+  Without an axis: the arrays as given and offset 0. Under `axis_name`: each array all-gathered
+  along its first axis (tiled, in device order; gradients flow back through the gather to the
+  device that owns each row) and offset = axis_index · B_local, so local row i is global row
+  offset + i.
+  """
+  if axis_name is None:
+    return arrays, 0
+  gathered = tuple(jax.lax.all_gather(x, axis_name, tiled=True) for x in arrays)
+  return gathered, jax.lax.axis_index(axis_name) * arrays[0].shape[0]
+
+
 def num_devices(axis_name: str | None) -> int:
   """Devices along the data-parallel axis (1 without one).
 

@@ -295,7 +295,7 @@ def _group_dro(config, logits, features, labels, state, info):
 
 def global_rows(batch: int, axis_name: str | None) -> jax.Array:
   """The positions int [B] of this device's rows in the global batch (devices hold equal blocks)."""
-  offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * batch
+  offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * batch  # as global_batch
   return offset + jnp.arange(batch)
 
 

@@ -79,7 +79,7 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
     # ℓ_s̄ all-gathers the features anyway; the exact global statistics are then computed from the
     # gathered rows on every device, which saves the min(K, B_global)·d all-reduce (XLA merges the
     # two identical gathers). The result is the single-device computation on the global batch.
-    gathered = [jax.lax.all_gather(x, axis_name, tiled=True) for x in (features, labels, valid)]
+    gathered, _ = class_sums.global_batch(axis_name, features, labels, valid)
     new_stats = class_stats_lib.update_class_stats(
         stats, gathered[0], gathered[1], decay=decay, p=p, where=gathered[2])
   else:

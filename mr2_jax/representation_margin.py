@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from mr2_jax import class_stats as class_stats_lib
 from _perclass import checks
+from _perclass import class_sums
 from mr2_jax.class_stats import ClassStats
 
 Array = Any
@@ -315,16 +316,11 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   s_bar = jax.lax.stop_gradient(s_bar)
 
   batch = labels.shape[0]
-  if axis_name is None:
-    all_features, all_labels, all_valid, anchor_offset = features, labels, valid, 0
-  else:
-    # Positives come from the global batch. Only this all-gather crosses devices: the class means
-    # used for centring are computed here from the gathered rows (no psum), and gradients flow back
-    # through the gather to the device that owns each row.
-    all_features = jax.lax.all_gather(features, axis_name, tiled=True)
-    all_labels = jax.lax.all_gather(labels, axis_name, tiled=True)
-    all_valid = jax.lax.all_gather(valid, axis_name, tiled=True)
-    anchor_offset = jax.lax.axis_index(axis_name) * batch
+  # Positives come from the global batch. Only this all-gather crosses devices: the class means
+  # used for centring are computed here from the gathered rows (no psum), and gradients flow back
+  # through the gather to the device that owns each row.
+  (all_features, all_labels, all_valid), anchor_offset = class_sums.global_batch(
+      axis_name, features, labels, valid)
   classes, largest = class_order(all_labels, all_valid)
   rows = all_features.shape[0]
   dense_work = batch * rows * all_features.shape[1]

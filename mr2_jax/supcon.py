@@ -130,13 +130,8 @@ def supcon_loss(projections: Array, labels: Array, *, temperature: float = 0.1,
   local = jnp.where(valid[:, None], projections, 0.0)
 
   batch = labels.shape[0]
-  if axis_name is None:
-    all_rows, all_labels, all_valid, anchor_offset = local, labels, valid, 0
-  else:
-    all_rows = jax.lax.all_gather(local, axis_name, tiled=True)
-    all_labels = jax.lax.all_gather(labels, axis_name, tiled=True)
-    all_valid = jax.lax.all_gather(valid, axis_name, tiled=True)
-    anchor_offset = jax.lax.axis_index(axis_name) * batch
+  (all_rows, all_labels, all_valid), anchor_offset = class_sums.global_batch(
+      axis_name, local, labels, valid)
   anchor_index = anchor_offset + jnp.arange(batch)
   candidate = (valid[:, None] & all_valid[None, :]
                & (anchor_index[:, None] != jnp.arange(all_labels.shape[0])[None, :]))

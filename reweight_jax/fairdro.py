@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from _perclass.checks import check_class_mask
 from _perclass.checks import check_class_vector
 from _perclass.checks import check_floating
 from _perclass.checks import check_num_classes
@@ -93,12 +94,7 @@ def fairdro_best_response(class_losses: Array, rho: float = 0.5, *, clip: bool =
   if present is None:
     present = jnp.ones((num_classes,), bool)
   else:
-    present = jnp.asarray(present)
-    if present.shape != (num_classes,):
-      raise ValueError(f"present: expected shape ({num_classes},) like class_losses, got "
-                       f"{present.shape}.")
-    if present.dtype != jnp.bool_:
-      raise TypeError(f"present: expected a boolean mask, got {present.dtype}.")
+    present = check_class_mask(present, num_classes, "present")
   dtype = jnp.promote_types(class_losses.dtype, jnp.float32)
   losses = jnp.where(present, class_losses.astype(dtype), 0.0)
   num_present = jnp.sum(present).astype(dtype)

@@ -16,6 +16,7 @@ import numpy as np
 
 from _perclass import class_sums
 from _perclass.checks import check_batch_dim
+from _perclass.checks import check_class_mask
 from _perclass.checks import check_class_vector
 from _perclass.checks import check_floating
 from _perclass.checks import check_labels
@@ -143,12 +144,7 @@ def inverse_weights(class_losses: Array, present: Array, *, prior: Array, alpha:
   """
   class_losses = check_floating(class_losses, 1, "class_losses")
   num_classes = class_losses.shape[0]
-  present = jnp.asarray(present)
-  if present.shape != (num_classes,):
-    raise ValueError(f"present: expected shape ({num_classes},) matching class_losses, got "
-                     f"{present.shape}.")
-  if present.dtype != jnp.bool_:
-    raise TypeError(f"present: expected a boolean mask, got {present.dtype}.")
+  present = check_class_mask(present, num_classes, "present")
   prior = check_class_vector(prior, num_classes, "prior")
   check_alpha(alpha)
   if not eps > 0:
