@@ -10,6 +10,7 @@ aside (renamed `corrupt-<step>`, nothing deleted) and resumes from the newest ch
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -130,6 +131,56 @@ def restore_latest(checkpoint_manager: ocp.CheckpointManager, template, *,
   return template
 
 
+def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int, dict]:
+  """(step, {'params', 'batch_stats'}) of a run's latest checkpoint, for a model like `model`.
+
+  Restored without a state template (only the model's variables are used and their shapes are
+  checked against `model`, so the rest of the train state — optimizer, loss state — may have any
+  layout), from the trainer's composite steps ('state' + digest) and older single-item steps; the
+  digest is not checked (the trainer checks it on resume). The manager is read-only: it creates
+  nothing and leaves a still-running job's files alone. Used by diagnose, JTT's stage-1 model and
+  the frozen encoder of a two-stage run.
+
+  Raises:
+    FileNotFoundError: no checkpoint. CheckpointError: unreadable, or variables that do not fit.
+  """
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  directory = pathlib.Path(workdir).resolve() / "checkpoints"
+  if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
+    raise FileNotFoundError(f"{directory}: no checkpoint (the run saved none yet)")
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)  # orbax: "read only", "no target given"
+  try:
+    checkpoint_manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+        read_only=True, create=False, enable_async_checkpointing=False))
+    step = checkpoint_manager.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"{directory}: no complete checkpoint")
+    try:
+      if (directory / str(step) / "state").is_dir():  # the composite step: state + digest
+        restored = checkpoint_manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore())).state
+      else:  # a single-item step (checkpoints written before the composite layout)
+        restored = checkpoint_manager.restore(step, args=ocp.args.StandardRestore())
+    except Exception as error:  # orbax / tensorstore raise many kinds for a damaged file
+      first = str(error).splitlines()[0][:200] if str(error) else ""
+      raise CheckpointError(f"checkpoint at step {step} ({directory / str(step)}) cannot be read: "
+                            f"{type(error).__name__}: {first}") from error
+    checkpoint_manager.close()
+  finally:
+    absl_logging.set_verbosity(verbosity)
+  expected = jax.eval_shape(functools.partial(model.init, train=False), jax.random.key(0),
+                            np.zeros((1, *image_shape), np.float32))
+  variables = {"params": restored.get("params"), "batch_stats": restored.get("batch_stats") or {}}
+  shapes = jax.tree.map(np.shape, variables)
+  wanted = jax.tree.map(lambda x: x.shape, {"params": expected["params"],
+                                            "batch_stats": expected.get("batch_stats", {})})
+  if shapes != wanted:
+    raise CheckpointError(f"{directory / str(step)}: its parameters do not fit the model of "
+                          f"config.json")
+  return int(step), variables
+
+
 def check_resumable(workdir: pathlib.Path, config) -> None:
   """Refuses to resume a workdir whose checkpoints were made with a different config."""
   saved = workdir / "config.json"
@@ -189,6 +240,42 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   loss_state = {**template.loss_state, **{k: v for k, v in restored.loss_state.items()
                                           if k in template.loss_state}}
   return restored.replace(loss_state=loss_state)
+
+
+# What a frozen encoder's run must share with the linear stage: the model and the training set.
+ENCODER_FIELDS = ("model", "dataset", "imbalance_factor", "max_train_per_class",
+                  "validation_fraction", "seed")
+
+
+def load_frozen_encoder(config, template, image_shape):
+  """`template` with every parameter but the head, and the BatchNorm statistics, from the latest
+  checkpoint of the run `config.frozen_encoder_from` (the linear stage of a two-stage method, e.g.
+  SupCon: the head starts fresh and is the only thing trained). Returns (state, record)."""
+  from experiments import train_state  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  source = pathlib.Path(config.frozen_encoder_from).resolve()
+  saved = source / "config.json"
+  if not saved.is_file():
+    raise ConfigError(f"config.frozen_encoder_from: {source} holds no config.json of a run")
+  before = ml_collections.ConfigDict(json.loads(saved.read_text()))
+  changed = [f for f in ENCODER_FIELDS if before.get(f) != config.get(f)]
+  if changed:
+    raise ConfigError(f"config.frozen_encoder_from: {source} was trained with other "
+                      f"{', '.join(changed)}; the encoder's run must share the model and the "
+                      f"training set ({', '.join(ENCODER_FIELDS)})")
+  num_classes = template.params["head"]["kernel"].shape[-1]
+  try:
+    step, variables = read_variables(source, train_state.build_model(before, num_classes),
+                                     image_shape)
+  except (FileNotFoundError, CheckpointError) as error:
+    raise ConfigError(f"config.frozen_encoder_from: {error}") from error
+  params = {key: (value if key == "head" else variables["params"][key])
+            for key, value in template.params.items()}
+  batch_stats = {key: variables["batch_stats"][key] for key in template.batch_stats}
+  state = template.replace(params=jax.tree.map(np.asarray, params),
+                           batch_stats=jax.tree.map(np.asarray, batch_stats))
+  return state, {"frozen_encoder_from": str(source), "frozen_encoder_step": step,
+                 "frozen_encoder_loss": before.get("loss")}
 
 
 def init_from_differences(before: dict, now: dict) -> list[str]:

@@ -393,15 +393,29 @@ def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
   return padded[np.arange(batch)[:, None, None], rows[:, :, None], cols[:, None, :]]
 
 
-def steps_per_epoch(split: Split, batch_size: int, process_count: int = 1) -> int:
-  """Full batches per epoch and process; `batch_size` is per process."""
+def steps_per_epoch(split: Split, batch_size: int, process_count: int = 1,
+                    sample: np.ndarray | None = None) -> int:
+  """Full batches per epoch and process; `batch_size` is per process. An epoch draws from `sample`
+  (dataset positions, repeats allowed: JTT's up-sampled set) when given, else from the whole split."""
   if batch_size < 1 or process_count < 1:
     raise DataError(f"batch_size and process_count must be >= 1, got {batch_size}, {process_count}")
-  steps = len(split) // process_count // batch_size
+  size = len(split) if sample is None else len(sample)
+  steps = size // process_count // batch_size
   if steps == 0:
-    raise DataError(f"{len(split)} examples do not fill one batch of {batch_size} on each of "
+    raise DataError(f"{size} examples do not fill one batch of {batch_size} on each of "
                     f"{process_count} process(es)")
   return steps
+
+
+def check_sample(split: Split, sample: np.ndarray) -> np.ndarray:
+  """`sample` as int64 dataset positions of `split`, refused (DataError) when outside [0, N)."""
+  sample = np.asarray(sample)
+  if sample.ndim != 1 or not np.issubdtype(sample.dtype, np.integer):
+    raise DataError(f"sample: expected int dataset positions [M], got {sample.dtype} {sample.shape}")
+  if len(sample) and (sample.min() < 0 or sample.max() >= len(split)):
+    raise DataError(f"sample: positions must lie in [0, {len(split)}), got "
+                    f"[{sample.min()}, {sample.max()}]")
+  return sample.astype(np.int64)
 
 
 def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
@@ -410,32 +424,50 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
 
 
 def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augment: bool,
-                  process_index: int = 0, process_count: int = 1,
-                  start_batch: int = 0) -> Iterator[dict[str, np.ndarray]]:
+                  process_index: int = 0, process_count: int = 1, start_batch: int = 0,
+                  views: int = 1, sample: np.ndarray | None = None
+                  ) -> Iterator[dict[str, np.ndarray]]:
   """One epoch of full training batches for this process.
 
-  The epoch's permutation is cut to steps · batch_size · process_count examples (the remainder is
-  dropped, so every batch is full and every process runs the same number of steps) and process p
-  takes positions p, p + P, p + 2P, ... Batch b of that shard is a pure function of
-  (seed, epoch, b, process), so `start_batch=b` resumes an interrupted epoch exactly.
+  The epoch's permutation (of the split, or of `sample`) is cut to steps · batch_size ·
+  process_count examples (the remainder is dropped, so every batch is full and every process runs
+  the same number of steps) and process p takes positions p, p + P, p + 2P, ... Batch b of that
+  shard is a pure function of (seed, epoch, b, process), so `start_batch=b` resumes an interrupted
+  epoch exactly.
+
+  Args:
+    views: augmented views per example (SupCon's two); view v > 0 is cropped and flipped with its
+      own draw ([seed, epoch, b, v]); view 0 with the single-view draw.
+    sample: dataset positions an epoch draws from, repeats allowed (JTT's up-sampled training set:
+      the epoch grows); default every position once.
 
   Yields:
-    {'image': float32 [batch_size, H, W, C] normalised, 'label': int32 [batch_size]}.
+    {'image': float32 [batch_size, H, W, C] normalised ([batch_size, views, H, W, C] when
+     views > 1), 'label': int32 [batch_size], 'index': int32 [batch_size] the examples' positions
+     in `split` (LfF's per-example state is indexed by them)}.
   """
   if not 0 <= process_index < process_count:
     raise DataError(f"process_index {process_index} not in [0, {process_count})")
-  steps = steps_per_epoch(split, batch_size, process_count)
+  if views < 1:
+    raise DataError(f"views must be >= 1, got {views}")
+  sample = np.arange(len(split)) if sample is None else check_sample(split, sample)
+  steps = steps_per_epoch(split, batch_size, process_count, sample)
   if not 0 <= start_batch <= steps:
     raise DataError(f"start_batch {start_batch} not in [0, {steps}]")
-  order = epoch_permutation(len(split), seed, epoch)
+  order = sample[epoch_permutation(len(sample), seed, epoch)]
   shard = order[:steps * batch_size * process_count][process_index::process_count]
   for b in range(start_batch, steps):
     indices = shard[b * batch_size:(b + 1) * batch_size]
-    images = split.images[indices]
-    if augment:
-      images = random_crop_flip(images, np.random.default_rng([seed, epoch, b]),
-                                process_index=process_index, process_count=process_count)
-    yield {"image": normalize(images, split.name), "label": split.labels[indices]}
+    raw = split.images[indices]
+    crops = []
+    for v in range(views):
+      images = raw
+      if augment:
+        images = random_crop_flip(images, np.random.default_rng([seed, epoch, b, v][:3 + (v > 0)]),
+                                  process_index=process_index, process_count=process_count)
+      crops.append(normalize(images, split.name))
+    image = crops[0] if views == 1 else np.stack(crops, axis=1)
+    yield {"image": image, "label": split.labels[indices], "index": indices.astype(np.int32)}
 
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[dict[str, np.ndarray]]:

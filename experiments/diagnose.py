@@ -626,11 +626,10 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   """
   import jax  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  from experiments import checkpoints as checkpoints_lib  # pylint: disable=g-import-not-at-top
   from experiments import data as data_lib  # pylint: disable=g-import-not-at-top
-  from experiments import models  # pylint: disable=g-import-not-at-top
   from experiments import train as train_lib  # pylint: disable=g-import-not-at-top
+  from experiments import train_state  # pylint: disable=g-import-not-at-top
   from experiments.evaluation import classifier_weights  # pylint: disable=g-import-not-at-top
 
   workdir = pathlib.Path(workdir).resolve()  # orbax needs absolute paths
@@ -643,9 +642,6 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   config_path = workdir / "config.json"
   if not config_path.is_file():
     raise FileNotFoundError(f"{config_path}: not found (not a training workdir?)")
-  checkpoints = workdir / "checkpoints"
-  if not checkpoints.is_dir() or not any(p.name.isdigit() for p in checkpoints.iterdir()):
-    raise FileNotFoundError(f"{checkpoints}: no checkpoint (the run saved none yet)")
   config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
 
   try:
@@ -655,39 +651,11 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   if "validation" in splits and validation is None:
     raise DiagnoseError("split: this run has no validation split (config.validation_fraction = 0)")
   num_classes = train.num_classes
-  model = models.create_model(config.model, num_classes, head=config.head,
-                              cosine_scale=config.cosine_scale, axis_name=None)
-
-  verbosity = absl_logging.get_verbosity()
-  absl_logging.set_verbosity(absl_logging.ERROR)  # orbax: "read only", "no target given"
+  model = train_state.build_model(config, num_classes)
   try:
-    manager = ocp.CheckpointManager(checkpoints, options=ocp.CheckpointManagerOptions(
-        read_only=True, create=False, enable_async_checkpointing=False))
-    step = manager.latest_step()
-    if step is None:
-      raise FileNotFoundError(f"{checkpoints}: no complete checkpoint")
-    try:
-      if (checkpoints / str(step) / "state").is_dir():  # the composite step: state + digest
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore())).state
-      else:  # a single-item step (checkpoints written before the composite layout)
-        restored = manager.restore(step, args=ocp.args.StandardRestore())
-    except Exception as error:  # orbax / tensorstore raise many kinds for a damaged file
-      first = str(error).splitlines()[0][:200] if str(error) else ""
-      raise DiagnoseError(f"checkpoint at step {step} ({checkpoints / str(step)}) cannot be read: "
-                          f"{type(error).__name__}: {first}") from error
-    manager.close()
-  finally:
-    absl_logging.set_verbosity(verbosity)
-  expected = jax.eval_shape(functools.partial(model.init, train=False), jax.random.key(0),
-                            np.zeros((1, *train.images.shape[1:]), np.float32))
-  variables = {"params": restored.get("params"), "batch_stats": restored.get("batch_stats") or {}}
-  shapes = jax.tree.map(np.shape, variables)
-  wanted = jax.tree.map(lambda x: x.shape, {"params": expected["params"],
-                                            "batch_stats": expected.get("batch_stats", {})})
-  if shapes != wanted:
-    raise DiagnoseError(f"{checkpoints / str(step)}: its parameters do not fit the model of "
-                        f"config.json ({config.model}, {config.head} head, K = {num_classes})")
+    step, variables = checkpoints_lib.read_variables(workdir, model, train.images.shape[1:])
+  except checkpoints_lib.CheckpointError as error:
+    raise DiagnoseError(str(error)) from error
   classifier, bias = classifier_weights(variables["params"], config.head)
   classifier = np.asarray(classifier, np.float64)
   bias = None if bias is None else np.asarray(bias, np.float64)

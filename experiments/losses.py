@@ -25,11 +25,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 import mr2_jax
 import reweight_jax
 from _perclass import checks
 from _perclass import class_sums
+from experiments import models
 from experiments.config_errors import INF
 from experiments.config_errors import ConfigError
 from experiments.config_errors import check_choice
@@ -45,6 +47,9 @@ class StepInfo(NamedTuple):
   axis_name: str | None = None     # data-parallel axis (pmap / shard_map), None on one device
   rng: jax.Array | None = None     # this step's PRNG key (the same on every device), for losses
                                    # that draw (EQL); a pure function of (run seed, step)
+  outputs: dict | None = None      # extra model outputs of the entry's `model` wrapper, rows as the
+                                   # logits' (SupCon's 'projection', LfF's 'biased_logits')
+  indices: jax.Array | None = None  # int [B] the rows' positions in the training set (LfF)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -97,6 +102,21 @@ CONFIG_TREES = {
     "fairdro": ConfigTree(lambda: dict(rho=0.5, schedule="linear", clip=False),
                           ranges=(("rho", *_POS),),
                           choices=(("schedule", reweight_jax.FAIRDRO_SCHEDULES),)),
+    # COMPARISONS spec, 'SupCon': λ (joint CE + λ·SupCon; ce=False is the pre-training stage of
+    # the two-stage recipe, whose linear stage is `config.frozen_encoder_from`), τ, τ_b, head width.
+    "supcon": ConfigTree(lambda: dict(lam=1.0, ce=True, temperature=0.1, base_temperature=0.07,
+                                      projection_dim=128),
+                         ranges=(("lam", *_POS), ("temperature", *_POS),
+                                 ("base_temperature", *_POS), ("projection_dim", (1, True),
+                                                               (INF, False)))),
+    # COMPARISONS spec, 'JTT': the stage-1 run (its workdir; its latest checkpoint is the stage-1
+    # model) and λ_up (each error-set example appears 1 + λ_up times per epoch).
+    "jtt": ConfigTree(lambda: dict(stage1=ml_collections.config_dict.placeholder(str),
+                                   upweight=20),
+                      ranges=(("upweight", *_NONNEG),)),
+    # COMPARISONS spec, 'LfF': GCE exponent q and EMA decay α.
+    "lff": ConfigTree(lambda: dict(q=0.7, alpha=0.7),
+                      ranges=(("q", (0, False), (1, True)), ("alpha", (0, True), (1, True)))),
 }
 
 
@@ -129,6 +149,13 @@ class Loss:
     epoch_end: (config, loss_state, EpochPass, epoch, num_epochs) → loss_state, for an entry whose
       state is set from a pass over the training set after each epoch (FairDRO's q); the trainer
       runs that pass (eval mode, no augmentation) only for such an entry.
+    model: (config, base model) → the model it trains: a wrapper (`experiments.models`) that keeps
+      the base model's parameters where they are and adds outputs the entry reads from
+      `StepInfo.outputs` in training mode (SupCon's projection head, LfF's biased twin).
+    views: augmented views per example in a training batch (SupCon: 2); the step runs the model on
+      the V·B views (view-major) with the labels and indices repeated per view.
+    sampler: (config, train split) → (dataset positions one epoch draws from, a record for the
+      summary), for an entry that trains on an edited training set (JTT's up-sampled error set).
   """
   apply: LossApply
   reads: tuple[str, ...] = ()
@@ -137,6 +164,9 @@ class Loss:
   before: str = "ce"
   check: Callable[[Any], None] | None = None
   epoch_end: Callable[..., dict] | None = None
+  model: Callable[[Any, Any], Any] | None = None
+  views: int = 1
+  sampler: Callable[..., tuple[Any, dict]] | None = None
 
 
 class EpochPass(NamedTuple):
@@ -148,6 +178,10 @@ class EpochPass(NamedTuple):
 
 STATE_INIT = {"class_stats": mr2_jax.init_class_stats, "reweight": reweight_jax.init_reweight_state,
               "group_dro_q": reweight_jax.init_group_dro_q, "fairdro_q": reweight_jax.init_fairdro_q}
+# Per-example state, from the training labels int [N] (LfF's EMAs and the labels its class maxima
+# run over).
+EXAMPLE_STATE_INIT = {"lff": lambda labels: reweight_jax.init_lff_state(len(labels)),
+                      "lff_labels": lambda labels: jnp.asarray(labels, jnp.int32)}
 
 
 def mean_share(per_example: jax.Array, axis_name: str | None,
@@ -330,6 +364,69 @@ def _fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
   return {**state, "fairdro_q": q}
 
 
+def _output(info: StepInfo, key: str, loss: str) -> jax.Array:
+  if not info.outputs or key not in info.outputs:
+    raise ValueError(f"the {loss!r} loss reads the model output {key!r} (StepInfo.outputs), which "
+                     f"its model wrapper adds: build the model with `train_state.build_model`")
+  return info.outputs[key]
+
+
+def _global_mean(value: jax.Array, axis_name: str | None) -> jax.Array:
+  return value if axis_name is None else jax.lax.pmean(value, axis_name)
+
+
+def _supcon(config, logits, features, labels, state, info):
+  """CE + λ·SupCon on the V·B views (joint), or λ·SupCon alone (`supcon.ce=False`, pre-training)."""
+  del features
+  sc = config.supcon
+  contrastive, _ = mr2_jax.supcon_loss(
+      _output(info, "projection", "supcon"), labels, temperature=sc.temperature,
+      base_temperature=sc.base_temperature, axis_name=info.axis_name, num_classes=logits.shape[1])
+  loss = sc.lam * contrastive
+  if sc.ce:
+    loss = loss + mean_share(reweight_jax.cross_entropy_loss(logits, labels), info.axis_name)
+  return loss, state, {"supcon_loss": _global_mean(contrastive, info.axis_name)}
+
+
+def _supcon_model(config, base):
+  return models.WithProjection(base, features=config.supcon.projection_dim)
+
+
+def _jtt_sampler(config, train):
+  """Each example of the stage-1 model's error set E repeated 1 + λ_up times (COMPARISONS, JTT)."""
+  from experiments import stage1  # pylint: disable=g-import-not-at-top
+  error_set = stage1.error_set(config.jtt.stage1, config, train)
+  # Each epoch permutes this list again (`data.train_batches`); its order here does not matter.
+  sample = reweight_jax.jtt_upsampled_indices(error_set, int(config.jtt.upweight), seed=config.seed)
+  per_class = np.bincount(train.labels[error_set], minlength=train.num_classes)
+  return sample, {"jtt_stage1": str(config.jtt.stage1), "jtt_error_set_size": int(error_set.sum()),
+                  "jtt_error_set_per_class": per_class.tolist(), "jtt_epoch_length": len(sample)}
+
+
+def _check_jtt(config):
+  if not config.jtt.stage1:
+    raise ConfigError("config.jtt.stage1: the 'jtt' loss needs the workdir of its stage-1 ERM run")
+  if int(config.jtt.upweight) != config.jtt.upweight:
+    raise ConfigError(f"config.jtt.upweight: λ_up must be an integer, got {config.jtt.upweight}")
+
+
+def _lff(config, logits, features, labels, state, info):
+  """f_D's logits are the model's; f_B's come from the twin (`models.WithBiasedTwin`)."""
+  del features
+  if info.indices is None:
+    raise ValueError("the 'lff' loss indexes its EMAs by dataset position: StepInfo.indices is None")
+  loss, lff_state, aux = reweight_jax.lff_loss(
+      _output(info, "biased_logits", "lff"), logits, labels, info.indices, state["lff"],
+      state["lff_labels"], q=config.lff.q, alpha=config.lff.alpha, axis_name=info.axis_name)
+  return loss, {**state, "lff": lff_state}, {
+      "lff_weight": _global_mean(jnp.mean(aux.weights), info.axis_name)}
+
+
+def _lff_model(config, base):
+  del config
+  return models.WithBiasedTwin(base)
+
+
 REGISTRY: dict[str, Loss] = {
     "ce": Loss(_ce),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
@@ -352,6 +449,9 @@ REGISTRY: dict[str, Loss] = {
     "eql": Loss(_eql, reads=("eql",)),
     "fairdro": Loss(_fairdro, reads=("fairdro",), state=("fairdro_q",),
                     epoch_end=_fairdro_epoch_end),
+    "supcon": Loss(_supcon, reads=("supcon",), model=_supcon_model, views=2),
+    "jtt": Loss(_ce, reads=("jtt",), sampler=_jtt_sampler, check=_check_jtt),
+    "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels"), model=_lff_model),
 }
 LOSSES = tuple(REGISTRY)
 
@@ -392,10 +492,20 @@ def validate(config) -> None:
       entry.check(config)
 
 
-def init_loss_state(config, num_classes: int) -> dict[str, Any]:
-  """The loss state of `config.loss` (its own and its before entry's fields) for K classes."""
+def init_loss_state(config, num_classes: int, train_labels=None) -> dict[str, Any]:
+  """The loss state of `config.loss` (its own and its before entry's fields) for K classes;
+  per-example fields (LfF's) need the training labels int [N]."""
   fields = sorted({field for entry in _entries(config) for field in entry.state})
-  return {field: STATE_INIT[field](num_classes) for field in fields}
+  state = {}
+  for field in fields:
+    if field in EXAMPLE_STATE_INIT:
+      if train_labels is None:
+        raise ValueError(f"loss {config.loss!r} carries per-example state ({field!r}): pass the "
+                         f"training labels (train_labels)")
+      state[field] = EXAMPLE_STATE_INIT[field](np.asarray(train_labels))
+    else:
+      state[field] = STATE_INIT[field](num_classes)
+  return state
 
 
 def _with_metrics_of(branch, other_shapes: dict) -> Callable[[], tuple]:

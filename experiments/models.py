@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from mr2_jax.heads import CosineClassifier
+from mr2_jax.supcon import SupConProjection
 
 HEADS = ("linear", "cosine")
 
@@ -167,6 +168,70 @@ def create_model(name: str, num_classes: int, head: str = "linear", **kwargs: An
   if head not in HEADS:
     raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
   return MODELS[name](num_classes=num_classes, head=head, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Wrappers: the base model's parameters stay where they are (`nn.share_scope`), so evaluation,
+# checkpoints and NC metrics read them as for the bare model; in training mode a wrapper returns
+# (logits, features, extras), extras a dict of the outputs a loss reads (`StepInfo.outputs`).
+# ------------------------------------------------------------------------------------------------
+
+class WithProjection(nn.Module):
+  """The base model plus SupCon's projection head (`mr2_jax.SupConProjection`, under 'projection')
+  on its features: extras {'projection': z [B, `features`]} (L2-normalised)."""
+  base: nn.Module
+  features: int = 128
+
+  def setup(self):
+    nn.share_scope(self, self.base)
+    self.projection = SupConProjection(self.features)
+
+  def __call__(self, x: jax.Array, train: bool):
+    logits, features = self.base(x, train=train)
+    if not (train or self.is_initializing()):
+      return logits, features
+    projection = self.projection(features)
+    return (logits, features, {"projection": projection}) if train else (logits, features)
+
+
+class WithBiasedTwin(nn.Module):
+  """The base model (LfF's debiased f_D, the one evaluated) and a second copy of it under 'biased'
+  (f_B, own parameters and BatchNorm statistics), run on the same batch: extras
+  {'biased_logits': [B, K]}."""
+  base: nn.Module
+
+  def setup(self):
+    nn.share_scope(self, self.base)
+    self.biased = self.base.clone()
+
+  def __call__(self, x: jax.Array, train: bool):
+    logits, features = self.base(x, train=train)
+    if not (train or self.is_initializing()):
+      return logits, features
+    biased_logits, _ = self.biased(x, train=train)
+    return (logits, features, {"biased_logits": biased_logits}) if train else (logits, features)
+
+
+class FrozenEncoder(nn.Module):
+  """The base model always in inference mode (BatchNorm uses its running statistics and does not
+  update them): the linear stage of a two-stage method, whose optimiser trains the head only
+  (`train_state.create_train_state` with `config.frozen_encoder_from`)."""
+  base: nn.Module
+
+  def setup(self):
+    nn.share_scope(self, self.base)
+
+  def __call__(self, x: jax.Array, train: bool):
+    del train
+    return self.base(x, train=False)
+
+
+def split_outputs(outputs) -> tuple[jax.Array, jax.Array, dict]:
+  """(logits, features, extras) of a model's output, extras {} for a bare model."""
+  if len(outputs) == 2:
+    return outputs[0], outputs[1], {}
+  logits, features, extras = outputs
+  return logits, features, extras
 
 
 def count_params(params: Any) -> int:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import reweight_jax
 from _perclass import metrics as perclass_metrics
 from experiments import losses
+from experiments import models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,22 +38,31 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   global batch. Returns (state, metrics) with the loss's metrics, 'loss', 'train_correct',
   'learning_rate', 'step' and 'finite' (loss, loss state and parameters)."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
+  images, labels, indices = batch["image"], batch["label"], batch.get("index")
+  if images.ndim == 5:  # [B, V, H, W, C] views → the view-major [V·B, H, W, C] batch
+    num_views = images.shape[1]
+    images = jnp.swapaxes(images, 0, 1).reshape(-1, *images.shape[2:])
+    labels = jnp.tile(labels, num_views)
+    indices = None if indices is None else jnp.tile(indices, num_views)
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),
-                         axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1))
+                         axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1),
+                         indices=indices)
 
   def objective(params):
-    (logits, features), new_model_state = state.apply_fn(
-        {"params": params, "batch_stats": state.batch_stats}, batch["image"], train=True,
+    outputs, new_model_state = state.apply_fn(
+        {"params": params, "batch_stats": state.batch_stats}, images, train=True,
         mutable=["batch_stats"], rngs={"dropout": dropout_rng})
-    loss, loss_state, loss_metrics = loss_fn(logits, features, batch["label"], state.loss_state,
-                                             info)
+    logits, features, extras = models.split_outputs(outputs)
+    loss, loss_state, loss_metrics = loss_fn(logits, features, labels, state.loss_state,
+                                             info._replace(outputs=extras))
     return loss, (new_model_state, loss_state, loss_metrics, logits)
 
   (loss, (new_model_state, loss_state, metrics, logits)), grads = jax.value_and_grad(
       objective, has_aux=True)(state.params)
-  correct = jnp.sum(jnp.argmax(logits, -1) == batch["label"])
+  # Over the views too (the trainer divides by batch · views).
+  correct = jnp.sum(jnp.argmax(logits, -1) == labels)
   if axis_name is not None:
     grads = jax.lax.pmean(grads, axis_name)
     loss = jax.lax.pmean(loss, axis_name)
@@ -99,8 +109,8 @@ class EvalSums(NamedTuple):
 def eval_step(state, sums: EvalSums, batch, *, axis_name: str | None = None):
   """One evaluation batch (inference mode, padding masked) added to `sums`; returns (sums, features)
   — the features for NC4's pass (`ncc_step`) when `sums` accumulates NC statistics."""
-  logits, features = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats},
-                                    batch["image"], train=False)
+  logits, features, _ = models.split_outputs(state.apply_fn(
+      {"params": state.params, "batch_stats": state.batch_stats}, batch["image"], train=False))
   labels, mask = batch["label"], batch["mask"]
   num_classes = logits.shape[1]
   correct, counts = perclass_metrics.per_class_correct(jnp.argmax(logits, -1), labels, num_classes,

@@ -27,7 +27,6 @@ from experiments import data as data_lib
 from experiments import evaluation
 from experiments import losses
 from experiments import metric_writer
-from experiments import models
 from experiments import runners
 from experiments import steps
 from experiments import train_state
@@ -55,11 +54,12 @@ def runtime_info() -> dict[str, Any]:
           "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
-def probe_step(config, task, learning_rate_fn, state, model, train, process_batch) -> None:
+def probe_step(config, task, learning_rate_fn, state, model, train, process_batch,
+               views: int = 1) -> None:
   """Traces one train step abstractly (no compute), so that arguments the library rejects at trace
   time (they name themselves) fail before the workdir is touched."""
   batch = next(data_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
-                                      augment=False))
+                                      augment=False, views=views))
   single_device = state.replace(apply_fn=model.clone(axis_name=None).apply)
   step = functools.partial(steps.train_step, loss_fn=losses.make_loss_fn(config), task=task,
                            learning_rate_fn=learning_rate_fn)
@@ -115,19 +115,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                       f"{process_count} processes")
   process_batch = config.batch_size // process_count
   num_classes = train.num_classes
-  steps_per_epoch = data_lib.steps_per_epoch(train, process_batch, process_count)
+  entry = losses.get(config.loss)
+  # An entry that trains on an edited training set (JTT): the positions one epoch draws from.
+  sample, sample_record = (None, {}) if entry.sampler is None else entry.sampler(config, train)
+  steps_per_epoch = data_lib.steps_per_epoch(train, process_batch, process_count, sample)
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:
     total_steps = min(total_steps, max_steps)
   task = steps.Task(class_counts=tuple(float(c) for c in train.class_counts),
                     steps_per_epoch=steps_per_epoch)
   learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
-  model = models.create_model(config.model, num_classes, head=config.head,
-                              cosine_scale=config.cosine_scale,
-                              axis_name=None if config.parallel == "none" else runners.AXIS)
+  model = train_state.build_model(config, num_classes,
+                                  axis_name=None if config.parallel == "none" else runners.AXIS)
   state = train_state.create_train_state(config, model, train.images.shape[1:], num_classes,
-                                         learning_rate_fn, jax.random.key(config.seed))
-  probe_step(config, task, learning_rate_fn, state, model, train, process_batch)
+                                         learning_rate_fn, jax.random.key(config.seed),
+                                         train_labels=train.labels)
   checkpoints.check_resumable(workdir, config)
 
   workdir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +139,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # Checkpoints hold one host copy of the state, so any device count can resume them.
   if config.init_from and manager.latest_step() is None:
     state = checkpoints.init_from(config, state, steps_per_epoch, num_classes)
+  encoder_record = {}
+  if config.frozen_encoder_from:
+    loaded, encoder_record = checkpoints.load_frozen_encoder(config, state, train.images.shape[1:])
+    if manager.latest_step() is None:
+      state = loaded
   state = checkpoints.restore_latest(manager, state, resume_from_previous=resume_from_previous)
   start_step = int(state.step)
 
@@ -162,14 +169,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           f"{error}; the checkpoints up to step {manager.latest_step()} in {manager.directory} are "
           f"intact") from error
 
-  epoch_end = losses.get(config.loss).epoch_end
+  epoch_end = entry.epoch_end
   step = start_step
   window, window_steps, window_start = None, 0, time.perf_counter()
   while step < total_steps:
     epoch, start_batch = divmod(step, steps_per_epoch)
     batches = data_lib.prefetch(data_lib.train_batches(
         train, process_batch, seed=config.seed, epoch=epoch, augment=config.augment,
-        process_index=process_index, process_count=process_count, start_batch=start_batch))
+        process_index=process_index, process_count=process_count, start_batch=start_batch,
+        views=entry.views, sample=sample))
     for batch in batches:
       state, metrics = runner.step(state, runner.place_batch(batch))
       window = metric_writer.accumulate(window, metrics)
@@ -182,7 +190,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         if first_nonfinite is not None:
           raise divergence_error(first_nonfinite, runner.to_host(state), manager, config.loss)
         elapsed = time.perf_counter() - window_start
-        scalars["train_accuracy"] = scalars.pop("train_correct") / (window_steps * config.batch_size)
+        scalars["train_accuracy"] = scalars.pop("train_correct") / (
+            window_steps * config.batch_size * entry.views)
         scalars.update(epoch=step / steps_per_epoch,
                        images_per_sec=window_steps * config.batch_size / elapsed)
         write_metrics(step, scalars, per_class)
@@ -231,7 +240,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   summary.update(steps=step, epochs=step / steps_per_epoch, loss=config.loss,
                  dataset=config.dataset, imbalance_factor=config.imbalance_factor,
                  seed=config.seed, parallel=config.parallel, num_devices=runner.num_devices,
-                 num_processes=process_count, runtime=runtime_info())
+                 num_processes=process_count, runtime=runtime_info(), **sample_record,
+                 **encoder_record)
   if is_main:
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
   writer.close()

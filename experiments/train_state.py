@@ -11,6 +11,7 @@ import optax
 from flax.training import train_state
 
 from experiments import losses
+from experiments import models
 
 
 class TrainState(train_state.TrainState):
@@ -40,15 +41,40 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict, steps_per_epoch: 
   return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
+def build_model(config, num_classes: int, axis_name: str | None = None):
+  """The model `config` trains: `config.model` with its head, wrapped by the loss entry's `model`
+  (outputs the loss reads) and, for the linear stage of a two-stage run
+  (`config.frozen_encoder_from`), by `models.FrozenEncoder`."""
+  model = models.create_model(config.model, num_classes, head=config.head,
+                              cosine_scale=config.cosine_scale, axis_name=axis_name)
+  wrap = losses.get(config.loss).model
+  if wrap is not None:
+    model = wrap(config, model)
+  if config.get("frozen_encoder_from"):
+    model = models.FrozenEncoder(model)
+  return model
+
+
+def head_only(params) -> Any:
+  """'train' for the classifier's parameters (params['head']), 'frozen' for every other leaf."""
+  return {key: jax.tree.map(lambda _, k=key: "train" if k == "head" else "frozen", value)
+          for key, value in params.items()}
+
+
 def create_train_state(config, model, image_shape, num_classes: int, learning_rate_fn,
-                       rng: jax.Array) -> TrainState:
-  """Initial parameters, SGD + momentum + decoupled weight decay, and the loss's initial state."""
+                       rng: jax.Array, train_labels=None) -> TrainState:
+  """Initial parameters, SGD + momentum + decoupled weight decay, and the loss's initial state
+  (per-example fields from `train_labels`). With `config.frozen_encoder_from` only the head is
+  updated (every other parameter gets a zero update: no gradient step, no decay)."""
   init_rng, state_rng = jax.random.split(rng)
   variables = model.init(init_rng, jnp.zeros((1, *image_shape), jnp.float32), train=False)
   tx = optax.chain(
       optax.add_decayed_weights(config.weight_decay),
       optax.sgd(learning_rate_fn, momentum=config.momentum, nesterov=False))
+  if config.get("frozen_encoder_from"):
+    tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
+                               head_only(variables["params"]))
   return TrainState.create(
       apply_fn=model.apply, params=variables["params"], tx=tx,
       batch_stats=variables.get("batch_stats", {}),
-      loss_state=losses.init_loss_state(config, num_classes), rng=state_rng)
+      loss_state=losses.init_loss_state(config, num_classes, train_labels), rng=state_rng)

@@ -56,15 +56,16 @@ def run_steps(config, num_steps, modes):
   task = steps.Task(tuple(float(c) for c in train_split.class_counts), steps_per_epoch)
   lr_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
   batches = list(data_lib.train_batches(train_split, config.batch_size, seed=0, epoch=0,
-                                        augment=False))[:num_steps]
+                                        augment=False, views=losses.get(config.loss).views)
+                 )[:num_steps]
   results = {}
   for parallel, num_devices in modes:
     config = copy.deepcopy(config)
     config.parallel = parallel
-    model = models.create_model("small_cnn", 10,
-                                axis_name=None if parallel == "none" else runners.AXIS)
+    model = train_state.build_model(config, 10,
+                                    axis_name=None if parallel == "none" else runners.AXIS)
     state = train_state.create_train_state(config, model, train_split.images.shape[1:], 10, lr_fn,
-                                           jax.random.key(0))
+                                           jax.random.key(0), train_labels=train_split.labels)
     runner = runners.make_runner(parallel, losses.make_loss_fn(config), task, lr_fn,
                                  devices=jax.devices()[:num_devices])
     state = runner.place_state(state)

@@ -64,4 +64,8 @@ def get_config() -> ml_collections.ConfigDict:
   # (reweighting, DRW, IB) from the run of its `before` loss, which it equals until its start. Every
   # run keeps its checkpoints at the deferred start epochs of its config for this.
   config.init_from = ml_collections.config_dict.placeholder(str)
+  # A run's workdir: load every parameter but the head (and the BatchNorm statistics) from its
+  # latest checkpoint, run that encoder in inference mode and train the head only — the linear
+  # stage of a two-stage method (SupCon pre-training with supcon.ce=False, then loss='ce').
+  config.frozen_encoder_from = ml_collections.config_dict.placeholder(str)
   return config

@@ -1,0 +1,42 @@
+"""JTT's stage-1 model read back from its run: the error set of the training set (COMPARISONS spec,
+'JTT'), from an eval-mode pass without augmentation over the training set exactly as stage 1
+trained on it."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+import reweight_jax
+from experiments import checkpoints
+from experiments import data as data_lib
+from experiments.config_errors import ConfigError
+
+
+def error_set(stage1_workdir: str, config, train: data_lib.Split) -> np.ndarray:
+  """bool [N]: E_i = 1[argmax_k z_ik ≠ y_i] of the stage-1 run's latest checkpoint over `train`.
+
+  The stage-1 run must have trained on this training set: the fields that select it
+  (`checkpoints.ENCODER_FIELDS` less the model, which may differ) must match, and its rebuilt
+  training labels must equal `train.labels` position by position (the error set is indexed by them).
+  """
+  from experiments import diagnose  # pylint: disable=g-import-not-at-top
+  source = pathlib.Path(stage1_workdir).resolve()
+  saved = source / "config.json"
+  if not saved.is_file():
+    raise ConfigError(f"config.jtt.stage1: {source} holds no config.json of a run")
+  before = json.loads(saved.read_text())
+  fields = [f for f in checkpoints.ENCODER_FIELDS if f != "model"]
+  changed = [f for f in fields if before.get(f) != config.get(f)]
+  if changed:
+    raise ConfigError(f"config.jtt.stage1: {source} trained on another training set (fields "
+                      f"{', '.join(changed)} differ)")
+  try:
+    stage1 = diagnose.features_from_workdir(source, "train")
+  except (FileNotFoundError, diagnose.DiagnoseError) as error:
+    raise ConfigError(f"config.jtt.stage1: {error}") from error
+  if not np.array_equal(stage1.labels, train.labels):
+    raise ConfigError(f"config.jtt.stage1: {source}'s training labels differ from this run's")
+  return np.asarray(reweight_jax.jtt_error_set(stage1.logits.astype(np.float32), stage1.labels))
