@@ -15,18 +15,36 @@ from experiments.config_errors import ConfigError
 from experiments.configs import default
 from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_fairdro as ref_fairdro
+from tests.reference import numpy_jtt_lff as ref_lff
 from tests.reference import numpy_mr2 as ref_mr2
 from tests.reference import numpy_reweight as ref_rw
+from tests.reference import numpy_supcon as ref_supcon
 
 K, B, D = 6, 24, 5
 START = 3  # start epoch of every deferred entry here
 COUNTS = np.array([60.0, 30.0, 15.0, 8.0, 4.0, 2.0])
 RNG = jax.random.key(7)  # StepInfo.rng of every call here (EQL draws from it)
+# The model outputs and dataset positions the wrapped entries read (SupCon's projection, LfF's
+# biased logits and per-example EMAs over N training examples), fixed for every batch here.
+N_TRAIN = 40
+_extra = np.random.default_rng(11)
+INDICES = _extra.permutation(N_TRAIN)[:B].astype(np.int32)
+DATASET_LABELS = _extra.integers(0, K, N_TRAIN).astype(np.int32)
+_z = _extra.normal(size=(B, 8))
+PROJECTION = (_z / np.linalg.norm(_z, axis=1, keepdims=True)).astype(np.float32)
+BIASED_LOGITS = _extra.normal(size=(B, K)).astype(np.float32)
 
 
-def step_info(epoch, step_in_epoch):
+def step_info(epoch, step_in_epoch, rows=B):
   return losses.StepInfo(epoch=jnp.asarray(epoch), step_in_epoch=jnp.asarray(step_in_epoch),
-                         class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG)
+                         class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG,
+                         outputs={"projection": jnp.asarray(PROJECTION[:rows]),
+                                  "biased_logits": jnp.asarray(BIASED_LOGITS[:rows])},
+                         indices=jnp.asarray(INDICES[:rows]))
+
+
+def init_state(config):
+  return losses.init_loss_state(config, K, DATASET_LABELS)
 
 
 def config_for(loss: str) -> ml_collections.ConfigDict:
@@ -37,6 +55,7 @@ def config_for(loss: str) -> ml_collections.ConfigDict:
   config.ib.start_epoch = START
   config.reweight.refresh = "step"
   config.eql.lam = 0.05  # classes 4 and 5 (f = 4/119, 2/119) are rare: some logits are dropped
+  config.jtt.stage1 = "<stage-1 workdir: not read by the step>"
   return config
 
 
@@ -52,7 +71,7 @@ def batch(seed=0, labels=None):
 def run(loss: str, epoch: int, jit: bool, seed=0, config=None):
   config = config or config_for(loss)
   loss_fn = losses.make_loss_fn(config)
-  state = losses.init_loss_state(config, K)
+  state = init_state(config)
   logits, features, labels = batch(seed)
 
   def call(logits, features, labels, state, epoch):
@@ -116,6 +135,16 @@ def reference_loss(name: str, logits, features, labels, state):
     rare = COUNTS / COUNTS.sum() < 0.05
     dropped = np.asarray(reweight_jax.eql_dropped_at(RNG, np.arange(len(labels)), K, 0.9))
     return np.mean(ref_cmp.eql_loss(logits, labels, rare, dropped)[0])
+  if name == "jtt":  # JTT's step is ERM; its method is the sampler (tests/test_stage1.py)
+    return np.mean(ref_rw._per_example_ce(logits, labels))
+  if name == "supcon":  # joint: CE + λ·SupCon (λ = 1, τ = 0.1, τ_b = 0.07)
+    return (np.mean(ref_rw._per_example_ce(logits, labels))
+            + ref_supcon.supcon_mean(PROJECTION.astype(np.float64), labels, 0.1, 0.07))
+  if name == "lff":  # from the fresh state: every row's first visit
+    assert not np.any(np.asarray(state["lff"].seen))
+    reference = ref_lff.LfFReference(DATASET_LABELS, K, q=0.7, alpha=0.7)
+    return reference.step(BIASED_LOGITS.astype(np.float64), logits.astype(np.float64), labels,
+                          INDICES)[0]
   raise AssertionError(f"no reference for {name}")
 
 
@@ -124,7 +153,7 @@ def test_every_loss_has_a_reference_here():
     logits, features, labels = batch()
     config = config_for(name)
     assert np.isfinite(reference_loss(name, logits, features, labels,
-                                      losses.init_loss_state(config, K)))
+                                      init_state(config)))
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -149,6 +178,10 @@ def test_entry_before_and_after_its_start(name, jit):
       if field == "reweight":
         counts = np.asarray(new.batch_counts) - np.asarray(old.batch_counts)
         np.testing.assert_array_equal(counts, present.astype(float) if updates else np.zeros(K))
+      if field == "lff":  # the EMAs are written at the batch's dataset positions only
+        seen = np.zeros(N_TRAIN, bool)
+        seen[INDICES] = updates
+        np.testing.assert_array_equal(np.asarray(new.seen), seen)
       if field == "group_dro_q":  # absent classes keep their relative mass (exp(0), renormalised)
         ratio = np.asarray(new, np.float64) / np.asarray(old, np.float64)
         np.testing.assert_allclose(ratio[~present], ratio[~present][0], rtol=1e-6)
@@ -164,7 +197,7 @@ def test_deferred_entries_compile_one_conditional_and_others_none():
   logits, features, labels = batch()
   for name in losses.LOSSES:
     config = config_for(name)
-    state = losses.init_loss_state(config, K)
+    state = init_state(config)
     info = step_info(0, 0)
     jaxpr = str(jax.make_jaxpr(losses.make_loss_fn(config))(logits, features, labels, state, info))
     assert ("cond[" in jaxpr) == (losses.get(name).start is not None), name
@@ -178,7 +211,7 @@ def test_deferred_entries_compile_one_conditional_and_others_none():
 
 def test_deferred_gradient_is_the_before_entrys_gradient():
   config = config_for("mr2+inverse_reweight")
-  state = losses.init_loss_state(config, K)
+  state = init_state(config)
   logits, features, labels = batch()
   info = step_info(START - 1, 0)
   grad = jax.grad(lambda z: losses.make_loss_fn(config)(z, features, labels, state, info)[0])
@@ -191,7 +224,7 @@ def test_deferred_gradient_is_the_before_entrys_gradient():
 def test_registry_entries_are_well_formed():
   for name, entry in losses.REGISTRY.items():
     assert set(entry.reads) <= set(losses.CONFIG_TREES), name
-    assert set(entry.state) <= set(losses.STATE_INIT), name
+    assert set(entry.state) <= set(losses.STATE_INIT) | set(losses.EXAMPLE_STATE_INIT), name
     if entry.start is not None:
       assert entry.start.split(".")[0] in entry.reads, name
       assert entry.before in losses.REGISTRY and losses.get(entry.before).start is None, name
@@ -240,14 +273,15 @@ def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
     head, tail = field.split(".")
     config[head][tail] = 0
   loss_fn = jax.jit(losses.make_loss_fn(config))
-  state = losses.init_loss_state(config, K)
+  state = init_state(config)
   logits, features, labels = batch(seed=3)
   info = step_info(0, 0)
   bad = labels.copy()
   bad[-1] = K  # JAX indexing would clip this to class K − 1
   loss, new_state, _ = loss_fn(logits, features, bad, state, info)
   assert np.isnan(float(loss)), name
-  _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state, info)
+  _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state,
+                              step_info(0, 0, rows=B - 1))
   chex.assert_trees_all_close(new_state, clean_state, rtol=1e-5, atol=1e-6)
 
 
@@ -260,7 +294,7 @@ def test_epoch_end_hook_sets_fairdro_q_from_the_training_pass(schedule, clip):
   config = config_for("fairdro")
   config.fairdro.schedule, config.fairdro.clip, config.fairdro.rho = schedule, clip, 0.3
   entry = losses.get("fairdro")
-  state = losses.init_loss_state(config, K)
+  state = init_state(config)
   rng = np.random.default_rng(0)
   q_ref = np.full(K, 1.0 / K)
   for epoch in range(3):

@@ -108,8 +108,22 @@ def config_for(variant: str) -> ml_collections.ConfigDict:
   return config
 
 
+# Entries whose step is another entry's function (JTT trains by ERM on an edited training set: its
+# step is CE's; the sampler is tested in tests/test_stage1.py).
+SAME_STEP_AS = {"jtt": "ce"}
+# Entries that read model outputs of their wrapper (`Loss.model`): SupCon's projection, LfF's
+# biased logits. Their library functions are checked against the float64 references, with padding,
+# permutation and shard_map over 2/4/8 devices, in tests/test_supcon.py and
+# tests/test_reweight_lff.py, and their registry steps in tests/test_losses.py.
+MODEL_OUTPUT_ENTRIES = {"supcon", "lff"}
+
+
 def test_every_loss_is_tested():
-  assert {loss for loss, _ in VARIANTS.values()} == set(losses.LOSSES)
+  for name, same in SAME_STEP_AS.items():
+    assert losses.get(name).apply is losses.get(same).apply and not losses.get(name).state, name
+  assert MODEL_OUTPUT_ENTRIES == {n for n, e in losses.REGISTRY.items() if e.model is not None}
+  assert ({loss for loss, _ in VARIANTS.values()} | set(SAME_STEP_AS) | MODEL_OUTPUT_ENTRIES
+          == set(losses.LOSSES))
 
 
 def patched(variant):

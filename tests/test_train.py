@@ -88,6 +88,10 @@ def assert_same_training(result, reference):
                                 rtol=1e-4, atol=1e-6)
   if "reweight" in state.loss_state:
     chex.assert_trees_all_equal(state.loss_state["reweight"], state_1.loss_state["reweight"])
+  if "lff" in state.loss_state:  # LfF's EMAs at the global batch's positions, on every device
+    chex.assert_trees_all_equal(state.loss_state["lff"].seen, state_1.loss_state["lff"].seen)
+    chex.assert_trees_all_close(state.loss_state["lff"], state_1.loss_state["lff"], rtol=1e-5,
+                                atol=1e-6)
 
 
 # CE and the two methods' combination in the default run; the other registry entries are slow here
@@ -111,6 +115,19 @@ def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(los
     assert bool(np.all(state.loss_state["class_stats"].seen))
   if "inverse_reweight" in loss:
     assert float(np.sum(state.loss_state["reweight"].batch_counts)) > 0
+
+
+def test_two_view_entry_over_8_devices_equals_one_device():
+  """SupCon's path through the step (two views flattened view-major, the projection head's output
+  read from the model wrapper, positives over the global batch) under shard_map on 8 devices equals
+  one device: parameters (encoder, head, projection), BatchNorm statistics and the loss. LfF's
+  (dataset indices, biased twin) and JTT's run in the slow parametrisation above."""
+  config = tiny_config("supcon")
+  results = run_steps(config, num_steps=2, modes=[("none", 1), ("shard_map", NUM_DEVICES)])
+  assert_same_training(results["shard_map", NUM_DEVICES], results["none", 1])
+  state = results["none", 1][0]
+  assert "projection" in state.params and "head" in state.params
+  assert np.isfinite(results["none", 1][1]["supcon_loss"])
 
 
 @pytest.mark.parametrize("loss", [
