@@ -12,7 +12,12 @@ and has explicit start semantics: a deferred entry (`start` names the config fie
 epoch) trains as its `before` entry until that epoch — the before entry's state updates only, its
 own state untouched — and the two are a `lax.cond`, so a step computes one of them, never both.
 Adding a loss is one `Loss` entry here (plus its config tree if it has hyper-parameters) and its
-tests; the trainer, the linear probe and the benchmarks take it by name.
+tests; the trainer, the linear probe and the benchmarks take it by name. A method that is more than
+a batch loss says so on its entry and the trainer provides it: a model wrapper whose extra outputs
+reach the loss as `StepInfo.outputs` (SupCon's projection head, LfF's biased twin), several
+augmented views per example (SupCon), the dataset positions of the rows (`StepInfo.indices`, LfF),
+per-example state from the training labels (LfF's EMAs), a per-epoch sampler of the training set
+(JTT's up-sampled error set) and an epoch-end pass over the training set (FairDRO's q).
 """
 
 from __future__ import annotations
