@@ -197,6 +197,25 @@ def check_resumable(workdir: pathlib.Path, config) -> None:
                       f"(fields {', '.join(changed)}); use a new --workdir")
 
 
+def check_same_record(workdir: pathlib.Path, name: str, record: dict) -> None:
+  """Writes `record` (what a run derived from another one, e.g. JTT's stage-1 step and error set)
+  as workdir/`name` on a fresh start; refuses to resume a run whose record has changed since (the
+  stage-1 workdir trained on, say), which would change the training set mid-run."""
+  if not record:
+    return
+  path = workdir / name
+  if path.is_file():
+    before = json.loads(path.read_text())
+    changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
+    if changed:
+      raise ConfigError(f"{workdir} was started with other {', '.join(changed)} ({path}); the "
+                        f"run it derives from has changed: use a new --workdir")
+    return
+  if jax.process_index() == 0:
+    workdir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
 def init_from(config, template, steps_per_epoch: int, num_classes: int):
   """The state of another run at the end of an epoch, for a run that trains like it until then.
 

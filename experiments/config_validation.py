@@ -8,6 +8,7 @@ import pathlib
 
 import jax
 
+from experiments import data as data_lib
 from experiments import losses
 from experiments import models
 from experiments.config_errors import INF
@@ -26,7 +27,7 @@ RANGES = (
     ("learning_rate", (0, False), (INF, False)), ("momentum", (0, True), (1, False)),
     ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),
     ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
-    ("imbalance_factor", (1, True), (INF, False)),
+    ("imbalance_factor", (1, True), (INF, False)), ("views", (1, True), (INF, False)),
 )
 
 
@@ -36,6 +37,7 @@ def validate_config(config) -> None:
   check_choice(config, "parallel", PARALLEL)
   check_choice(config, "schedule", ("cosine", "step"))
   check_choice(config, "head", models.HEADS)
+  check_choice(config, "augmentation", data_lib.AUGMENTATIONS)
   if config.model not in models.MODELS:
     raise ConfigError(f"config.model: unknown model {config.model!r}; expected one of "
                       f"{sorted(models.MODELS)}")

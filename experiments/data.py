@@ -423,10 +423,48 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
   return np.random.default_rng([seed, epoch]).permutation(num_examples)
 
 
+AUGMENTATIONS = ("crop_flip", "released", "simclr")
+
+
+def _per_example(fn, images: np.ndarray, key: list[int], rows: np.ndarray) -> np.ndarray:
+  """`fn(image [1, H, W, C], rng)` for each image with its own generator [*key, global row]: an
+  example's draw depends on its place in the global batch only, not on the process count."""
+  return np.concatenate([fn(images[i:i + 1], np.random.default_rng([*key, int(r)]))
+                         for i, r in enumerate(rows)]) if len(images) else images
+
+
+def augment_view(images: np.ndarray, augmentation: str, view: int, key: list[int], *,
+                 process_index: int = 0, process_count: int = 1) -> np.ndarray:
+  """View `view` of a batch of uint8 images under `augmentation`, a pure function of `key`
+  ([seed, epoch, batch]) and each example's position in the global batch:
+
+    'crop_flip': pad-4 random crop + flip for every view (view 0 draws with `key`, view v > 0 with
+      [*key, v]);
+    'released': the reweighting paper's released recipe (PIPELINES spec §1): view 0 crop + flip →
+      AutoAugment (CIFAR-10 policy) → Cutout 16×16, views ≥ 1 the SimCLR transform;
+    'simclr': the SimCLR transform (random resized crop, flip, colour jitter, grayscale) for every
+      view (SupCon's reference views).
+  """
+  if augmentation not in AUGMENTATIONS:
+    raise DataError(f"augmentation: unknown {augmentation!r}; expected one of {AUGMENTATIONS}")
+  rows = np.arange(len(images)) * process_count + process_index  # positions in the global batch
+  view_key = key + [view] if view > 0 else key
+  if augmentation == "crop_flip" or (augmentation == "released" and view == 0):
+    images = random_crop_flip(images, np.random.default_rng(view_key),
+                              process_index=process_index, process_count=process_count)
+    if augmentation == "crop_flip":
+      return images
+  from experiments import augment  # pylint: disable=g-import-not-at-top
+  if augmentation == "released" and view == 0:
+    return _per_example(lambda x, rng: augment.cutout(augment.autoaugment(x, rng), rng), images,
+                        view_key + [1], rows)
+  return _per_example(augment.simclr_view, images, view_key + [2], rows)
+
+
 def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augment: bool,
                   process_index: int = 0, process_count: int = 1, start_batch: int = 0,
-                  views: int = 1, sample: np.ndarray | None = None
-                  ) -> Iterator[dict[str, np.ndarray]]:
+                  views: int = 1, sample: np.ndarray | None = None,
+                  augmentation: str = "crop_flip") -> Iterator[dict[str, np.ndarray]]:
   """One epoch of full training batches for this process.
 
   The epoch's permutation (of the split, or of `sample`) is cut to steps · batch_size ·
@@ -436,8 +474,9 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
   epoch exactly.
 
   Args:
-    views: augmented views per example (SupCon's two); view v > 0 is cropped and flipped with its
-      own draw ([seed, epoch, b, v]); view 0 with the single-view draw.
+    augment: whether to augment at all; `augmentation` names how (`augment_view`).
+    views: augmented views per example (SupCon's two, the released recipe's three); each view is
+      augmented with its own draws (`augment_view`).
     sample: dataset positions an epoch draws from, repeats allowed (JTT's up-sampled training set:
       the epoch grows); default every position once.
 
@@ -450,6 +489,8 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
     raise DataError(f"process_index {process_index} not in [0, {process_count})")
   if views < 1:
     raise DataError(f"views must be >= 1, got {views}")
+  if augmentation not in AUGMENTATIONS:
+    raise DataError(f"augmentation: unknown {augmentation!r}; expected one of {AUGMENTATIONS}")
   sample = np.arange(len(split)) if sample is None else check_sample(split, sample)
   steps = steps_per_epoch(split, batch_size, process_count, sample)
   if not 0 <= start_batch <= steps:
@@ -463,8 +504,8 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
     for v in range(views):
       images = raw
       if augment:
-        images = random_crop_flip(images, np.random.default_rng([seed, epoch, b, v][:3 + (v > 0)]),
-                                  process_index=process_index, process_count=process_count)
+        images = augment_view(raw, augmentation, v, [seed, epoch, b],
+                              process_index=process_index, process_count=process_count)
       crops.append(normalize(images, split.name))
     image = crops[0] if views == 1 else np.stack(crops, axis=1)
     yield {"image": image, "label": split.labels[indices], "index": indices.astype(np.int32)}

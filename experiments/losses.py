@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pathlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -400,11 +401,12 @@ def _supcon_model(config, base):
 def _jtt_sampler(config, train):
   """Each example of the stage-1 model's error set E repeated 1 + λ_up times (COMPARISONS, JTT)."""
   from experiments import stage1  # pylint: disable=g-import-not-at-top
-  error_set = stage1.error_set(config.jtt.stage1, config, train)
+  error_set, step = stage1.error_set(config.jtt.stage1, config, train)
   # Each epoch permutes this list again (`data.train_batches`); its order here does not matter.
   sample = reweight_jax.jtt_upsampled_indices(error_set, int(config.jtt.upweight), seed=config.seed)
   per_class = np.bincount(train.labels[error_set], minlength=train.num_classes)
-  return sample, {"jtt_stage1": str(config.jtt.stage1), "jtt_error_set_size": int(error_set.sum()),
+  return sample, {"jtt_stage1": str(pathlib.Path(config.jtt.stage1).resolve()),
+                  "jtt_stage1_step": step, "jtt_error_set_size": int(error_set.sum()),
                   "jtt_error_set_per_class": per_class.tolist(), "jtt_epoch_length": len(sample)}
 
 

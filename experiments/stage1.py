@@ -15,8 +15,9 @@ from experiments import data as data_lib
 from experiments.config_errors import ConfigError
 
 
-def error_set(stage1_workdir: str, config, train: data_lib.Split) -> np.ndarray:
-  """bool [N]: E_i = 1[argmax_k z_ik ≠ y_i] of the stage-1 run's latest checkpoint over `train`.
+def error_set(stage1_workdir: str, config, train: data_lib.Split) -> tuple[np.ndarray, int]:
+  """(bool [N] E_i = 1[argmax_k z_ik ≠ y_i], the checkpoint step) of the stage-1 run's latest
+  checkpoint over `train`.
 
   The stage-1 run must have trained on this training set: the fields that select it
   (`checkpoints.ENCODER_FIELDS` less the model, which may differ) must match, and its rebuilt
@@ -39,4 +40,5 @@ def error_set(stage1_workdir: str, config, train: data_lib.Split) -> np.ndarray:
     raise ConfigError(f"config.jtt.stage1: {error}") from error
   if not np.array_equal(stage1.labels, train.labels):
     raise ConfigError(f"config.jtt.stage1: {source}'s training labels differ from this run's")
-  return np.asarray(reweight_jax.jtt_error_set(stage1.logits.astype(np.float32), stage1.labels))
+  errors = reweight_jax.jtt_error_set(stage1.logits.astype(np.float32), stage1.labels)
+  return np.asarray(errors), stage1.step

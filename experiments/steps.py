@@ -22,6 +22,7 @@ class Task:
   """Static facts of a run that the step closes over (hashable: no arrays)."""
   class_counts: tuple[float, ...]
   steps_per_epoch: int
+  loss_views: int = 0  # views (of a multi-view batch) the loss sees, the first ones; 0: all
 
 
 def all_finite(tree) -> jax.Array:
@@ -39,11 +40,13 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   'learning_rate', 'step' and 'finite' (loss, loss state and parameters)."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   images, labels, indices = batch["image"], batch["label"], batch.get("index")
+  loss_rows = labels.shape[0]
   if images.ndim == 5:  # [B, V, H, W, C] views → the view-major [V·B, H, W, C] batch
     num_views = images.shape[1]
+    loss_rows *= task.loss_views or num_views
     images = jnp.swapaxes(images, 0, 1).reshape(-1, *images.shape[2:])
-    labels = jnp.tile(labels, num_views)
-    indices = None if indices is None else jnp.tile(indices, num_views)
+    labels = jnp.tile(labels, num_views)[:loss_rows]
+    indices = None if indices is None else jnp.tile(indices, num_views)[:loss_rows]
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),
@@ -54,14 +57,16 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     outputs, new_model_state = state.apply_fn(
         {"params": params, "batch_stats": state.batch_stats}, images, train=True,
         mutable=["batch_stats"], rngs={"dropout": dropout_rng})
-    logits, features, extras = models.split_outputs(outputs)
+    # Views past the loss's (the released recipe's v1, v2) shape the BatchNorm statistics only.
+    logits, features, extras = jax.tree.map(lambda x: x[:loss_rows],
+                                            models.split_outputs(outputs))
     loss, loss_state, loss_metrics = loss_fn(logits, features, labels, state.loss_state,
                                              info._replace(outputs=extras))
     return loss, (new_model_state, loss_state, loss_metrics, logits)
 
   (loss, (new_model_state, loss_state, metrics, logits)), grads = jax.value_and_grad(
       objective, has_aux=True)(state.params)
-  # Over the views too (the trainer divides by batch · views).
+  # Over the loss's views (the trainer divides by batch · loss views).
   correct = jnp.sum(jnp.argmax(logits, -1) == labels)
   if axis_name is not None:
     grads = jax.lax.pmean(grads, axis_name)

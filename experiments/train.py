@@ -122,15 +122,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:
     total_steps = min(total_steps, max_steps)
+  # Views in the forward pass: the loss's own (SupCon: 2) or more (the released recipe: 3, the
+  # loss on view 0; the others shape BatchNorm statistics only).
+  views = max(entry.views, config.views)
   task = steps.Task(class_counts=tuple(float(c) for c in train.class_counts),
-                    steps_per_epoch=steps_per_epoch)
+                    steps_per_epoch=steps_per_epoch,
+                    loss_views=entry.views if views > entry.views else 0)
   learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
   model = train_state.build_model(config, num_classes,
                                   axis_name=None if config.parallel == "none" else runners.AXIS)
   state = train_state.create_train_state(config, model, train.images.shape[1:], num_classes,
                                          learning_rate_fn, jax.random.key(config.seed),
                                          train_labels=train.labels)
+  encoder_record = {}
+  if config.frozen_encoder_from:  # checked (and read) before anything is written
+    encoder_state, encoder_record = checkpoints.load_frozen_encoder(config, state,
+                                                                    train.images.shape[1:])
   checkpoints.check_resumable(workdir, config)
+  checkpoints.check_same_record(workdir, "sampler.json", sample_record)
 
   workdir.mkdir(parents=True, exist_ok=True)
   if is_main:
@@ -139,11 +148,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # Checkpoints hold one host copy of the state, so any device count can resume them.
   if config.init_from and manager.latest_step() is None:
     state = checkpoints.init_from(config, state, steps_per_epoch, num_classes)
-  encoder_record = {}
-  if config.frozen_encoder_from:
-    loaded, encoder_record = checkpoints.load_frozen_encoder(config, state, train.images.shape[1:])
-    if manager.latest_step() is None:
-      state = loaded
+  if config.frozen_encoder_from and manager.latest_step() is None:
+    state = encoder_state
   state = checkpoints.restore_latest(manager, state, resume_from_previous=resume_from_previous)
   start_step = int(state.step)
 
@@ -177,7 +183,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     batches = data_lib.prefetch(data_lib.train_batches(
         train, process_batch, seed=config.seed, epoch=epoch, augment=config.augment,
         process_index=process_index, process_count=process_count, start_batch=start_batch,
-        views=entry.views, sample=sample))
+        views=views, sample=sample, augmentation=config.augmentation))
     for batch in batches:
       state, metrics = runner.step(state, runner.place_batch(batch))
       window = metric_writer.accumulate(window, metrics)

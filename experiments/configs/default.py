@@ -19,7 +19,14 @@ def get_config() -> ml_collections.ConfigDict:
   config.imbalance_factor = 1.0     # n_i = n_max · IF^(−i/(K−1)); 1 keeps the set balanced.
   config.max_train_per_class = 0    # n_max of the subset (0: the largest class's count).
   config.validation_fraction = 0.0  # stratified hold-out from the training set (model selection).
-  config.augment = False            # CIFAR pad-4 random crop + horizontal flip.
+  config.augment = False            # Augment the training images at all; how: `augmentation`.
+  # 'crop_flip' (CIFAR pad-4 random crop + horizontal flip), 'released' (the reweighting paper's
+  # recipe: view 0 crop + flip + AutoAugment + Cutout, further views SimCLR) or 'simclr'.
+  config.augmentation = "crop_flip"
+  # Views per example in the forward pass (at least the loss's own: SupCon 2). Views past the
+  # loss's own enter BatchNorm statistics only (the released recipe: 3, the loss on view 0; 1 is
+  # 3× cheaper and a deviation: BatchNorm then normalises over view 0 alone).
+  config.views = 1
 
   # Model: 'small_cnn', 'resnet32', 'wrn28_10'; head 'linear' or 'cosine'.
   config.model = "small_cnn"
