@@ -28,6 +28,7 @@ RANGES = (
     ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),
     ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
     ("imbalance_factor", (1, True), (INF, False)), ("views", (1, True), (INF, False)),
+    ("mixup_alpha", (0, True), (INF, False)),
 )
 
 

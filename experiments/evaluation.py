@@ -24,8 +24,11 @@ from experiments import steps
 
 def classifier_weights(params, head_kind: str) -> tuple[jax.Array, jax.Array | None]:
   """(W [K, d], bias [K] or None) of the classifier the model applies: for the cosine head the
-  rows w_c/‖w_c‖ (its scale does not change NC2–NC4), so NC metrics see the decision rule used."""
+  rows w_c/‖w_c‖ (its scale does not change NC2–NC4), so NC metrics see the decision rule used; for
+  the ETF head the fixed Mᵀ (on the normalised features h the model returns)."""
   head = params["head"]
+  if head_kind == "etf":
+    return jnp.asarray(head["etf"]).T, None
   kernel = jnp.asarray(head["kernel"])
   if head_kind == "cosine":
     kernel = mr2_jax.l2_normalize(kernel, axis=0)

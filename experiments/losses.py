@@ -56,6 +56,8 @@ class StepInfo(NamedTuple):
   outputs: dict | None = None      # extra model outputs of the entry's `model` wrapper, rows as the
                                    # logits' (SupCon's 'projection', LfF's 'biased_logits')
   indices: jax.Array | None = None  # int [B] the rows' positions in the training set (LfF)
+  mix: tuple | None = None         # (labels_b int [B], λ) of a mixup batch x̃ = λx + (1−λ)x_π:
+                                   # the mixed-in rows' labels y_π and the step's λ
 
 
 # ------------------------------------------------------------------------------------------------
@@ -121,6 +123,9 @@ CONFIG_TREES = {
                                    upweight=20),
                       ranges=(("upweight", *_NONNEG),)),
     # COMPARISONS spec, 'LfF': GCE exponent q and EMA decay α.
+    # PIPELINES spec §2, ETF-DR: GivenEw class scales (default on). The fixed ETF head is
+    # config.head='etf'; mixup (α = 1 in the recipe) is config.mixup_alpha.
+    "etf_dr": ConfigTree(lambda: dict(given_ew=True)),
     "lff": ConfigTree(lambda: dict(q=0.7, alpha=0.7),
                       ranges=(("q", (0, False), (1, True)), ("alpha", (0, True), (1, True)))),
 }
@@ -162,6 +167,8 @@ class Loss:
       the V·B views (view-major) with the labels and indices repeated per view.
     sampler: (config, train split) → (dataset positions one epoch draws from, a record for the
       summary), for an entry that trains on an edited training set (JTT's up-sampled error set).
+    mixes: whether it takes mixup batches (`StepInfo.mix`, `config.mixup_alpha` > 0): the loss of
+      a mixed row against both of its labels, weighted λ and 1 − λ.
   """
   apply: LossApply
   reads: tuple[str, ...] = ()
@@ -173,6 +180,7 @@ class Loss:
   model: Callable[[Any, Any], Any] | None = None
   views: int = 1
   sampler: Callable[..., tuple[Any, dict]] | None = None
+  mixes: bool = False
 
 
 class EpochPass(NamedTuple):
@@ -209,8 +217,13 @@ def _label_weights(class_weights: jax.Array, labels: jax.Array) -> jax.Array:
 
 
 def _ce(config, logits, features, labels, state, info):
+  """Mean CE; of a mixup batch λ·CE(z, y) + (1 − λ)·CE(z, y_π)."""
   del config, features
-  return mean_share(reweight_jax.cross_entropy_loss(logits, labels), info.axis_name), state, {}
+  per_example = reweight_jax.cross_entropy_loss(logits, labels)
+  if info.mix is not None:
+    labels_b, lam = info.mix
+    per_example = lam * per_example + (1 - lam) * reweight_jax.cross_entropy_loss(logits, labels_b)
+  return mean_share(per_example, info.axis_name), state, {}
 
 
 def mr2_kwargs(mr2: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -434,8 +447,32 @@ def _lff_model(config, base):
   return models.WithBiasedTwin(base)
 
 
+def _etf_dr(config, logits, features, labels, state, info):
+  """ETF-DR's dot regression on the head's normalised features h (`config.head='etf'`) against the
+  fixed ETF M (from the model, `models.WithETFClassifier`), E from GivenEw (of the unmixed labels),
+  and of a mixup batch λ·DR(h, y) + (1 − λ)·DR(h, y_π)."""
+  del logits
+  classifier = _output(info, "etf_classifier", "etf_dr")
+  scale = (reweight_jax.given_ew(labels, classifier.shape[1], axis_name=info.axis_name)
+           if config.etf_dr.given_ew else None)
+  if info.mix is None:
+    loss, _ = reweight_jax.dot_regression_loss(features, labels, classifier, class_scale=scale,
+                                               axis_name=info.axis_name)
+  else:
+    labels_b, lam = info.mix
+    loss, _ = reweight_jax.mixup_dot_regression_loss(features, labels, labels_b, lam, classifier,
+                                                     scale, axis_name=info.axis_name)
+  return loss, state, {}
+
+
+def _check_etf_head(config):
+  if config.head != "etf":
+    raise ConfigError(f"config.head: the 'etf_dr' loss regresses onto the fixed ETF classifier: "
+                      f"set config.head='etf' (got {config.head!r})")
+
+
 REGISTRY: dict[str, Loss] = {
-    "ce": Loss(_ce),
+    "ce": Loss(_ce, mixes=True),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
     "inverse_reweight": Loss(_inverse_reweight, reads=("reweight",), state=("reweight",),
                              start="reweight.start_epoch"),
@@ -458,6 +495,8 @@ REGISTRY: dict[str, Loss] = {
                     epoch_end=_fairdro_epoch_end),
     "supcon": Loss(_supcon, reads=("supcon",), model=_supcon_model, views=2),
     "jtt": Loss(_ce, reads=("jtt",), sampler=_jtt_sampler, check=_check_jtt),
+    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), model=lambda config, base:
+                   models.WithETFClassifier(base), check=_check_etf_head, mixes=True),
     "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels"), model=_lff_model),
 }
 LOSSES = tuple(REGISTRY)
@@ -497,6 +536,12 @@ def validate(config) -> None:
   for entry in entries:
     if entry.check is not None:
       entry.check(config)
+  if config.get("mixup_alpha", 0) > 0 and not all(entry.mixes for entry in entries):
+    raise ConfigError(f"config.mixup_alpha: the {config.loss!r} loss does not take mixup batches "
+                      f"(entries that do: {[n for n, e in REGISTRY.items() if e.mixes]})")
+  if config.get("mixup_alpha", 0) > 0 and max(config.get("views", 1), entries[0].views) > 1:
+    raise ConfigError("config.mixup_alpha: mixup batches are single-view (config.views = 1 and a "
+                      "loss with one view)")
 
 
 def init_loss_state(config, num_classes: int, train_labels=None) -> dict[str, Any]:

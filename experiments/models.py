@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from mr2_jax.heads import CosineClassifier
 from mr2_jax.supcon import SupConProjection
 
-HEADS = ("linear", "cosine")
+HEADS = ("linear", "cosine", "etf")
 
 # He et al. (2015) normal initialisation (fan-in), as in the PyTorch CIFAR ResNet / WRN references.
 conv_init = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
@@ -33,13 +33,38 @@ def _batch_norm(train: bool, axis_name: str | None, **kwargs) -> nn.BatchNorm:
                       axis_name=axis_name, **kwargs)
 
 
-def _classify(features: jax.Array, head: str, num_classes: int, cosine_scale: float) -> jax.Array:
-  """Builds the head as a submodule of the calling (compact) module, named 'head'."""
+def _classify(features: jax.Array, head: str, num_classes: int, cosine_scale: float, *,
+              train: bool = False, axis_name: str | None = None,
+              etf_seed: int = 0) -> tuple[jax.Array, jax.Array]:
+  """Builds the head as a submodule of the calling (compact) module, named 'head'; returns
+  (logits, the features it classifies): the pooled features for 'linear' and 'cosine', ETF-DR's
+  normalised h for 'etf'."""
   if head == "linear":
-    return nn.Dense(num_classes, name="head")(features)
+    return nn.Dense(num_classes, name="head")(features), features
   if head == "cosine":
-    return CosineClassifier(num_classes, scale=cosine_scale, name="head")(features)
+    return CosineClassifier(num_classes, scale=cosine_scale, name="head")(features), features
+  if head == "etf":
+    return ETFHead(num_classes, seed=etf_seed, axis_name=axis_name, name="head")(features, train)
   raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
+
+
+class ETFHead(nn.Module):
+  """ETF-DR's head (PIPELINES spec §2): h = BatchNorm1d(f) (affine, trained), h ← h / max(‖h‖, 1e-8),
+  logits = hᵀM with M the fixed simplex ETF (`reweight_jax.etf_classifier(K, d, seed)`), kept as the
+  parameter 'etf' so that it is checkpointed; the optimiser never changes it
+  (`train_state.param_labels`: no gradient step, no weight decay). Returns (logits, h)."""
+  num_classes: int
+  seed: int = 0
+  axis_name: str | None = None
+
+  @nn.compact
+  def __call__(self, features: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
+    from reweight_jax import etf_dr  # pylint: disable=g-import-not-at-top
+    h = _batch_norm(train, self.axis_name, name="norm")(features)
+    h = etf_dr.etf_normalize(h)
+    etf = self.param("etf", lambda _: jnp.asarray(
+        etf_dr.etf_classifier(self.num_classes, features.shape[-1], self.seed)))
+    return h @ etf.astype(h.dtype), h
 
 
 class BasicBlock(nn.Module):
@@ -73,6 +98,7 @@ class ResNet32(nn.Module):
   head: str = "linear"
   cosine_scale: float = 30.0
   axis_name: str | None = None
+  etf_seed: int = 0
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
@@ -84,7 +110,8 @@ class ResNet32(nn.Module):
         strides = 2 if stage > 0 and block == 0 else 1
         x = BasicBlock(filters, strides, norm, name=f"stage{stage + 1}_block{block + 1}")(x)
     features = jnp.mean(x, axis=(1, 2))
-    return _classify(features, self.head, self.num_classes, self.cosine_scale), features
+    return _classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
+                     axis_name=self.axis_name, etf_seed=self.etf_seed)
 
 
 class WideBlock(nn.Module):
@@ -117,6 +144,7 @@ class WideResNet(nn.Module):
   head: str = "linear"
   cosine_scale: float = 30.0
   axis_name: str | None = None
+  etf_seed: int = 0
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
@@ -131,7 +159,8 @@ class WideResNet(nn.Module):
         x = WideBlock(filters, strides, norm, name=f"stage{stage + 1}_block{block + 1}")(x)
     x = nn.relu(norm(name="final_norm")(x))
     features = jnp.mean(x, axis=(1, 2))
-    return _classify(features, self.head, self.num_classes, self.cosine_scale), features
+    return _classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
+                     axis_name=self.axis_name, etf_seed=self.etf_seed)
 
 
 class SmallCNN(nn.Module):
@@ -143,6 +172,7 @@ class SmallCNN(nn.Module):
   head: str = "linear"
   cosine_scale: float = 30.0
   axis_name: str | None = None
+  etf_seed: int = 0
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
@@ -151,7 +181,8 @@ class SmallCNN(nn.Module):
       x = nn.Conv(filters, (3, 3), strides=strides, use_bias=False, kernel_init=conv_init)(x)
       x = nn.relu(norm()(x))
     features = jnp.mean(x, axis=(1, 2))
-    return _classify(features, self.head, self.num_classes, self.cosine_scale), features
+    return _classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
+                     axis_name=self.axis_name, etf_seed=self.etf_seed)
 
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
@@ -224,6 +255,26 @@ class FrozenEncoder(nn.Module):
   def __call__(self, x: jax.Array, train: bool):
     del train
     return self.base(x, train=False)
+
+
+class WithETFClassifier(nn.Module):
+  """The base model (head 'etf') with its fixed ETF M as an output the DR loss reads: extras
+  {'etf_classifier': M [d, K]}."""
+  base: nn.Module
+
+  def setup(self):
+    nn.share_scope(self, self.base)
+
+  def __call__(self, x: jax.Array, train: bool):
+    logits, features = self.base(x, train=train)
+    if not train:
+      return logits, features
+    return logits, features, {"etf_classifier": self.variables["params"]["head"]["etf"]}
+
+
+# Extras with a row per example (cut to the loss's views with the logits); the others (the ETF M)
+# are per model.
+ROW_OUTPUTS = ("projection", "biased_logits")
 
 
 def split_outputs(outputs) -> tuple[jax.Array, jax.Array, dict]:

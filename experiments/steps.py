@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 import reweight_jax
+from _perclass import class_sums
 from _perclass import metrics as perclass_metrics
 from experiments import losses
 from experiments import models
@@ -23,6 +24,20 @@ class Task:
   class_counts: tuple[float, ...]
   steps_per_epoch: int
   loss_views: int = 0  # views (of a multi-view batch) the loss sees, the first ones; 0: all
+  mixup_alpha: float = 0.0  # > 0: mixup batches, λ ~ Beta(α, α) and π per step (`mixup`)
+
+
+def mixup(images, labels, key, alpha: float, axis_name: str | None):
+  """x̃ = λx + (1 − λ)x_π with one λ ~ Beta(α, α) and one permutation π of the global batch per
+  step (drawn from `key`, the same on every device), the partner rows gathered across devices, so
+  the mixed batch equals one device's on the global batch. Returns (x̃, y_π, λ)."""
+  lam_key, perm_key = jax.random.split(key)
+  lam = jax.random.beta(lam_key, alpha, alpha)
+  (all_images, all_labels), offset = class_sums.global_batch(axis_name, images, labels)
+  partner = jax.random.permutation(perm_key, all_labels.shape[0])[offset + jnp.arange(
+      labels.shape[0])]
+  mixed = lam.astype(images.dtype) * images + (1 - lam).astype(images.dtype) * all_images[partner]
+  return mixed, all_labels[partner], lam
 
 
 def all_finite(tree) -> jax.Array:
@@ -47,19 +62,25 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     images = jnp.swapaxes(images, 0, 1).reshape(-1, *images.shape[2:])
     labels = jnp.tile(labels, num_views)[:loss_rows]
     indices = None if indices is None else jnp.tile(indices, num_views)[:loss_rows]
+  mix = None
+  if task.mixup_alpha > 0:
+    images, labels_b, lam = mixup(images, labels, jax.random.fold_in(dropout_rng, 2),
+                                  task.mixup_alpha, axis_name)
+    mix = (labels_b, lam)
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),
                          axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1),
-                         indices=indices)
+                         indices=indices, mix=mix)
 
   def objective(params):
     outputs, new_model_state = state.apply_fn(
         {"params": params, "batch_stats": state.batch_stats}, images, train=True,
         mutable=["batch_stats"], rngs={"dropout": dropout_rng})
     # Views past the loss's (the released recipe's v1, v2) shape the BatchNorm statistics only.
-    logits, features, extras = jax.tree.map(lambda x: x[:loss_rows],
-                                            models.split_outputs(outputs))
+    logits, features, extras = models.split_outputs(outputs)
+    logits, features = logits[:loss_rows], features[:loss_rows]
+    extras = {k: v[:loss_rows] if k in models.ROW_OUTPUTS else v for k, v in extras.items()}
     loss, loss_state, loss_metrics = loss_fn(logits, features, labels, state.loss_state,
                                              info._replace(outputs=extras))
     return loss, (new_model_state, loss_state, loss_metrics, logits)

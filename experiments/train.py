@@ -127,7 +127,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   views = max(entry.views, config.views)
   task = steps.Task(class_counts=tuple(float(c) for c in train.class_counts),
                     steps_per_epoch=steps_per_epoch,
-                    loss_views=entry.views if views > entry.views else 0)
+                    loss_views=entry.views if views > entry.views else 0,
+                    mixup_alpha=float(config.mixup_alpha))
   learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
   model = train_state.build_model(config, num_classes,
                                   axis_name=None if config.parallel == "none" else runners.AXIS)

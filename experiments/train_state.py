@@ -46,7 +46,8 @@ def build_model(config, num_classes: int, axis_name: str | None = None):
   (outputs the loss reads) and, for the linear stage of a two-stage run
   (`config.frozen_encoder_from`), by `models.FrozenEncoder`."""
   model = models.create_model(config.model, num_classes, head=config.head,
-                              cosine_scale=config.cosine_scale, axis_name=axis_name)
+                              cosine_scale=config.cosine_scale, axis_name=axis_name,
+                              etf_seed=config.seed)
   wrap = losses.get(config.loss).model
   if wrap is not None:
     model = wrap(config, model)
@@ -55,25 +56,32 @@ def build_model(config, num_classes: int, axis_name: str | None = None):
   return model
 
 
-def head_only(params) -> Any:
-  """'train' for the classifier's parameters (params['head']), 'frozen' for every other leaf."""
-  return {key: jax.tree.map(lambda _, k=key: "train" if k == "head" else "frozen", value)
-          for key, value in params.items()}
+def param_labels(params, frozen_encoder: bool) -> Any:
+  """'frozen' for the parameters the optimiser never changes — the ETF head's fixed M
+  (params['head']['etf']) and, in a linear stage (`frozen_encoder`), every parameter outside the
+  head — and 'train' for the rest."""
+  def label(path, _):
+    keys = [getattr(k, "key", None) for k in path]
+    if keys[:2] == ["head", "etf"] or (frozen_encoder and keys[0] != "head"):
+      return "frozen"
+    return "train"
+  return jax.tree_util.tree_map_with_path(label, params)
 
 
 def create_train_state(config, model, image_shape, num_classes: int, learning_rate_fn,
                        rng: jax.Array, train_labels=None) -> TrainState:
   """Initial parameters, SGD + momentum + decoupled weight decay, and the loss's initial state
-  (per-example fields from `train_labels`). With `config.frozen_encoder_from` only the head is
-  updated (every other parameter gets a zero update: no gradient step, no decay)."""
+  (per-example fields from `train_labels`). Parameters labelled 'frozen' (`param_labels`: the ETF
+  head's M; everything but the head with `config.frozen_encoder_from`) get a zero update: no
+  gradient step, no decay."""
   init_rng, state_rng = jax.random.split(rng)
   variables = model.init(init_rng, jnp.zeros((1, *image_shape), jnp.float32), train=False)
   tx = optax.chain(
       optax.add_decayed_weights(config.weight_decay),
       optax.sgd(learning_rate_fn, momentum=config.momentum, nesterov=False))
-  if config.get("frozen_encoder_from"):
-    tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()},
-                               head_only(variables["params"]))
+  labels = param_labels(variables["params"], bool(config.get("frozen_encoder_from")))
+  if "frozen" in jax.tree.leaves(labels):
+    tx = optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
   return TrainState.create(
       apply_fn=model.apply, params=variables["params"], tx=tx,
       batch_stats=variables.get("batch_stats", {}),

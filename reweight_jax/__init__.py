@@ -21,6 +21,11 @@ from reweight_jax.eql import eql_dropped
 from reweight_jax.eql import eql_dropped_at
 from reweight_jax.eql import eql_loss
 from reweight_jax.eql import eql_rare_classes
+from reweight_jax.etf_dr import dot_regression_loss
+from reweight_jax.etf_dr import etf_classifier
+from reweight_jax.etf_dr import etf_normalize
+from reweight_jax.etf_dr import given_ew
+from reweight_jax.etf_dr import mixup_dot_regression_loss
 from reweight_jax.fairdro import FAIRDRO_SCHEDULES
 from reweight_jax.fairdro import fairdro_best_response
 from reweight_jax.fairdro import fairdro_loss
@@ -78,15 +83,19 @@ __all__ = [
     "class_prior",
     "class_weighted_loss",
     "cross_entropy_loss",
+    "dot_regression_loss",
     "eql_dropped",
     "eql_dropped_at",
     "eql_loss",
     "eql_rare_classes",
+    "etf_classifier",
+    "etf_normalize",
     "fairdro_best_response",
     "fairdro_loss",
     "fairdro_step_size",
     "fairdro_update",
     "focal_loss",
+    "given_ew",
     "group_dro_adjustment",
     "group_dro_loss",
     "ib_loss",
@@ -104,6 +113,7 @@ __all__ = [
     "milelr_schedule",
     "mittag_leffler_neg",
     "mittag_leffler_order",
+    "mixup_dot_regression_loss",
     "mean_class_loss",
     "nc_metrics",
     "rho",

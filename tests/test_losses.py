@@ -14,6 +14,7 @@ from experiments import losses
 from experiments.config_errors import ConfigError
 from experiments.configs import default
 from tests.reference import numpy_comparisons as ref_cmp
+from tests.reference import numpy_etf_dr as ref_etf
 from tests.reference import numpy_fairdro as ref_fairdro
 from tests.reference import numpy_jtt_lff as ref_lff
 from tests.reference import numpy_mr2 as ref_mr2
@@ -33,13 +34,16 @@ DATASET_LABELS = _extra.integers(0, K, N_TRAIN).astype(np.int32)
 _z = _extra.normal(size=(B, 8))
 PROJECTION = (_z / np.linalg.norm(_z, axis=1, keepdims=True)).astype(np.float32)
 BIASED_LOGITS = _extra.normal(size=(B, K)).astype(np.float32)
+_m = _extra.normal(size=(D, K))
+ETF = (_m / np.linalg.norm(_m, axis=0)).astype(np.float32)  # unit columns (d = 5 < K: any M here)
 
 
 def step_info(epoch, step_in_epoch, rows=B):
   return losses.StepInfo(epoch=jnp.asarray(epoch), step_in_epoch=jnp.asarray(step_in_epoch),
                          class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG,
                          outputs={"projection": jnp.asarray(PROJECTION[:rows]),
-                                  "biased_logits": jnp.asarray(BIASED_LOGITS[:rows])},
+                                  "biased_logits": jnp.asarray(BIASED_LOGITS[:rows]),
+                                  "etf_classifier": jnp.asarray(ETF)},
                          indices=jnp.asarray(INDICES[:rows]))
 
 
@@ -56,6 +60,8 @@ def config_for(loss: str) -> ml_collections.ConfigDict:
   config.reweight.refresh = "step"
   config.eql.lam = 0.05  # classes 4 and 5 (f = 4/119, 2/119) are rare: some logits are dropped
   config.jtt.stage1 = "<stage-1 workdir: not read by the step>"
+  if loss == "etf_dr":
+    config.head = "etf"
   return config
 
 
@@ -145,6 +151,9 @@ def reference_loss(name: str, logits, features, labels, state):
     reference = ref_lff.LfFReference(DATASET_LABELS, K, q=0.7, alpha=0.7)
     return reference.step(BIASED_LOGITS.astype(np.float64), logits.astype(np.float64), labels,
                           INDICES)[0]
+  if name == "etf_dr":  # DR onto M with GivenEw of the batch (features taken as the head's h)
+    scale = ref_etf.given_ew(labels, K)
+    return ref_etf.dot_regression(features, labels, ETF, scale)[0]
   raise AssertionError(f"no reference for {name}")
 
 
@@ -314,3 +323,17 @@ def test_epoch_end_hook_sets_fairdro_q_from_the_training_pass(schedule, clip):
   expected = ref_fairdro.step_loss(ref_rw._per_example_ce(logits, labels), labels, q_ref)[0]
   np.testing.assert_allclose(float(loss), expected, rtol=2e-5)
   chex.assert_trees_all_equal(new_state, state)  # the step does not move q
+
+
+@pytest.mark.parametrize("loss, field, value, message", [
+    ("focal", "mixup_alpha", 1.0, "does not take mixup batches"),
+    ("ce", "views", 3, "mixup batches are single-view"),
+    ("etf_dr", "head", "linear", "set config.head='etf'"),
+])
+def test_mixup_and_etf_head_are_refused_where_they_do_not_apply(loss, field, value, message):
+  config = config_for(loss)
+  if field == "views":
+    config.mixup_alpha = 1.0
+  config[field] = value
+  with pytest.raises(ConfigError, match=message):
+    losses.validate(config)

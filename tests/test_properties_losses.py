@@ -112,10 +112,11 @@ def config_for(variant: str) -> ml_collections.ConfigDict:
 # step is CE's; the sampler is tested in tests/test_stage1.py).
 SAME_STEP_AS = {"jtt": "ce"}
 # Entries that read model outputs of their wrapper (`Loss.model`): SupCon's projection, LfF's
-# biased logits. Their library functions are checked against the float64 references, with padding,
-# permutation and shard_map over 2/4/8 devices, in tests/test_supcon.py and
-# tests/test_reweight_lff.py, and their registry steps in tests/test_losses.py.
-MODEL_OUTPUT_ENTRIES = {"supcon", "lff"}
+# biased logits, ETF-DR's fixed ETF. Their library functions are checked against the float64
+# references, with padding, permutation and shard_map over 2/4/8 devices, in tests/test_supcon.py,
+# tests/test_reweight_lff.py and tests/test_reweight_etf_dr.py (with a hypothesis property), and
+# their registry steps in tests/test_losses.py.
+MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr"}
 
 
 def test_every_loss_is_tested():

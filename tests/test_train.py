@@ -342,3 +342,43 @@ def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished
   assert message in error_lines[0]
   after = {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
   assert after == before
+
+
+def test_mixup_draws_one_lambda_and_one_global_permutation():
+  """`steps.mixup` on one device: x̃ = λx + (1 − λ)x_π with π a permutation (checked in NumPy from
+  the returned partner labels on distinct labels) and λ in [0, 1]; split over 8 devices under
+  shard_map: the same λ, mixed rows and partner labels (partners gathered across devices)."""
+  from jax.sharding import PartitionSpec as P
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(16, 4, 4, 3)).astype(np.float32)
+  labels = np.arange(16, dtype=np.int32)  # distinct: the partner label names the partner row
+  key = jax.random.key(3)
+  mixed, partner, lam = jax.jit(lambda x, y: steps.mixup(x, y, key, 1.0, None))(images, labels)
+  lam, partner = float(lam), np.asarray(partner)
+  assert 0 <= lam <= 1 and sorted(partner.tolist()) == list(range(16))
+  np.testing.assert_allclose(mixed, lam * images + (1 - lam) * images[partner], rtol=1e-6,
+                             atol=1e-6)
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:NUM_DEVICES]), ("batch",))
+  sharded = jax.jit(jax.shard_map(lambda x, y: steps.mixup(x, y, key, 1.0, "batch"), mesh=mesh,
+                                  in_specs=(P("batch"), P("batch")),
+                                  out_specs=(P("batch"), P("batch"), P()), check_vma=False))
+  mixed_8, partner_8, lam_8 = sharded(images, labels)
+  np.testing.assert_array_equal(np.asarray(partner_8), partner)
+  assert float(lam_8) == lam
+  np.testing.assert_allclose(np.asarray(mixed_8), np.asarray(mixed), rtol=1e-6, atol=1e-7)
+
+
+def test_etf_dr_with_mixup_over_8_devices_equals_one_device_and_keeps_m_fixed():
+  """ETF-DR (head 'etf', DR loss with GivenEw, mixup α = 1) for 2 steps: shard_map on 8 devices
+  equals one device, and the ETF M in the parameters is `etf_classifier(K, d, seed)` bit for bit
+  after the steps (no gradient step, no weight decay), while the head's BatchNorm trained."""
+  import reweight_jax
+  config = tiny_config("etf_dr")
+  config.head, config.mixup_alpha = "etf", 1.0
+  results = run_steps(config, num_steps=2, modes=[("none", 1), ("shard_map", NUM_DEVICES)])
+  assert_same_training(results["shard_map", NUM_DEVICES], results["none", 1])
+  params = results["none", 1][0].params["head"]
+  expected = reweight_jax.etf_classifier(10, params["etf"].shape[0], config.seed)
+  np.testing.assert_array_equal(np.asarray(params["etf"]), np.asarray(expected))
+  assert not np.allclose(np.asarray(params["norm"]["scale"]), 1.0)
+  assert np.isfinite(results["none", 1][1]["loss"])

@@ -27,6 +27,9 @@ def get_config() -> ml_collections.ConfigDict:
   # loss's own enter BatchNorm statistics only (the released recipe: 3, the loss on view 0; 1 is
   # 3× cheaper and a deviation: BatchNorm then normalises over view 0 alone).
   config.views = 1
+  # > 0: mixup batches (one λ ~ Beta(α, α) and one permutation of the global batch per step), for
+  # losses that take them (ce, etf_dr; ETF-DR's recipe: 1.0).
+  config.mixup_alpha = 0.0
 
   # Model: 'small_cnn', 'resnet32', 'wrn28_10'; head 'linear' or 'cosine'.
   config.model = "small_cnn"

@@ -1,0 +1,264 @@
+"""ETF-DR: a fixed simplex-ETF classifier trained with the dot-regression loss (PIPELINES spec,
+'ETF-DR'; Yang et al., "Inducing Neural Collapse in Imbalanced Learning: Do We Really Need a
+Learnable Classifier at the End of Deep Neural Network?", NeurIPS 2022).
+
+The classifier M [d, K] is drawn once from a seed (`etf_classifier`) and never trained; the head
+normalises the features (BatchNorm1d, a flax module of the model, then `etf_normalize`); the loss
+pulls each normalised feature onto its class's column of W = M·diag(E), where GivenEw
+(`given_ew`) scales class c by E_c = √(B/(C_b·n_c)) so that every class present in the batch gets
+the same total loss (`dot_regression_loss`). Prediction is argmax_c hᵀm_c.
+
+With the inverse reweighting (PIPELINES spec, 'Plugging the reweighting in'), ŵ weights the
+per-label DR losses with E ≡ 1 (`dot_regression_loss(..., class_scale=None)`), since GivenEw
+already balances the classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from _perclass import class_sums
+from _perclass.checks import check_batch_dim
+from _perclass.checks import check_class_vector
+from _perclass.checks import check_floating
+from _perclass.checks import check_labels
+from _perclass.checks import check_num_classes
+from _perclass.checks import check_where
+from _perclass.checks import is_concrete
+
+Array = Any
+
+# The reference clamps ‖h‖ at 1e-8 in the normalisation and in the loss (`H_length`).
+_MIN_NORM = 1e-8
+
+
+def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
+  """The fixed simplex-ETF classifier M, float32 [d, K]:
+
+      A ∈ R^{d×K}, A_jk iid U[0, 1)   (`np.random.default_rng(seed)`, host side)
+      A = P R                          (reduced QR, d ≥ K, sign-fixed so that diag(R) > 0)
+      M = √(K/(K−1)) · P (I − 11ᵀ/K)
+
+  Columns have unit norm and m_jᵀm_k = −1/(K−1) for j ≠ k (PᵀP = I); Σ_k m_k = 0. The draw is a
+  pure function of `seed` (the reference leaves M unseeded and out of its checkpoint, so a resume
+  draws another M; keep the seed, or M itself, in the train state). The reduced QR's Q is unique
+  once diag(R) > 0 (A has full column rank with probability 1), so M does not depend on the
+  LAPACK build's sign convention; the reference's `np.linalg.qr` without that fix may differ from
+  it by the sign of some columns of P, a different but equally valid ETF.
+
+  Args:
+    num_classes: K ≥ 2 (the scale divides by K − 1).
+    dim: feature dimension d ≥ K.
+    seed: non-negative integer seed of the draw.
+
+  Returns:
+    float32 [dim, num_classes].
+  """
+  num_classes = check_num_classes(num_classes)
+  if num_classes < 2:
+    raise ValueError(f"num_classes: a simplex ETF needs at least 2 classes (the scale "
+                     f"√(K/(K−1)) divides by K − 1), got {num_classes}.")
+  if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+    raise TypeError(f"dim: expected a Python int, got {type(dim).__name__}.")
+  if dim < num_classes:
+    raise ValueError(f"dim: the reduced QR of A [d, K] needs d ≥ K orthonormal columns; got "
+                     f"dim={dim} < num_classes={num_classes}.")
+  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    raise ValueError(f"seed: expected a non-negative integer, got {seed!r}.")
+  draws = np.random.default_rng(seed).random((dim, num_classes))
+  q, r = np.linalg.qr(draws, mode="reduced")
+  q = q * np.where(np.diag(r) < 0, -1.0, 1.0)
+  centring = np.eye(num_classes) - np.full((num_classes, num_classes), 1.0 / num_classes)
+  etf = np.sqrt(num_classes / (num_classes - 1)) * q @ centring
+  return jnp.asarray(etf, jnp.float32)
+
+
+def etf_normalize(features: Array) -> jax.Array:
+  """h / max(‖h‖, 1e-8) over the last axis, in the features' dtype (computed in ≥ float32).
+
+  The head's normalisation after BatchNorm1d. Its gradient is finite everywhere: for ‖h‖ < 1e-8
+  it is the gradient of h / 1e-8 (a zero row maps to zero), where autodiff of a clamped norm
+  would give 0 · ∞ = NaN.
+  """
+  features = jnp.asarray(features)
+  if features.ndim < 1 or not jnp.issubdtype(features.dtype, jnp.floating):
+    raise TypeError(f"features: expected a floating array [..., d], got {features.dtype} of shape "
+                    f"{features.shape}.")
+  h = features.astype(jnp.promote_types(features.dtype, jnp.float32))
+  return (h / _safe_norm(h)).astype(features.dtype)
+
+
+def _safe_norm(h: jax.Array) -> jax.Array:
+  """max(‖h‖, 1e-8) over the last axis, keepdims, with a finite gradient at h = 0."""
+  squared = jnp.sum(h * h, axis=-1, keepdims=True)
+  large = squared > _MIN_NORM**2
+  return jnp.where(large, jnp.sqrt(jnp.where(large, squared, 1.0)), _MIN_NORM)
+
+
+def given_ew(labels: Array, num_classes: int, *, where: Array | None = None,
+             axis_name: str | None = None) -> jax.Array:
+  """GivenEw class scales E, float32 [K], of the (global) batch:
+
+      E_c = √(B / (C_b · n_c))   if n_c > 0,   else 1,
+
+  n_c the count of class c, B = Σ_c n_c the real rows and C_b the number of classes present.
+  With W = M·diag(E) and ‖h‖ = 1 the DR loss becomes (1/C_b) Σ_c mean_{i: y_i = c} ½(1 − cos_i)²
+  (`dot_regression_loss`): each present class carries the same weight, whatever its count. E is
+  a function of the labels, hence a constant for back-propagation.
+
+  Data parallel (`axis_name`): counts are psum-reduced (`_perclass.class_sums`), so every device
+  returns the E of the concatenated batch.
+
+  Args:
+    labels: int [B] labels in [0, K).
+    num_classes: K.
+    where: optional bool [B]; False marks padding, which counts nowhere.
+    axis_name: data-parallel axis name or None.
+
+  Returns:
+    float32 [K]; a real row with an out-of-range label (possible only under `jit`) makes every
+    entry NaN on every device, never a clipped class.
+  """
+  num_classes = check_num_classes(num_classes)
+  labels = jnp.asarray(labels)
+  in_range = check_labels(labels, num_classes)
+  real = check_where(where, labels.shape[0])
+  valid = real & in_range
+  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
+  slot_present = slots.counts > 0
+  counts = class_sums.scatter_to_classes(jnp.zeros((num_classes,), jnp.float32), slots.counts,
+                                         slots, slot_present)
+  present = counts > 0
+  num_present = jnp.sum(present.astype(jnp.float32))
+  total = jnp.sum(counts)
+  scales = jnp.where(
+      present, jnp.sqrt(total / (jnp.maximum(num_present, 1.0) * jnp.maximum(counts, 1.0))), 1.0)
+  bad_rows = jnp.sum((real & ~in_range).astype(jnp.int32))
+  if axis_name is not None:
+    bad_rows = jax.lax.psum(bad_rows, axis_name)
+  return jnp.where(bad_rows > 0, jnp.nan, scales)
+
+
+def _check_classifier(features: Array, classifier: Array) -> tuple[jax.Array, jax.Array]:
+  features = check_floating(features, 2, "features")
+  classifier = check_floating(classifier, 2, "classifier")
+  if classifier.shape[0] != features.shape[1]:
+    raise ValueError(f"classifier: expected shape [d, K] with d = {features.shape[1]} (the "
+                     f"features' dimension), got {classifier.shape}.")
+  return features, classifier
+
+
+def _dot_regression(features: jax.Array, labels: Array, classifier: jax.Array,
+                    class_scale: Array | None, where: Array | None, axis_name: str | None,
+                    labels_name: str) -> tuple[jax.Array, jax.Array]:
+  """(this device's share of the mean, per-example ℓ [B]) for checked features and classifier."""
+  num_classes = classifier.shape[1]
+  labels = jnp.asarray(labels)
+  in_range = check_labels(labels, num_classes, labels_name)
+  check_batch_dim(features, labels.shape[0], "features", labels_name)
+  real = check_where(where, labels.shape[0])
+  dtype = jnp.promote_types(jnp.promote_types(features.dtype, classifier.dtype), jnp.float32)
+  if class_scale is None:
+    scales = jnp.ones((num_classes,), dtype)
+  else:
+    scales = check_class_vector(class_scale, num_classes, "class_scale").astype(dtype)
+  valid = real & in_range
+  # Padding and bad-label rows compute on h = 0 and class 0, so their garbage (inf, NaN) reaches
+  # neither the value nor the gradient; their per-example value is set below.
+  h = jnp.where(valid[:, None], features.astype(dtype), 0.0)
+  index = jnp.where(valid, labels, 0)
+  targets = classifier.astype(dtype).T[index] * scales[index][:, None]  # w_i [B, d]
+  h_norm = jax.lax.stop_gradient(_safe_norm(h)[:, 0])
+  target_norm = jax.lax.stop_gradient(jnp.sqrt(jnp.sum(targets * targets, axis=-1)))
+  residual = jnp.sum(h * targets, axis=-1) - target_norm * h_norm
+  per_example = 0.5 * residual**2 / h_norm
+  per_example = jnp.where(valid, per_example, jnp.where(real, jnp.nan, 0.0))
+  count = jnp.sum(real.astype(jnp.float32))
+  if axis_name is not None:
+    count = jax.lax.psum(count, axis_name)
+  loss = class_sums.num_devices(axis_name) * jnp.sum(per_example) / jnp.maximum(count, 1.0)
+  return loss, per_example
+
+
+def dot_regression_loss(features: Array, labels: Array, classifier: Array, *,
+                        class_scale: Array | None = None, where: Array | None = None,
+                        axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
+  """The dot-regression (DR) loss of ETF-DR; returns `(loss, per_example)`:
+
+      w_i = E_{y_i} · m_{y_i}                          (m_c = classifier[:, c]; E ≡ 1 by default)
+      ℓ_i = ½ (h_iᵀw_i − sg(‖w_i‖) · sg(‖h_i‖))² / sg(‖h_i‖),   ‖h_i‖ clamped at 1e-8
+      loss = (1/B) Σ_i ℓ_i                             (B real rows of the global batch)
+
+  The features are meant to be `etf_normalize`-d by the head (‖h_i‖ = 1, then
+  ℓ_i = ½E_{y_i}²(1 − cos_i)² for unit columns), but the norms are computed, as in the reference,
+  so unnormalised features give the reference's value. The norms are constants for
+  back-propagation: ∂ℓ_i/∂h_i = (h_iᵀw_i − ‖w_i‖‖h_i‖) w_i / ‖h_i‖. The classifier receives the
+  gradient of the dot product (ETF-DR keeps M fixed: do not train it); `class_scale` is taken as
+  given (`given_ew` is a function of the labels).
+
+  Data parallel (`axis_name`): B counts the real rows of the global batch and the returned loss is
+  this device's share N_devices · Σ_{local i} ℓ_i / B: `lax.pmean` of it (and of the gradients) is
+  the loss (gradient) of the concatenated batch on one device. `class_scale` must be the global
+  batch's (`given_ew(..., axis_name=...)`).
+
+  Args:
+    features: [B, d] features h.
+    labels: int [B] labels in [0, K).
+    classifier: [d, K] classifier M (`etf_classifier`).
+    class_scale: optional [K] class scales E (`given_ew`); None for E ≡ 1.
+    where: optional bool [B]; False marks padding, which counts nowhere and gets no gradient (its
+      features may be anything; its labels too under `jit`).
+    axis_name: data-parallel axis name or None.
+
+  Returns:
+    (loss, per_example [B]) in ≥ float32; padding rows give 0. A real row with an out-of-range
+    label raises eagerly; under `jit` its ℓ_i and the loss are NaN (never a clipped class).
+  """
+  features, classifier = _check_classifier(features, classifier)
+  return _dot_regression(features, labels, classifier, class_scale, where, axis_name, "labels")
+
+
+def mixup_dot_regression_loss(features: Array, labels: Array, labels_b: Array, lam: Array,
+                              classifier: Array, class_scale: Array | None, *,
+                              where: Array | None = None, axis_name: str | None = None
+                              ) -> tuple[jax.Array, jax.Array]:
+  """The DR loss of a mixup batch x̃ = λx + (1−λ)x_π; returns `(loss, per_example)`:
+
+      loss = λ · DR(h, y) + (1 − λ) · DR(h, y_π),   per_example_i = λ ℓ_i(y_i) + (1 − λ) ℓ_i(y_π(i))
+
+  with one λ ~ Beta(α, α) and one permutation π per batch (the caller's draws), and the same
+  class scales E in both terms: those of the unmixed labels, `given_ew(labels)` (None for E ≡ 1).
+  λ is a constant for back-propagation. Data parallelism and padding as `dot_regression_loss`.
+
+  Args:
+    features: [B, d] features of the mixed inputs.
+    labels: int [B] labels y of the first inputs.
+    labels_b: int [B] labels y_π of the mixed-in inputs.
+    lam: scalar λ in [0, 1] (checked when concrete).
+    classifier: [d, K] classifier M.
+    class_scale: [K] class scales E, or None for E ≡ 1.
+    where: optional bool [B]; False marks padding.
+    axis_name: data-parallel axis name or None.
+
+  Returns:
+    (loss, per_example [B]); NaN under `jit` for a real row with an out-of-range label or label_b.
+  """
+  features, classifier = _check_classifier(features, classifier)
+  lam = jnp.asarray(lam)
+  if lam.ndim != 0 or not (jnp.issubdtype(lam.dtype, jnp.floating)
+                           or jnp.issubdtype(lam.dtype, jnp.integer)):
+    raise ValueError(f"lam: expected a real scalar λ, got {lam.dtype} of shape {lam.shape}.")
+  if is_concrete(lam) and not 0 <= float(lam) <= 1:
+    raise ValueError(f"lam: expected a mixing weight λ in [0, 1], got {float(lam)}.")
+  loss_a, per_example_a = _dot_regression(features, labels, classifier, class_scale, where,
+                                          axis_name, "labels")
+  loss_b, per_example_b = _dot_regression(features, labels_b, classifier, class_scale, where,
+                                          axis_name, "labels_b")
+  lam = jax.lax.stop_gradient(lam.astype(loss_a.dtype))
+  return (lam * loss_a + (1 - lam) * loss_b,
+          lam * per_example_a + (1 - lam) * per_example_b)
+
