@@ -99,7 +99,9 @@ def _bicubic_taps(source: np.ndarray, size: int):
 def shear_x(images: np.ndarray, shear) -> np.ndarray:
   """Pillow `transform(AFFINE, (1, s, 0, 0, 1, 0), BICUBIC, fillcolor=128)`: output (x, y) reads
   the input at x' = x + ½ + s·(y + ½) on row y, interpolated along the row with Pillow's bicubic
-  (a = −0.5, edge pixels repeated); x' outside [0, W) gives grey 128. `shear`: scalar or [B]."""
+  (a = −0.5, edge pixels repeated; the row coordinate falls on a pixel centre, where Pillow's 2-D
+  filter reduces exactly to the 1-D one); x' outside [0, W) gives grey 128. `shear`: scalar or
+  [B]."""
   images = _check_images(images)
   batch, height, width, _ = images.shape
   s = _per_image(shear, batch)[:, None, None]
@@ -191,24 +193,25 @@ def _rotation_fixed_point(degrees: float, width: int, height: int) -> tuple[int,
           fix(m[3]), fix(m[4]), fix(m[5] + m[3] * 0.5 + m[4] * 0.5))
 
 
-def _rotate_one(image: np.ndarray, degrees: float) -> np.ndarray:
-  height, width, _ = image.shape
+def _rotate_by(images: np.ndarray, degrees: float) -> np.ndarray:
+  """Pillow `rotate(degrees)` of every image in [n, H, W, 3], uncovered pixels grey 128."""
+  _, height, width, _ = images.shape
   degrees = degrees % 360.0
   # Pillow's exact fast paths (rotate: no centre or translation given).
   if degrees == 0:
-    return image.copy()
+    return images.copy()
   if degrees == 180:
-    return image[::-1, ::-1].copy()
+    return images[:, ::-1, ::-1].copy()
   if degrees in (90, 270) and width == height:
-    return np.rot90(image, 1 if degrees == 90 else -1).copy()
+    return np.rot90(images, 1 if degrees == 90 else -1, axes=(1, 2)).copy()
   a0, a1, a2, a3, a4, a5 = _rotation_fixed_point(degrees, width, height)
   y = np.arange(height, dtype=np.int64)[:, None]
   x = np.arange(width, dtype=np.int64)[None, :]
   source_x = (a2 + y * a1 + x * a0) >> 16  # arithmetic shift: floor, as in C on two's complement
   source_y = (a5 + y * a4 + x * a3) >> 16
   valid = (source_x >= 0) & (source_x < width) & (source_y >= 0) & (source_y < height)
-  out = image[np.clip(source_y, 0, height - 1), np.clip(source_x, 0, width - 1)]
-  out[~valid] = FILL
+  out = images[:, np.clip(source_y, 0, height - 1), np.clip(source_x, 0, width - 1)]
+  out[:, ~valid] = FILL
   return out
 
 
@@ -222,7 +225,7 @@ def rotate(images: np.ndarray, degrees) -> np.ndarray:
   out = np.empty_like(images)
   for angle in np.unique(angles):
     rows = np.flatnonzero(angles == angle)
-    out[rows] = np.stack([_rotate_one(images[i], float(angle)) for i in rows])
+    out[rows] = _rotate_by(images[rows], float(angle))
   return out
 
 

@@ -28,7 +28,7 @@ RANGES = (
     ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),
     ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
     ("imbalance_factor", (1, True), (INF, False)), ("views", (1, True), (INF, False)),
-    ("mixup_alpha", (0, True), (INF, False)),
+    ("mixup_alpha", (0, True), (INF, False)), ("milelr_switch_epoch", (0, True), (INF, False)),
 )
 
 
@@ -36,7 +36,7 @@ def validate_config(config) -> None:
   """Raises ConfigError (one line, naming the field) before anything is written."""
   losses.get(config.loss)  # an unknown loss is named first
   check_choice(config, "parallel", PARALLEL)
-  check_choice(config, "schedule", ("cosine", "step"))
+  check_choice(config, "schedule", ("cosine", "step", "milelr"))
   check_choice(config, "head", models.HEADS)
   check_choice(config, "augmentation", data_lib.AUGMENTATIONS)
   if config.model not in models.MODELS:

@@ -93,8 +93,10 @@ class BasicBlock(nn.Module):
 
 
 class ResNet32(nn.Module):
-  """CIFAR ResNet-32 (He et al. 2016, §4.2): 3 stages × 5 basic blocks, 16/32/64 channels."""
+  """CIFAR ResNet-32 (He et al. 2016, §4.2): 3 stages × 5 basic blocks, w/2w/4w channels (w = 16;
+  ETF-DR's CIFAR-100 network has w = 32, GLMC's w = 64)."""
   num_classes: int
+  width: int = 16
   head: str = "linear"
   cosine_scale: float = 30.0
   axis_name: str | None = None
@@ -103,9 +105,9 @@ class ResNet32(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
     norm = functools.partial(_batch_norm, train, self.axis_name)
-    x = nn.Conv(16, (3, 3), use_bias=False, kernel_init=conv_init, name="stem")(x)
+    x = nn.Conv(self.width, (3, 3), use_bias=False, kernel_init=conv_init, name="stem")(x)
     x = nn.relu(norm()(x))
-    for stage, filters in enumerate((16, 32, 64)):
+    for stage, filters in enumerate((self.width, 2 * self.width, 4 * self.width)):
       for block in range(5):
         strides = 2 if stage > 0 and block == 0 else 1
         x = BasicBlock(filters, strides, norm, name=f"stage{stage + 1}_block{block + 1}")(x)
@@ -187,6 +189,8 @@ class SmallCNN(nn.Module):
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "resnet32": ResNet32,
+    "resnet32_w32": functools.partial(ResNet32, width=32),   # ETF-DR, CIFAR-100 (d = 128)
+    "resnet32_w64": functools.partial(ResNet32, width=64),   # GLMC (d = 256)
     "wrn28_10": functools.partial(WideResNet, depth=28, widen=10),
     "small_cnn": SmallCNN,
 }

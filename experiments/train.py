@@ -129,7 +129,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                     steps_per_epoch=steps_per_epoch,
                     loss_views=entry.views if views > entry.views else 0,
                     mixup_alpha=float(config.mixup_alpha))
-  learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
+  try:
+    learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch,
+                                                           train.class_counts)
+  except ValueError as error:  # MiLeLR on balanced counts with a switch: Γ(1 − a) at its pole
+    raise ConfigError(f"config.schedule={config.schedule!r}: {error}") from error
   model = train_state.build_model(config, num_classes,
                                   axis_name=None if config.parallel == "none" else runners.AXIS)
   state = train_state.create_train_state(config, model, train.images.shape[1:], num_classes,

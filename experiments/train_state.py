@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+
+import reweight_jax
 from flax.training import train_state
 
 from experiments import losses
@@ -27,10 +29,22 @@ class TrainState(train_state.TrainState):
   rng: jax.Array
 
 
-def create_learning_rate_fn(config: ml_collections.ConfigDict, steps_per_epoch: int) -> optax.Schedule:
-  """Linear warm-up to `learning_rate`, then cosine decay to 0 or step decay at `step_epochs`."""
+def create_learning_rate_fn(config: ml_collections.ConfigDict, steps_per_epoch: int,
+                            class_counts=None) -> optax.Schedule:
+  """Linear warm-up to `learning_rate`, then cosine decay to 0 or step decay at `step_epochs`; or
+  the reweighting recipe's MiLeLR (`reweight_jax.milelr_schedule`: warm-up (k+1)/U, Mittag-Leffler
+  decay with its order from the training `class_counts`, switch at `milelr_switch_epoch`), laid on
+  this trainer's epochs of `steps_per_epoch` updates."""
   warmup_steps = int(config.warmup_epochs * steps_per_epoch)
   total_steps = int(config.num_epochs * steps_per_epoch)
+  if config.schedule == "milelr":
+    if class_counts is None:
+      raise ValueError("the 'milelr' schedule needs the training class counts (class_counts)")
+    switch = config.milelr_switch_epoch
+    return reweight_jax.milelr_schedule(
+        config.learning_rate, class_counts, config.batch_size, num_epochs=config.num_epochs,
+        warmup_epochs=config.warmup_epochs, switch_epoch=None if switch in (None, 0) else switch,
+        steps_per_epoch=steps_per_epoch)
   warmup = optax.linear_schedule(0.0, config.learning_rate, max(warmup_steps, 1))
   if config.schedule == "cosine":
     decay = optax.cosine_decay_schedule(config.learning_rate, max(total_steps - warmup_steps, 1))

@@ -77,7 +77,7 @@ def mittag_leffler_neg(z: Array, a: float, below_one: Array | None = None) -> Ar
 
 def milelr_schedule(base_learning_rate: float, class_counts: Array, batch_size: int, *,
                     num_epochs: int = 200, warmup_epochs: int = 10, switch_epoch: int | None = 160,
-                    eps: float = 1e-6) -> optax.Schedule:
+                    eps: float = 1e-6, steps_per_epoch: int | None = None) -> optax.Schedule:
   """The MiLeLR schedule (see the module docstring) as an `optax.Schedule`: step → learning rate.
 
   Args:
@@ -87,6 +87,9 @@ def milelr_schedule(base_learning_rate: float, class_counts: Array, batch_size: 
     num_epochs, warmup_epochs, switch_epoch: 200, 10 and 160 in the recipe (T, U and S above);
       `switch_epoch=None` is the no-switch branch.
     eps: ε.
+    steps_per_epoch: S_e, the updates of one epoch; default ⌈N/B⌉ as in the reference (which keeps
+      the last partial batch). A trainer that drops it (⌊N/B⌋ updates) passes its own, so that the
+      warm-up, the switch and the end fall on its epoch boundaries.
 
   Raises:
     ValueError for a = 1 (balanced counts) when the schedule has a switch: Γ(1 − a) is at its pole
@@ -94,7 +97,10 @@ def milelr_schedule(base_learning_rate: float, class_counts: Array, batch_size: 
   """
   a = mittag_leffler_order(class_counts)
   num_examples = float(np.sum(np.asarray(class_counts, np.float64)))
-  steps_per_epoch = math.ceil(num_examples / batch_size)
+  if steps_per_epoch is None:
+    steps_per_epoch = math.ceil(num_examples / batch_size)
+  elif isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+    raise ValueError(f"steps_per_epoch: expected a positive int, got {steps_per_epoch!r}.")
   warmup = warmup_epochs * steps_per_epoch
   total = num_epochs * steps_per_epoch - warmup
   switch = None if switch_epoch is None else switch_epoch * steps_per_epoch - warmup

@@ -110,3 +110,42 @@ def test_unknown_names_raise():
 
 def test_count_params():
   assert models.count_params({"a": jnp.zeros((3, 4)), "b": {"c": jnp.zeros(5)}}) == 17
+
+
+def _resnet32_param_count(width, num_classes):
+  """Conv weights (3×3, no bias), two BatchNorm parameters per channel, the linear head."""
+  total = 27 * width + 2 * width  # stem conv + its BN
+  channels = width
+  for stage in range(3):
+    filters = width * 2 ** stage
+    for block in range(5):
+      total += 9 * channels * filters + 9 * filters * filters + 4 * filters
+      channels = filters
+  return total + channels * num_classes + num_classes
+
+
+@pytest.mark.parametrize("name, width", [("resnet32", 16), ("resnet32_w32", 32),
+                                         ("resnet32_w64", 64)])
+def test_resnet32_widths(name, width):
+  """ETF-DR's CIFAR-100 (w = 32, d = 128) and GLMC's (w = 64, d = 256) ResNet-32: parameter counts
+  from the layer formula (464,154 at w = 16, the PyTorch reference's) and the feature width 4w."""
+  variables = abstract_variables(models.create_model(name, 10), (1, 32, 32, 3))
+  assert models.count_params(variables["params"]) == _resnet32_param_count(width, 10)
+  assert variables["params"]["head"]["kernel"].shape == (4 * width, 10)
+
+
+def test_etf_head_is_the_fixed_simplex_etf_on_normalised_features():
+  """head='etf': the parameter 'etf' is `reweight_jax.etf_classifier(K, d, etf_seed)`, the features
+  the model returns are BatchNorm-ed and L2-normalised (unit norm) and the logits are hᵀM."""
+  import reweight_jax
+  model = models.create_model("small_cnn", 5, head="etf", etf_seed=3)
+  x = np.random.default_rng(0).normal(size=(4, 8, 8, 3)).astype(np.float32)
+  variables = model.init(jax.random.key(0), x, train=False)
+  etf = np.asarray(variables["params"]["head"]["etf"])
+  np.testing.assert_array_equal(etf, np.asarray(reweight_jax.etf_classifier(5, 128, 3)))
+  assert "norm" in variables["batch_stats"]["head"]
+  logits, features = model.apply(variables, x, train=False)
+  np.testing.assert_allclose(np.linalg.norm(np.asarray(features), axis=1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(features) @ etf, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="dim"):  # d = 128 < K = 200: no simplex ETF
+    models.create_model("small_cnn", 200, head="etf").init(jax.random.key(0), x, train=False)

@@ -85,3 +85,29 @@ def test_balanced_counts_are_refused_with_a_switch_and_allowed_without():
 
 def test_public_name():
   assert reweight_jax.milelr_schedule is milelr.milelr_schedule
+
+
+def test_schedule_on_a_trainer_that_drops_the_last_partial_batch():
+  """`steps_per_epoch` = ⌊N/B⌋ (the trainer's epochs) instead of the reference's ⌈N/B⌉: warm-up,
+  switch and end fall on those epochs' boundaries, against the float64 transcription; and the
+  trainer's `create_learning_rate_fn` with schedule 'milelr' is this schedule."""
+  import ml_collections
+  from experiments import train_state
+  from tests.reference import numpy_milelr as ref
+  counts = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # CIFAR-10-LT IF 100
+  spe = sum(counts) // 128
+  assert spe != -(-sum(counts) // 128)
+  schedule = reweight_jax.milelr_schedule(0.3, np.asarray(counts), 128, steps_per_epoch=spe)
+  for k in (0, 10 * spe - 1, 10 * spe, 100 * spe, 160 * spe - 1, 160 * spe, 199 * spe,
+            200 * spe - 1):
+    np.testing.assert_allclose(float(schedule(k)), 0.3 * ref.factor(k, counts, 128,
+                                                                     steps_per_epoch=spe),
+                               rtol=2e-5, err_msg=f"step {k}")
+  config = ml_collections.ConfigDict(dict(schedule="milelr", learning_rate=0.3, batch_size=128,
+                                          num_epochs=200, warmup_epochs=10,
+                                          milelr_switch_epoch=160))
+  trainer = train_state.create_learning_rate_fn(config, spe, np.asarray(counts))
+  for k in (0, 5 * spe, 160 * spe, 180 * spe):
+    assert float(trainer(k)) == float(schedule(k))
+  with pytest.raises(ValueError, match="steps_per_epoch"):
+    reweight_jax.milelr_schedule(0.3, np.asarray(counts), 128, steps_per_epoch=0)

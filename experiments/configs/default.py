@@ -50,7 +50,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.momentum = 0.9
   config.weight_decay = 5e-4
   config.warmup_epochs = 5
-  config.schedule = "cosine"        # 'cosine' or 'step'.
+  # 'cosine', 'step' or 'milelr' (the reweighting recipe's Mittag-Leffler schedule; its order a from
+  # the training class counts, its switch at `milelr_switch_epoch`, 0 for none).
+  config.schedule = "cosine"
+  config.milelr_switch_epoch = 160
   config.step_epochs = (160, 180)   # 'step': lr × 0.01 after the first, × 0.0001 after the second.
   config.step_factor = 0.01
 

@@ -19,9 +19,10 @@ def ml_neg(z, a):
   return max(0.0, 1.0 / (z * math.gamma(1 - a)))
 
 
-def factor(k, counts, batch, epochs=200, warmup_epochs=10, switch_epoch=160, eps=1e-6):
+def factor(k, counts, batch, epochs=200, warmup_epochs=10, switch_epoch=160, eps=1e-6,
+           steps_per_epoch=None):
   a = order(counts)
-  se = math.ceil(sum(counts) / batch)
+  se = math.ceil(sum(counts) / batch) if steps_per_epoch is None else steps_per_epoch
   u, t_total = warmup_epochs * se, epochs * se - warmup_epochs * se
   s = None if switch_epoch is None else switch_epoch * se - u
   if k < u:
