@@ -70,7 +70,8 @@ def _batch_index(images: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------------
 # Geometric ops (Pillow `Image.transform(size, AFFINE, data, resample, fillcolor=(128,) * 3)`).
-# Output pixel (x, y) reads the input at (a0·(x + ½) + a1·(y + ½) + a2, a3·(x + ½) + a4·(y + ½) + a5);
+# Output pixel (x, y) reads the input at
+#   (a0·(x + ½) + a1·(y + ½) + a2, a3·(x + ½) + a4·(y + ½) + a5);
 # pixels whose source lies outside the image keep the fill.
 
 
@@ -315,8 +316,9 @@ def _blend(degenerate: np.ndarray, images: np.ndarray, factor) -> np.ndarray:
 
 
 def luma(images: np.ndarray) -> np.ndarray:
-  """uint8 [B, H, W]: Pillow's RGB → 'L' (ITU-R 601-2), (19595 R + 38470 G + 7471 B + 2^15) >> 16."""
-  images = _check_images(images).astype(np.int64)
+  """uint8 [B, H, W]: Pillow's RGB → 'L' (ITU-R 601-2 luma),
+  (19595 R + 38470 G + 7471 B + 2^15) >> 16."""
+  images = _check_images(images).astype(np.int32)
   return ((images[..., 0] * 19595 + images[..., 1] * 38470 + images[..., 2] * 7471 + 0x8000)
           >> 16).astype(np.uint8)
 
@@ -537,6 +539,7 @@ def _bilinear_coefficients(in_size: int, out_size: int) -> np.ndarray:
     for x, tap in enumerate(taps):
       normalised = tap / total if total != 0.0 else tap
       weights[out, first + x] = int(0.5 + normalised * (1 << _PRECISION_BITS))
+  weights.flags.writeable = False  # cached: shared by every call
   return weights
 
 
@@ -665,6 +668,8 @@ def _hsv_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   factors = np.stack([np.choose(roles[None, :], (ones, q, p, p, t, ones)),
                       np.choose(roles[None, :], (t, ones, ones, q, p, p)),
                       np.choose(roles[None, :], (p, p, t, ones, ones, q))])
+  for table in (hue, saturation, factors):
+    table.flags.writeable = False  # cached: shared by every call
   return hue, saturation, factors
 
 

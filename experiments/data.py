@@ -426,28 +426,26 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
 AUGMENTATIONS = ("crop_flip", "released", "simclr")
 
 
-def _per_example(fn, images: np.ndarray, key: list[int], rows: np.ndarray) -> np.ndarray:
-  """`fn(image [1, H, W, C], rng)` for each image with its own generator [*key, global row]: an
-  example's draw depends on its place in the global batch only, not on the process count."""
-  return np.concatenate([fn(images[i:i + 1], np.random.default_rng([*key, int(r)]))
-                         for i, r in enumerate(rows)]) if len(images) else images
-
-
 def augment_view(images: np.ndarray, augmentation: str, view: int, key: list[int], *,
                  process_index: int = 0, process_count: int = 1) -> np.ndarray:
   """View `view` of a batch of uint8 images under `augmentation`, a pure function of `key`
-  ([seed, epoch, batch]) and each example's position in the global batch:
+  ([seed, epoch, batch]) and the process:
 
     'crop_flip': pad-4 random crop + flip for every view (view 0 draws with `key`, view v > 0 with
-      [*key, v]);
+      [*key, v]), drawn for the global batch: an example gets the same crop whatever the number of
+      processes;
     'released': the reweighting paper's released recipe (PIPELINES spec §1): view 0 crop + flip →
-      AutoAugment (CIFAR-10 policy) → Cutout 16×16, views ≥ 1 the SimCLR transform;
+      AutoAugment (CIFAR-10 policy) → Cutout 16×16, views ≥ 1 the SimCLR transform
+      (`experiments.augment`);
     'simclr': the SimCLR transform (random resized crop, flip, colour jitter, grayscale) for every
       view (SupCon's reference views).
+
+  The AutoAugment / Cutout / SimCLR draws are made per process batch ([*key, view, tag, process
+  index, process count]), vectorised over it (≈ 5× the throughput of per-example generators), so
+  unlike crop + flip they depend on how the global batch is split over processes.
   """
   if augmentation not in AUGMENTATIONS:
     raise DataError(f"augmentation: unknown {augmentation!r}; expected one of {AUGMENTATIONS}")
-  rows = np.arange(len(images)) * process_count + process_index  # positions in the global batch
   view_key = key + [view] if view > 0 else key
   if augmentation == "crop_flip" or (augmentation == "released" and view == 0):
     images = random_crop_flip(images, np.random.default_rng(view_key),
@@ -455,10 +453,12 @@ def augment_view(images: np.ndarray, augmentation: str, view: int, key: list[int
     if augmentation == "crop_flip":
       return images
   from experiments import augment  # pylint: disable=g-import-not-at-top
+  batch_key = [*key, view, 1 if augmentation == "released" and view == 0 else 2, process_index,
+               process_count]
+  rng = np.random.default_rng(batch_key)
   if augmentation == "released" and view == 0:
-    return _per_example(lambda x, rng: augment.cutout(augment.autoaugment(x, rng), rng), images,
-                        view_key + [1], rows)
-  return _per_example(augment.simclr_view, images, view_key + [2], rows)
+    return augment.cutout(augment.autoaugment(images, rng), rng)
+  return augment.simclr_view(images, rng)
 
 
 def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augment: bool,

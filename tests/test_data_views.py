@@ -174,3 +174,29 @@ def test_start_batch_resumes_exactly_with_views_and_sample():
     assert set(actual) == {"image", "label", "index"}
     for key in ("image", "label", "index"):
       np.testing.assert_array_equal(expected[key], actual[key])
+
+
+def test_released_recipe_views_are_the_reference_transforms_with_their_draws():
+  """augmentation='released', views=3: view 0 is crop + flip (the single-view draw) → AutoAugment →
+  Cutout with the batch generator [seed, epoch, b, 0, 1, process, processes]; views 1 and 2 are
+  SimCLR views with [seed, epoch, b, v, 2, process, processes]; a resumed epoch repeats them."""
+  from experiments import augment
+  rng = np.random.default_rng(0)
+  split = data.Split(rng.integers(0, 256, (64, 32, 32, 3), dtype=np.uint8),
+                     rng.integers(0, 10, 64), 10, tuple("abcdefghij"), "cifar10")
+  batches = list(data.train_batches(split, 16, seed=5, epoch=2, augment=True, views=3,
+                                    augmentation="released"))
+  b = 1
+  raw = split.images[batches[b]["index"]]
+  view0 = data.random_crop_flip(raw, np.random.default_rng([5, 2, b]))
+  rng = np.random.default_rng([5, 2, b, 0, 1, 0, 1])
+  view0 = augment.cutout(augment.autoaugment(view0, rng), rng)
+  np.testing.assert_array_equal(batches[b]["image"][:, 0], data.normalize(view0, split.name))
+  for v in (1, 2):
+    expected = augment.simclr_view(raw, np.random.default_rng([5, 2, b, v, 2, 0, 1]))
+    np.testing.assert_array_equal(batches[b]["image"][:, v], data.normalize(expected, split.name))
+  resumed = next(data.train_batches(split, 16, seed=5, epoch=2, augment=True, views=3,
+                                    augmentation="released", start_batch=b))
+  np.testing.assert_array_equal(resumed["image"], batches[b]["image"])
+  with pytest.raises(data.DataError, match="augmentation"):
+    next(data.train_batches(split, 16, seed=5, epoch=2, augment=True, augmentation="autoaug"))
