@@ -163,3 +163,107 @@ class DataParallelTest(parameterized.TestCase):
       chex.assert_trees_all_close(take(stats_n), stats_1, **tol)
       chex.assert_trees_all_close(take(aux_n), aux_1, **tol)
       chex.assert_trees_all_close(take(grad_n), grad_1, **tol)
+
+
+def _slow_run_collapsed_example():
+  """The falsifying example of the slow property run tests/property_runs/2026-12-01/
+  test_registry_entry_slow_mr2_.log (shape B = 24, K = 2, d = 8, float32; 'uniform, collapsed
+  classes, offset 3.0, gaussian logits, feature scale 1e+04, logit scale 0.001, seed 4'; fresh
+  statistics), rebuilt as tests/strategies.batches builds it (same generator calls, same order)."""
+  rng = np.random.default_rng(4)
+  labels = rng.permutation(rng.integers(0, 2, 24).astype(np.int32))
+  centres = rng.normal(size=(2, 8))
+  features = 1e4 * (3.0 + centres[labels] + 0.0 * rng.normal(size=(24, 8)))  # collapsed: spread 0
+  logits = 1e-3 * rng.normal(size=(24, 2))
+  return labels, features.astype(np.float32), logits.astype(np.float32)
+
+
+def _adversarial_batch():
+  """24 rows, K = 3, d = 4, at ‖φ‖ ≈ 2.5·10⁵ (one float32 ulp is 2⁻⁷ … 2⁻⁶ there), rows shuffled so
+  that every class spans several of 8 devices:
+    class 0: 7 identical rows (collapsed; 7·φ does not divide back to φ in float32);
+    class 1: 9 rows one ulp apart in some coordinates (near-collapsed: V ≈ 5·10⁻⁵, while the rounded
+      class mean alone is off by ~ε·‖φ‖ ≈ 0.03 per row, i.e. ~10⁻³ in ‖φ − m‖²);
+    class 2: 8 rows with an ordinary spread (σ = 10).
+  """
+  rng = np.random.default_rng(11)
+  centres = (1e5 + 3e4 * rng.random((3, 4))).astype(np.float32)
+  collapsed = np.repeat(centres[:1], 7, axis=0)
+  up = np.nextafter(centres[1], np.float32(np.inf))
+  near = np.where(rng.random((9, 4)) < 0.5, up, centres[1]).astype(np.float32)
+  spread = (centres[2] + 10.0 * rng.normal(size=(8, 4))).astype(np.float32)
+  features = np.concatenate([collapsed, near, spread])
+  labels = np.repeat(np.arange(3, dtype=np.int32), [7, 9, 8])
+  order = rng.permutation(24)
+  logits = rng.normal(size=(24, 3)).astype(np.float32)
+  return labels[order], features[order], logits
+
+
+class CollapsedClassesAtLargeScaleTest(parameterized.TestCase):
+  """Regression: V of a collapsed or near-collapsed class at large ‖φ‖ (slow property run).
+
+  The class statistics used to centre the rows on the rounded float32 class mean, so V was off by
+  ~(ε·‖φ‖)² whatever the class's spread: V = [8.5e-6, 1.9e-4] instead of 0 on the run's example,
+  s̄ = 9.8e-5, and ℓ_s̄ = log(1 + Σ_j e^{d_ij − 2 s̄}) moved the loss by λ·2 s̄ (n − 1)/n ≈ 1.8e-5
+  (the property bound was 1.3e-5). They now centre on a row of the class: a collapsed class gives V = 0.
+  """
+
+  def test_slow_property_run_example(self):
+    labels, features, logits = _slow_run_collapsed_example()
+    # The log's arrays (printed to 8 digits).
+    np.testing.assert_array_equal(labels[:6], [1, 1, 0, 1, 1, 0])
+    np.testing.assert_allclose(features[0, :3], [39591.848, 20201.455, 22022.043], rtol=1e-7)
+    np.testing.assert_allclose(logits[0], [1.2953340e-03, -6.7639124e-04], rtol=1e-6)
+    zeros = np.zeros(2, np.float32)
+    stats = cases.class_stats(zeros, zeros, np.zeros(2, bool))
+    loss, new_stats, aux = jax.jit(mr2_jax.mr2_loss)(logits, features, labels, stats)
+    r_loss, r_a, r_v, _, r_gamma, r_sbar = ref.mr2_objective_paper(
+        logits.astype(np.float64), features.astype(np.float64), labels, zeros, zeros,
+        np.zeros(2, bool))
+    self.assertEqual(r_sbar, 0.0)
+    np.testing.assert_array_equal(new_stats.mean_sq_deviation, r_v)  # exactly 0
+    self.assertEqual(float(aux["s_bar"]), 0.0)
+    np.testing.assert_allclose(new_stats.sq_mean_norm, r_a, rtol=1e-6)
+    np.testing.assert_allclose(aux["gamma"], r_gamma, rtol=1e-6)
+    # Was 1.79e-5 off (the property test's bound C·ε·S = 1.31e-5); float32 rounding now.
+    self.assertLess(abs(float(loss) - r_loss), 1e-6)
+
+  def test_adversarial_batch_single_device(self):
+    labels, features, logits = _adversarial_batch()
+    a, v, seen = cases.random_stats(np.random.default_rng(3), 3, seen_fraction=0.0)
+    r_loss, r_a, r_v, _, r_gamma, r_sbar = ref.mr2_objective_paper(
+        logits.astype(np.float64), features.astype(np.float64), labels, a, v, seen, lam=1.0)
+    self.assertEqual(r_v[0], 0.0)
+    self.assertTrue(0 < r_v[1] < 1e-3)
+    loss, new_stats, aux = jax.jit(functools.partial(mr2_jax.mr2_loss, lam=1.0))(
+        logits, features, labels, cases.class_stats(a, v, seen))
+    self.assertEqual(float(new_stats.mean_sq_deviation[0]), 0.0)
+    np.testing.assert_allclose(new_stats.mean_sq_deviation, r_v, rtol=1e-5)
+    np.testing.assert_allclose(new_stats.sq_mean_norm, r_a, rtol=1e-6)
+    np.testing.assert_allclose(aux["s_bar"], r_sbar, rtol=1e-5)
+    np.testing.assert_allclose(aux["gamma"], r_gamma, rtol=1e-6)
+    self.assertLess(abs(float(loss) - r_loss), 1e-5 * abs(r_loss))
+    for p in (2.0, 5.0):  # the released form's p = 5 too
+      _, r_v_p, _ = ref.batch_class_moments(features, labels, 3, p)
+      out = mr2_jax.update_class_stats(mr2_jax.init_class_stats(3), features, labels, p=p)
+      self.assertEqual(float(out.mean_sq_deviation[0]), 0.0)
+      np.testing.assert_allclose(out.mean_sq_deviation, r_v_p, rtol=1e-5)
+
+  @parameterized.named_parameters(("class_slots", 3), ("compacted_slots_k_gt_global_batch", 50))
+  def test_adversarial_batch_eight_devices(self, num_classes):
+    """Data parallel: the psum'd statistics (sums and counts over devices, the reference row the
+    same on every device) equal one device on the global batch; V of the collapsed class is 0."""
+    self.assertEqual(jax.local_device_count(), NUM_DEVICES)
+    labels, features, _ = _adversarial_batch()
+    stats = mr2_jax.init_class_stats(num_classes)
+    single = mr2_jax.update_class_stats(stats, features, labels)
+    shard = lambda t: t.reshape(NUM_DEVICES, -1, *t.shape[1:])
+    parallel = jax.pmap(lambda s, f, y: mr2_jax.update_class_stats(s, f, y, axis_name="batch"),
+                        axis_name="batch", in_axes=(None, 0, 0))(stats, shard(features),
+                                                                 shard(labels))
+    _, r_v, _ = ref.batch_class_moments(features, labels, num_classes, 2.0)
+    for device in range(NUM_DEVICES):
+      self.assertEqual(float(parallel.mean_sq_deviation[device, 0]), 0.0)
+      np.testing.assert_allclose(parallel.mean_sq_deviation[device], r_v, rtol=1e-5)
+      chex.assert_trees_all_close(jax.tree.map(lambda x: x[device], parallel), single,
+                                  rtol=1e-5, atol=0.0)
