@@ -26,7 +26,7 @@ import pathlib
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -464,7 +464,8 @@ def augment_view(images: np.ndarray, augmentation: str, view: int, key: list[int
 def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augment: bool,
                   process_index: int = 0, process_count: int = 1, start_batch: int = 0,
                   views: int = 1, sample: np.ndarray | None = None,
-                  augmentation: str = "crop_flip") -> Iterator[dict[str, np.ndarray]]:
+                  augmentation: str = "crop_flip",
+                  pair: Callable[..., dict] | None = None) -> Iterator[dict[str, np.ndarray]]:
   """One epoch of full training batches for this process.
 
   The epoch's permutation (of the split, or of `sample`) is cut to steps · batch_size ·
@@ -479,6 +480,12 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
       augmented with its own draws (`augment_view`).
     sample: dataset positions an epoch draws from, repeats allowed (JTT's up-sampled training set:
       the epoch grows); default every position once.
+    pair: a paired batch (GLMC's re-balanced partner rows): pair(rng, global batch size, H, W) →
+      {'rows': partner positions [global batch], 'lam': the step's λ, 'box': its CutMix box
+      (y0, y1, x0, x1)}, drawn with rng [seed, epoch, b, 1000] for the global batch (this process
+      takes its rows' partners), adds 'image_b' (augmented like 'image', key [seed, epoch, b,
+      1001]), 'label_b', 'index_b', and 'lam' float32 [B] and 'box' int32 [B, 4] (the step's values
+      on every row).
 
   Yields:
     {'image': float32 [batch_size, H, W, C] normalised ([batch_size, views, H, W, C] when
@@ -500,15 +507,29 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
   for b in range(start_batch, steps):
     indices = shard[b * batch_size:(b + 1) * batch_size]
     raw = split.images[indices]
-    crops = []
-    for v in range(views):
-      images = raw
-      if augment:
-        images = augment_view(raw, augmentation, v, [seed, epoch, b],
-                              process_index=process_index, process_count=process_count)
-      crops.append(normalize(images, split.name))
-    image = crops[0] if views == 1 else np.stack(crops, axis=1)
-    yield {"image": image, "label": split.labels[indices], "index": indices.astype(np.int32)}
+    batch = {"image": _views(split, raw, views, augment, augmentation, [seed, epoch, b],
+                             process_index, process_count),
+             "label": split.labels[indices], "index": indices.astype(np.int32)}
+    if pair is not None:
+      # Keys apart from the views' ([seed, epoch, b, v ...], v < 1000).
+      drawn = pair(np.random.default_rng([seed, epoch, b, 1000]), batch_size * process_count,
+                   *split.images.shape[1:3])
+      partners = np.asarray(drawn["rows"])[process_index::process_count]
+      batch.update(image_b=_views(split, split.images[partners], views, augment, augmentation,
+                                  [seed, epoch, b, 1001], process_index, process_count),
+                   label_b=split.labels[partners], index_b=partners.astype(np.int32),
+                   lam=np.full(batch_size, drawn["lam"], np.float32),
+                   box=np.tile(np.asarray(drawn["box"], np.int32), (batch_size, 1)))
+    yield batch
+
+
+def _views(split: Split, raw: np.ndarray, views: int, augment: bool, augmentation: str,
+           key: list[int], process_index: int, process_count: int) -> np.ndarray:
+  """The normalised views of raw uint8 images: [B, H, W, C], or [B, V, H, W, C] for V > 1."""
+  crops = [normalize(augment_view(raw, augmentation, v, key, process_index=process_index,
+                                  process_count=process_count) if augment else raw, split.name)
+           for v in range(views)]
+  return crops[0] if views == 1 else np.stack(crops, axis=1)
 
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[dict[str, np.ndarray]]:

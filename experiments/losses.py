@@ -126,6 +126,12 @@ CONFIG_TREES = {
     # PIPELINES spec §2, ETF-DR: GivenEw class scales (default on). The fixed ETF head is
     # config.head='etf'; mixup (α = 1 in the recipe) is config.mixup_alpha.
     "etf_dr": ConfigTree(lambda: dict(given_ew=True)),
+    # PIPELINES spec §3, GLMC: re-balanced sampling exponent r (P(row) ∝ n_y^(−r)), the class-weight
+    # exponent ℓw of v_c ∝ n_c^(−ℓw), the consistency weight w_con, the projector width.
+    "glmc": ConfigTree(lambda: dict(r=0.0, weight_exponent=1.2, w_con=1.0, projection_dim=128),
+                       ranges=(("r", *_NONNEG), ("weight_exponent", *_NONNEG),
+                               ("w_con", *_NONNEG),
+                               ("projection_dim", (1, True), (INF, False)))),
     "lff": ConfigTree(lambda: dict(q=0.7, alpha=0.7),
                       ranges=(("q", (0, False), (1, True)), ("alpha", (0, True), (1, True)))),
 }
@@ -169,6 +175,9 @@ class Loss:
       summary), for an entry that trains on an edited training set (JTT's up-sampled error set).
     mixes: whether it takes mixup batches (`StepInfo.mix`, `config.mixup_alpha` > 0): the loss of
       a mixed row against both of its labels, weighted λ and 1 − λ.
+    pair: (config, train split) → draw(rng, global batch, H, W) → {'rows', 'lam', 'box'}: paired
+      batches (GLMC's re-balanced partner of each row, the step's λ and CutMix box;
+      `data.train_batches(pair=...)`, mixed in the step by `steps.paired_mix`).
   """
   apply: LossApply
   reads: tuple[str, ...] = ()
@@ -181,6 +190,7 @@ class Loss:
   views: int = 1
   sampler: Callable[..., tuple[Any, dict]] | None = None
   mixes: bool = False
+  pair: Callable[..., Callable[..., dict]] | None = None
 
 
 class EpochPass(NamedTuple):
@@ -471,6 +481,38 @@ def _check_etf_head(config):
                       f"set config.head='etf' (got {config.head!r})")
 
 
+def _glmc(config, logits, features, labels, state, info):
+  """GLMC's loss (`reweight_jax.glmc_loss`) on the two passes [x_g; x_l] of a paired batch: fc_cb
+  is the model's head (logits), fc, the projections and predictions come from `models.GLMCModel`;
+  v_c ∝ n_c^(−ℓw) from the training counts, α_e = 1 − (e/E)²."""
+  del features
+  if info.mix is None:
+    raise ValueError("the 'glmc' loss needs paired batches (StepInfo.mix): train it with the "
+                     "trainer, which draws them from the entry's `pair`")
+  gl = config.glmc
+  labels_b, lam = info.mix
+  half = labels.shape[0] // 2
+  fc, projection, prediction = (_output(info, key, "glmc")
+                                for key in ("logits_fc", "projection", "prediction"))
+  loss, aux = reweight_jax.glmc_loss(
+      fc[:half], fc[half:], logits[:half], logits[half:], prediction[:half], projection[:half],
+      prediction[half:], projection[half:], labels[:half], labels_b[:half], lam,
+      reweight_jax.glmc_class_weights(info.class_counts, gl.weight_exponent),
+      reweight_jax.glmc_alpha(info.epoch, config.num_epochs), gl.w_con, axis_name=info.axis_name)
+  return loss, state, {"glmc_" + k: _global_mean(v, info.axis_name)
+                       for k, v in aux._asdict().items() if jnp.ndim(v) == 0}
+
+
+def _glmc_pair(config, train):
+  r = config.glmc.r
+
+  def draw(rng, size, height, width):
+    rows = reweight_jax.glmc_rebalanced_indices(train.labels, train.class_counts, r, size, rng)
+    lam = float(rng.beta(1.0, 1.0))  # the release's --beta is dead: λ ~ Beta(1, 1)
+    return {"rows": rows, "lam": lam, "box": reweight_jax.cutmix_box(lam, height, width, rng)}
+  return draw
+
+
 REGISTRY: dict[str, Loss] = {
     "ce": Loss(_ce, mixes=True),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
@@ -495,6 +537,9 @@ REGISTRY: dict[str, Loss] = {
                     epoch_end=_fairdro_epoch_end),
     "supcon": Loss(_supcon, reads=("supcon",), model=_supcon_model, views=2),
     "jtt": Loss(_ce, reads=("jtt",), sampler=_jtt_sampler, check=_check_jtt),
+    "glmc": Loss(_glmc, reads=("glmc",), views=2, pair=_glmc_pair,
+                 model=lambda config, base: models.GLMCModel(
+                     base, base.num_classes, projection_dim=config.glmc.projection_dim)),
     "etf_dr": Loss(_etf_dr, reads=("etf_dr",), model=lambda config, base:
                    models.WithETFClassifier(base), check=_check_etf_head, mixes=True),
     "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels"), model=_lff_model),

@@ -247,6 +247,35 @@ class WithBiasedTwin(nn.Module):
     return (logits, features, {"biased_logits": biased_logits}) if train else (logits, features)
 
 
+class GLMCModel(nn.Module):
+  """GLMC's network (PIPELINES spec §3): the base model, whose head is fc_cb (the re-balanced head,
+  used for inference), plus the instance-balanced head 'fc', the projector 'projector'
+  (Linear d → 128) and the predictor 'predictor' (Linear 128 → 128) on its features. In training the
+  input is the two mixtures [x_g; x_l] (2B rows, `steps.paired_mix`) and runs as two passes, each
+  with its own BatchNorm batch statistics (the running averages updated by both, in order): extras
+  {'logits_fc', 'projection', 'prediction'}, rows as the logits."""
+  base: nn.Module
+  num_classes: int
+  projection_dim: int = 128
+
+  def setup(self):
+    nn.share_scope(self, self.base)
+    self.fc = nn.Dense(self.num_classes)
+    self.projector = nn.Dense(self.projection_dim)
+    self.predictor = nn.Dense(self.projection_dim)
+
+  def __call__(self, x: jax.Array, train: bool):
+    if not (train or self.is_initializing()):
+      return self.base(x, train=False)
+    passes = [self.base(half, train=train) for half in (jnp.split(x, 2) if train else [x])]
+    logits = jnp.concatenate([p[0] for p in passes])
+    features = jnp.concatenate([p[1] for p in passes])
+    projection = self.projector(features)
+    extras = {"logits_fc": self.fc(features), "projection": projection,
+              "prediction": self.predictor(projection)}
+    return (logits, features, extras) if train else (logits, features)
+
+
 class FrozenEncoder(nn.Module):
   """The base model always in inference mode (BatchNorm uses its running statistics and does not
   update them): the linear stage of a two-stage method, whose optimiser trains the head only
@@ -278,7 +307,7 @@ class WithETFClassifier(nn.Module):
 
 # Extras with a row per example (cut to the loss's views with the logits); the others (the ETF M)
 # are per model.
-ROW_OUTPUTS = ("projection", "biased_logits")
+ROW_OUTPUTS = ("projection", "biased_logits", "logits_fc", "prediction")
 
 
 def split_outputs(outputs) -> tuple[jax.Array, jax.Array, dict]:

@@ -47,6 +47,18 @@ def all_finite(tree) -> jax.Array:
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
+def paired_mix(batch):
+  """GLMC's two mixtures of a paired batch (PIPELINES spec §3): each row i with its re-balanced
+  partner (`data.train_batches(pair=...)`), one λ and one CutMix box per step — the global mixture
+  x_g = λx¹ + (1 − λ)x¹_b of the first views and the local x_l = CutMix(x², x²_b) of the second.
+  Returns the [B, 2, ...] views (x_g, x_l) and the mix (partner labels, λ)."""
+  images, partners = batch["image"], batch["image_b"]
+  lam, box = batch["lam"][0], batch["box"][0]
+  mixed_global = reweight_jax.mix_images(images[:, 0], partners[:, 0], lam)
+  mixed_local = reweight_jax.cutmix(images[:, 1], partners[:, 1], box)
+  return jnp.stack([mixed_global, mixed_local], axis=1), (batch["label_b"], lam)
+
+
 def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
                axis_name: str | None = None):
   """One SGD step of `loss_fn` (`losses.make_loss_fn`). Under `axis_name`, BatchNorm, the loss's
@@ -55,6 +67,9 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   'learning_rate', 'step' and 'finite' (loss, loss state and parameters)."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   images, labels, indices = batch["image"], batch["label"], batch.get("index")
+  mix = None
+  if "image_b" in batch:
+    images, mix = paired_mix(batch)
   loss_rows = labels.shape[0]
   if images.ndim == 5:  # [B, V, H, W, C] views → the view-major [V·B, H, W, C] batch
     num_views = images.shape[1]
@@ -62,7 +77,8 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     images = jnp.swapaxes(images, 0, 1).reshape(-1, *images.shape[2:])
     labels = jnp.tile(labels, num_views)[:loss_rows]
     indices = None if indices is None else jnp.tile(indices, num_views)[:loss_rows]
-  mix = None
+    if mix is not None:
+      mix = (jnp.tile(mix[0], num_views)[:loss_rows], mix[1])
   if task.mixup_alpha > 0:
     images, labels_b, lam = mixup(images, labels, jax.random.fold_in(dropout_rng, 2),
                                   task.mixup_alpha, axis_name)

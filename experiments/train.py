@@ -55,11 +55,11 @@ def runtime_info() -> dict[str, Any]:
 
 
 def probe_step(config, task, learning_rate_fn, state, model, train, process_batch,
-               views: int = 1) -> None:
+               views: int = 1, pair=None) -> None:
   """Traces one train step abstractly (no compute), so that arguments the library rejects at trace
   time (they name themselves) fail before the workdir is touched."""
   batch = next(data_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
-                                      augment=False, views=views))
+                                      augment=False, views=views, pair=pair))
   single_device = state.replace(apply_fn=model.clone(axis_name=None).apply)
   step = functools.partial(steps.train_step, loss_fn=losses.make_loss_fn(config), task=task,
                            learning_rate_fn=learning_rate_fn)
@@ -118,6 +118,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   entry = losses.get(config.loss)
   # An entry that trains on an edited training set (JTT): the positions one epoch draws from.
   sample, sample_record = (None, {}) if entry.sampler is None else entry.sampler(config, train)
+  pair = None if entry.pair is None else entry.pair(config, train)  # GLMC's paired batches
   steps_per_epoch = data_lib.steps_per_epoch(train, process_batch, process_count, sample)
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:
@@ -188,7 +189,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     batches = data_lib.prefetch(data_lib.train_batches(
         train, process_batch, seed=config.seed, epoch=epoch, augment=config.augment,
         process_index=process_index, process_count=process_count, start_batch=start_batch,
-        views=views, sample=sample, augmentation=config.augmentation))
+        views=views, sample=sample, augmentation=config.augmentation, pair=pair))
     for batch in batches:
       state, metrics = runner.step(state, runner.place_batch(batch))
       window = metric_writer.accumulate(window, metrics)

@@ -32,6 +32,18 @@ from reweight_jax.fairdro import fairdro_loss
 from reweight_jax.fairdro import fairdro_step_size
 from reweight_jax.fairdro import fairdro_update
 from reweight_jax.fairdro import init_fairdro_q
+from reweight_jax.glmc import GLMCAux
+from reweight_jax.glmc import cutmix
+from reweight_jax.glmc import cutmix_box
+from reweight_jax.glmc import glmc_alpha
+from reweight_jax.glmc import glmc_class_weights
+from reweight_jax.glmc import glmc_consistency
+from reweight_jax.glmc import glmc_loss
+from reweight_jax.glmc import glmc_rebalanced_indices
+from reweight_jax.glmc import glmc_rebalanced_probabilities
+from reweight_jax.glmc import mix_images
+from reweight_jax.glmc import mixed_targets
+from reweight_jax.glmc import soft_cross_entropy
 from reweight_jax.group_dro import ClassWeightedAux
 from reweight_jax.group_dro import GroupDROAux
 from reweight_jax.group_dro import class_weighted_loss
@@ -58,6 +70,8 @@ from reweight_jax.macro import macro_factor
 from reweight_jax.milelr import milelr_schedule
 from reweight_jax.milelr import mittag_leffler_neg
 from reweight_jax.milelr import mittag_leffler_order
+from reweight_jax.mixed_labels import MixedReweightAux
+from reweight_jax.mixed_labels import mixed_inverse_reweighted_loss
 from reweight_jax.neural_collapse import NCAccumulator
 from reweight_jax.neural_collapse import NCMetrics
 from reweight_jax.neural_collapse import nc_metrics
@@ -71,7 +85,9 @@ __all__ = [
     "PRIOR_KINDS",
     "BatchClassLosses",
     "ClassWeightedAux",
+    "GLMCAux",
     "GroupDROAux",
+    "MixedReweightAux",
     "NCAccumulator",
     "NCMetrics",
     "ReweightAux",
@@ -83,6 +99,8 @@ __all__ = [
     "class_prior",
     "class_weighted_loss",
     "cross_entropy_loss",
+    "cutmix",
+    "cutmix_box",
     "dot_regression_loss",
     "eql_dropped",
     "eql_dropped_at",
@@ -96,6 +114,12 @@ __all__ = [
     "fairdro_update",
     "focal_loss",
     "given_ew",
+    "glmc_alpha",
+    "glmc_class_weights",
+    "glmc_consistency",
+    "glmc_loss",
+    "glmc_rebalanced_indices",
+    "glmc_rebalanced_probabilities",
     "group_dro_adjustment",
     "group_dro_loss",
     "ib_loss",
@@ -113,10 +137,14 @@ __all__ = [
     "milelr_schedule",
     "mittag_leffler_neg",
     "mittag_leffler_order",
+    "mix_images",
+    "mixed_inverse_reweighted_loss",
+    "mixed_targets",
     "mixup_dot_regression_loss",
     "mean_class_loss",
     "nc_metrics",
     "rho",
+    "soft_cross_entropy",
     "traced_checks",
     "LfFAux",
     "LfFState",

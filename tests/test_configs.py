@@ -47,7 +47,7 @@ def tiny(config, model):
 # The cosine alternative runs the trainer's ordinary path (tests/test_train.py): slow here.
 RECIPES = [("cifar10_lt", "inverse_reweight"),
            pytest.param("cifar10_lt_cosine", "inverse_reweight", marks=pytest.mark.slow),
-           ("cifar10_lt_etf_dr", "etf_dr")]
+           ("cifar10_lt_etf_dr", "etf_dr"), ("cifar10_lt_glmc", "glmc")]
 
 
 @pytest.mark.parametrize("model", ["small_cnn", pytest.param("config", marks=pytest.mark.slow)])

@@ -16,6 +16,7 @@ from experiments.configs import default
 from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_etf_dr as ref_etf
 from tests.reference import numpy_fairdro as ref_fairdro
+from tests.reference import numpy_glmc as ref_glmc
 from tests.reference import numpy_jtt_lff as ref_lff
 from tests.reference import numpy_mr2 as ref_mr2
 from tests.reference import numpy_reweight as ref_rw
@@ -36,15 +37,25 @@ PROJECTION = (_z / np.linalg.norm(_z, axis=1, keepdims=True)).astype(np.float32)
 BIASED_LOGITS = _extra.normal(size=(B, K)).astype(np.float32)
 _m = _extra.normal(size=(D, K))
 ETF = (_m / np.linalg.norm(_m, axis=0)).astype(np.float32)  # unit columns (d = 5 < K: any M here)
+# GLMC's paired batch: the rows are the two passes [x_g; x_l] (B/2 each), its extra heads' outputs,
+# the partner labels and the step's λ.
+LOGITS_FC = _extra.normal(size=(B, K)).astype(np.float32)
+PREDICTION = _extra.normal(size=(B, 8)).astype(np.float32)
+LABELS_B = _extra.integers(0, K, B).astype(np.int32)
+LAM = 0.35
+PAIRED = {"glmc"}
 
 
-def step_info(epoch, step_in_epoch, rows=B):
+def step_info(epoch, step_in_epoch, rows=B, name=None):
+  mix = ((jnp.asarray(LABELS_B[:rows]), jnp.float32(LAM)) if name in PAIRED else None)
   return losses.StepInfo(epoch=jnp.asarray(epoch), step_in_epoch=jnp.asarray(step_in_epoch),
                          class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG,
                          outputs={"projection": jnp.asarray(PROJECTION[:rows]),
                                   "biased_logits": jnp.asarray(BIASED_LOGITS[:rows]),
-                                  "etf_classifier": jnp.asarray(ETF)},
-                         indices=jnp.asarray(INDICES[:rows]))
+                                  "etf_classifier": jnp.asarray(ETF),
+                                  "logits_fc": jnp.asarray(LOGITS_FC[:rows]),
+                                  "prediction": jnp.asarray(PREDICTION[:rows])},
+                         indices=jnp.asarray(INDICES[:rows]), mix=mix)
 
 
 def init_state(config):
@@ -81,14 +92,14 @@ def run(loss: str, epoch: int, jit: bool, seed=0, config=None):
   logits, features, labels = batch(seed)
 
   def call(logits, features, labels, state, epoch):
-    return loss_fn(logits, features, labels, state, step_info(epoch, 1))
+    return loss_fn(logits, features, labels, state, step_info(epoch, 1, name=loss))
 
   fn = jax.jit(call) if jit else call
   out = fn(logits, features, labels, state, jnp.asarray(epoch))
   return state, out, (logits, features, labels)
 
 
-def reference_loss(name: str, logits, features, labels, state):
+def reference_loss(name: str, logits, features, labels, state, epoch=0):
   """float64 NumPy value of entry `name` once active, from the spec formulas (tests/reference)."""
   if name == "ce":
     return np.mean(ref_rw._per_example_ce(logits, labels))
@@ -154,6 +165,12 @@ def reference_loss(name: str, logits, features, labels, state):
   if name == "etf_dr":  # DR onto M with GivenEw of the batch (features taken as the head's h)
     scale = ref_etf.given_ew(labels, K)
     return ref_etf.dot_regression(features, labels, ETF, scale)[0]
+  if name == "glmc":  # the passes are rows [:B/2] (x_g) and [B/2:] (x_l); labels of the first
+    h = B // 2
+    v = ref_glmc.class_weights(COUNTS, 1.2)
+    return ref_glmc.glmc_loss(LOGITS_FC[:h], LOGITS_FC[h:], logits[:h], logits[h:],
+                              PREDICTION[:h], PROJECTION[:h], PREDICTION[h:], PROJECTION[h:],
+                              labels[:h], LABELS_B[:h], LAM, v, ref_glmc.alpha(epoch, 200), 1.0)[0]
   raise AssertionError(f"no reference for {name}")
 
 
@@ -173,7 +190,7 @@ def test_entry_before_and_after_its_start(name, jit):
   for epoch, expected_entry in ((before_epoch, entry.before if entry.start else name),
                                 (after_epoch, name)):
     state, (loss, new_state, metrics), (logits, features, labels) = run(name, epoch, jit)
-    expected = reference_loss(expected_entry, logits, features, labels, state)
+    expected = reference_loss(expected_entry, logits, features, labels, state, epoch)
     np.testing.assert_allclose(float(loss), expected, rtol=2e-5, atol=1e-6,
                                err_msg=f"{name} at epoch {epoch} should compute {expected_entry}")
     assert set(new_state) == set(state)
@@ -207,7 +224,7 @@ def test_deferred_entries_compile_one_conditional_and_others_none():
   for name in losses.LOSSES:
     config = config_for(name)
     state = init_state(config)
-    info = step_info(0, 0)
+    info = step_info(0, 0, name=name)
     jaxpr = str(jax.make_jaxpr(losses.make_loss_fn(config))(logits, features, labels, state, info))
     assert ("cond[" in jaxpr) == (losses.get(name).start is not None), name
     if losses.get(name).start is not None:  # started at epoch 0: no conditional at all
@@ -284,13 +301,18 @@ def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
   loss_fn = jax.jit(losses.make_loss_fn(config))
   state = init_state(config)
   logits, features, labels = batch(seed=3)
-  info = step_info(0, 0)
+  info = step_info(0, 0, name=name)
   bad = labels.copy()
-  bad[-1] = K  # JAX indexing would clip this to class K − 1
+  # JAX indexing would clip this to class K − 1. GLMC's loss reads the labels of its first pass
+  # (the rows of the second are the same examples): the bad label goes there.
+  bad[0 if name in PAIRED else -1] = K
   loss, new_state, _ = loss_fn(logits, features, bad, state, info)
   assert np.isnan(float(loss)), name
+  if name in PAIRED:  # no state; its rows are two passes of one batch (no odd row count)
+    assert not state
+    return
   _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state,
-                              step_info(0, 0, rows=B - 1))
+                              step_info(0, 0, rows=B - 1, name=name))
   chex.assert_trees_all_close(new_state, clean_state, rtol=1e-5, atol=1e-6)
 
 

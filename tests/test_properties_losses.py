@@ -112,11 +112,12 @@ def config_for(variant: str) -> ml_collections.ConfigDict:
 # step is CE's; the sampler is tested in tests/test_stage1.py).
 SAME_STEP_AS = {"jtt": "ce"}
 # Entries that read model outputs of their wrapper (`Loss.model`): SupCon's projection, LfF's
-# biased logits, ETF-DR's fixed ETF. Their library functions are checked against the float64
-# references, with padding, permutation and shard_map over 2/4/8 devices, in tests/test_supcon.py,
-# tests/test_reweight_lff.py and tests/test_reweight_etf_dr.py (with a hypothesis property), and
-# their registry steps in tests/test_losses.py.
-MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr"}
+# biased logits, ETF-DR's fixed ETF, GLMC's heads. Their library functions are checked against the
+# float64 references, with padding, permutation and shard_map over 2/4/8 devices, in
+# tests/test_supcon.py, tests/test_reweight_lff.py, tests/test_reweight_etf_dr.py and
+# tests/test_reweight_glmc.py (the last two with hypothesis properties), and their registry steps
+# in tests/test_losses.py.
+MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr", "glmc"}
 
 
 def test_every_loss_is_tested():

@@ -55,9 +55,10 @@ def run_steps(config, num_steps, modes):
   steps_per_epoch = data_lib.steps_per_epoch(train_split, config.batch_size)
   task = steps.Task(tuple(float(c) for c in train_split.class_counts), steps_per_epoch)
   lr_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
-  batches = list(data_lib.train_batches(train_split, config.batch_size, seed=0, epoch=0,
-                                        augment=False, views=losses.get(config.loss).views)
-                 )[:num_steps]
+  entry = losses.get(config.loss)
+  batches = list(data_lib.train_batches(
+      train_split, config.batch_size, seed=0, epoch=0, augment=False, views=entry.views,
+      pair=None if entry.pair is None else entry.pair(config, train_split)))[:num_steps]
   results = {}
   for parallel, num_devices in modes:
     config = copy.deepcopy(config)
@@ -342,6 +343,22 @@ def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished
   assert message in error_lines[0]
   after = {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
   assert after == before
+
+
+def test_glmc_paired_batches_over_8_devices_equal_one_device():
+  """GLMC's step (paired re-balanced rows, global MixUp and local CutMix with the batch's λ and box,
+  two passes with their own BatchNorm statistics, fc / fc_cb / projector / predictor) for 2 steps:
+  shard_map on 8 devices equals one device."""
+  config = tiny_config("glmc")
+  config.glmc.r, config.glmc.w_con = 0.5, 2.0
+  results = run_steps(config, num_steps=2, modes=[("none", 1), ("shard_map", NUM_DEVICES)])
+  assert_same_training(results["shard_map", NUM_DEVICES], results["none", 1])
+  params = results["none", 1][0].params
+  assert {"fc", "projector", "predictor", "head"} <= set(params)
+  metrics = results["none", 1][1]
+  for term in ("glmc_balanced", "glmc_rebalanced", "glmc_consistency"):
+    assert np.isfinite(metrics[term]), term
+  assert -2 <= metrics["glmc_consistency"] <= 2  # −cos − cos of the two passes' predictions
 
 
 def test_mixup_draws_one_lambda_and_one_global_permutation():

@@ -1,0 +1,244 @@
+"""The inverse reweighting of mixed-label batches (mixup, CutMix, GLMC's soft labels).
+
+PIPELINES spec, §4 'Plugging the reweighting in' (the project's definition; no integration code is
+released). Row i of the batch carries two labels a_i, b_i with weights λ and 1 − λ (one λ per
+batch) and two per-example losses ℓ_i^a, ℓ_i^b, its loss against a_i and against b_i (the caller's:
+CE −log softmax(z_i)_{a_i}, or ETF-DR's DR loss with y = a_i). Each label enters the class
+statistics with its weight:
+
+    m_c  = Σ_i (λ·1[a_i = c] + (1 − λ)·1[b_i = c])                       class mass
+    L_c  = Σ_i (λ·1[a_i = c]·ℓ_i^a + (1 − λ)·1[b_i = c]·ℓ_i^b) / m_c     present ⇔ m_c > 0
+    ŵ_c  = clip(β_c · w*_c, 0, max_weight),   w* the closed form of REWEIGHT.md from these L_c
+    loss = (1/B) Σ_i (λ·ŵ_{a_i}·ℓ_i^a + (1 − λ)·ŵ_{b_i}·ℓ_i^b)
+
+Everything after L_c — L̄, w*, the macro factor β and its refresh, the clip, the two gradient modes,
+the counter update B_c += 1 for the present classes (once per step) — is
+`inverse_reweighted_loss`'s, through the same functions. Identities (tested in
+tests/test_reweight_mixed_labels.py):
+
+* λ = 1, or b = a with ℓ^b = ℓ^a: `inverse_reweighted_loss(ℓ^a, a)` (b = a for any ℓ^b:
+  `inverse_reweighted_loss(λℓ^a + (1 − λ)ℓ^b, a)`).
+* ŵ = v (e.g. α → ∞ with prior v, macro off, no clip): GLMC's soft-label reweighted CE L_reb,
+  (1/B) Σ_i ce(z_i, λ·v_{a_i}·e_{a_i} + (1 − λ)·v_{b_i}·e_{b_i}).
+* α = 0, no clip active, β ≡ 1: Σ_i (λŵ_{a_i}ℓ_i^a + (1 − λ)ŵ_{b_i}ℓ_i^b)
+  = Σ_c m_c·w*_c·L_c = L̄·Σ_c m_c = B·L̄ (up to ε), so loss = L̄; with β, loss = L̄·S/B,
+  S = Σ_c m_c·β_c. Under gradient flow ∂loss/∂ℓ_i^a = λ/(P·m_{a_i}) (P present classes): a
+  per-batch class-balanced mean over the label mass, as REWEIGHT.md states for the unmixed loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from _perclass import class_sums
+from _perclass.checks import check_batch_dim
+from _perclass.checks import check_class_vector
+from _perclass.checks import check_floating
+from _perclass.checks import check_labels
+from _perclass.checks import check_where
+from _perclass.checks import is_concrete
+from reweight_jax.inverse_weights import check_alpha
+from reweight_jax.inverse_weights import closed_form_weights
+from reweight_jax.inverse_weights import mean_class_loss
+# The one clip of ŵ (private to loss.py): imported, not copied, so both losses clip alike.
+from reweight_jax.loss import _clip  # pylint: disable=protected-access
+from reweight_jax.macro import check_gamma
+from reweight_jax.macro import macro_factor_unchecked
+from reweight_jax.state import ReweightState
+
+Array = Any
+
+
+class MixedReweightAux(NamedTuple):
+  """Diagnostics of one mixed-label step (global-batch values, identical on every device).
+
+  The fields of `ReweightAux`, with the label mass and two example weights per row.
+
+  Attributes:
+    class_losses: [K], L_c of the global batch; 0 for absent classes.
+    present: bool [K], m_c > 0.
+    class_mass: [K], m_c = Σ_i (λ·1[a_i = c] + (1 − λ)·1[b_i = c]) of the global batch.
+    mean_class_loss: scalar L̄.
+    inverse_weights: [K], w* (w⁰ for absent classes).
+    class_weights: [K], ŵ = clip(β·w*, 0, max_weight) (β = 1 when `macro=False`); for absent
+      classes the value their labels would get, clip(β·w⁰).
+    example_weights_a: [B], ŵ_{a_i} of the local rows; 0 for padding or an out-of-range a_i.
+    example_weights_b: [B], ŵ_{b_i} likewise.
+  """
+  class_losses: jax.Array
+  present: jax.Array
+  class_mass: jax.Array
+  mean_class_loss: jax.Array
+  inverse_weights: jax.Array
+  class_weights: jax.Array
+  example_weights_a: jax.Array
+  example_weights_b: jax.Array
+
+
+def _check_lam(lam: Array) -> jax.Array:
+  lam = jnp.asarray(lam)
+  if lam.ndim != 0 or not (jnp.issubdtype(lam.dtype, jnp.floating)
+                           or jnp.issubdtype(lam.dtype, jnp.integer)):
+    raise ValueError(f"lam: expected a real scalar λ (one per batch), got {lam.dtype} of shape "
+                     f"{lam.shape}.")
+  if is_concrete(lam) and not 0 <= float(lam) <= 1:
+    raise ValueError(f"lam: expected a mixing weight λ in [0, 1], got {float(lam)}.")
+  return lam
+
+
+def mixed_inverse_reweighted_loss(
+    loss_a: Array,
+    loss_b: Array,
+    labels_a: Array,
+    labels_b: Array,
+    lam: Array,
+    state: ReweightState,
+    *,
+    alpha: Array,
+    prior: Array,
+    gamma: Array,
+    max_weight: float | None = 10.0,
+    macro: bool = True,
+    stop_gradient: bool = False,
+    refresh_macro: Array = True,
+    axis_name: str | None = None,
+    where: Array | None = None,
+    eps: float = 1e-8,
+) -> tuple[jax.Array, ReweightState, MixedReweightAux]:
+  """Inverse-view reweighted loss of a mixed-label batch; returns `(loss, new_state, aux)`.
+
+  PIPELINES spec, §4 (see the module docstring for the equations and identities):
+
+      m_c  = Σ_i (λ·1[a_i=c] + (1−λ)·1[b_i=c])
+      L_c  = Σ_i (λ·1[a_i=c]·ℓ_i^a + (1−λ)·1[b_i=c]·ℓ_i^b) / m_c
+      ŵ_c  = clip(β_c·w*_c, 0, max_weight)      (REWEIGHT spec, as `inverse_reweighted_loss`)
+      loss = (1/B) Σ_i (λ·ŵ_{a_i}·ℓ_i^a + (1−λ)·ŵ_{b_i}·ℓ_i^b)
+
+  The order of operations, the β refresh cadence (`refresh_macro`), the gradient modes
+  (`stop_gradient`), data parallelism (`axis_name`: m_c and the sums are psum-reduced, B_c counts a
+  class once per global batch, the loss is this device's share N_devices·(local sum)/B_global) and
+  padding (`where`) are those of `inverse_reweighted_loss`; here a class is present, and its B_c
+  incremented (once per step, whichever label brought it), iff m_c > 0 — so with λ = 1 the b labels
+  count nowhere, and with λ = 0 the a labels.
+
+  λ is a constant for back-propagation (the caller's draw) and must be the same on every device. A
+  label part with weight 0 contributes nothing, even if its loss is NaN or infinite.
+
+  Invalid labels: eagerly an out-of-range `labels_a` or `labels_b` raises (naming it); under tracing
+  the label is left out of every class statistic and of the counts (never a clipped class) and the
+  loss is NaN — unless `where` marks the row as padding. A traced λ outside [0, 1] also makes the
+  loss NaN.
+
+  Args:
+    loss_a: [B] per-example losses ℓ^a against `labels_a`.
+    loss_b: [B] per-example losses ℓ^b against `labels_b`.
+    labels_a: int [B] labels a in [0, K), K = `state.batch_counts.shape[0]`.
+    labels_b: int [B] labels b in [0, K) (mixup: the permuted rows' labels y_π).
+    lam: scalar λ in [0, 1], the weight of the a labels.
+    state: `ReweightState` from `init_reweight_state(K)` or the previous step.
+    alpha: Tikhonov strength α ≥ 0 (reference default 0).
+    prior: [K] prior weights w⁰ (`class_prior`).
+    gamma: macro exponent γ (reference default 1).
+    max_weight: upper clip of ŵ (reference 10); None disables it (ŵ is still ≥ 0).
+    macro: apply β (False: β ≡ 1 in the loss; the state is updated either way).
+    stop_gradient: treat ŵ as a constant (see `reweight_jax.loss`).
+    refresh_macro: bool, recompute β from the counts before this step.
+    axis_name: data-parallel axis name or None.
+    where: optional bool [B]; False marks padding, which counts nowhere.
+    eps: ε in the denominator of w*.
+
+  Returns:
+    `(loss, new_state, aux)`: scalar loss (this device's share under `axis_name`), the updated
+    `ReweightState` and `MixedReweightAux`.
+  """
+  batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
+  num_classes = batch_counts.shape[0]
+  check_class_vector(state.beta, num_classes, "state.beta")
+  labels_a = jnp.asarray(labels_a)
+  in_range_a = check_labels(labels_a, num_classes, "labels_a")
+  batch = labels_a.shape[0]
+  labels_b = jnp.asarray(labels_b)
+  in_range_b = check_labels(labels_b, num_classes, "labels_b")
+  check_batch_dim(labels_b, batch, "labels_b", "labels_a")
+  loss_a = check_floating(loss_a, 1, "loss_a")
+  check_batch_dim(loss_a, batch, "loss_a", "labels_a")
+  loss_b = check_floating(loss_b, 1, "loss_b")
+  check_batch_dim(loss_b, batch, "loss_b", "labels_a")
+  lam = _check_lam(lam)
+  prior = check_class_vector(prior, num_classes, "prior")
+  check_alpha(alpha)
+  check_gamma(gamma)
+  if not eps > 0:
+    raise ValueError(f"eps: expected ε > 0 in the denominator of w*, got {eps}.")
+  if max_weight is not None and not max_weight > 0:
+    raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
+  real = check_where(where, batch)
+
+  dtype = jnp.promote_types(jnp.promote_types(loss_a.dtype, loss_b.dtype), jnp.float32)
+  lam = jax.lax.stop_gradient(lam.astype(dtype))
+  # The batch as 2B label parts [a-parts; b-parts], each with its weight (λ or 1 − λ): one set of
+  # class slots over both labels, so that a class is counted once per step whichever label has it.
+  labels = jnp.concatenate([labels_a.astype(jnp.int32), labels_b.astype(jnp.int32)])
+  part_weights = jnp.concatenate([jnp.full((batch,), lam, dtype),
+                                  jnp.full((batch,), 1 - lam, dtype)])
+  labelled = jnp.concatenate([real & in_range_a, real & in_range_b])
+  counted = labelled & (part_weights > 0)
+  part_losses = jnp.concatenate([loss_a.astype(dtype), loss_b.astype(dtype)])
+  # u·ℓ per part, 0 where the part does not count (its loss may be NaN: padding, weight 0).
+  weighted_losses = part_weights * jnp.where(counted, part_losses, 0)
+
+  slots = class_sums.class_slots(labels, counted, num_classes, axis_name=axis_name)
+  slot_mass = class_sums.slot_sum(jnp.where(counted, part_weights, 0), slots, axis_name=axis_name)
+  slot_present = slot_mass > 0
+  slot_losses = (class_sums.slot_sum(weighted_losses, slots, axis_name=axis_name)
+                 / jnp.where(slot_present, slot_mass, 1))
+
+  # From here on as in `inverse_reweighted_loss` (steps 1–2 and 4 of its docstring).
+  slot_prior = class_sums.gather_from_classes(prior, slots)
+  slot_inverse = closed_form_weights(slot_losses, slot_present, slot_prior, alpha, eps)
+  beta = jnp.where(refresh_macro, macro_factor_unchecked(batch_counts, gamma), state.beta)
+  if macro:
+    slot_beta = class_sums.gather_from_classes(beta, slots).astype(dtype)
+    class_beta = beta
+  else:
+    slot_beta = jnp.ones_like(slot_inverse)
+    class_beta = jnp.ones_like(beta)
+  slot_weights = _clip(slot_beta * slot_inverse, max_weight)
+  if stop_gradient:
+    slot_weights = jax.lax.stop_gradient(slot_weights)
+
+  # ŵ of every labelled part: its class has a slot (counted) or, with weight 0, reads the class
+  # vector; either way the product below is 0 for parts that do not count.
+  def to_classes(default, slot_values):
+    return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)
+
+  class_weights = to_classes(_clip(class_beta * prior, max_weight).astype(dtype), slot_weights)
+  index = jnp.where(labelled, labels, 0)
+  part_class_weights = jnp.where(counted, slot_weights[slots.slot], class_weights[index])
+  part_class_weights = jnp.where(labelled, part_class_weights, 0)
+  weighted_sum = jnp.sum(part_class_weights * weighted_losses)
+  global_rows = jnp.sum(real.astype(dtype))
+  if axis_name is not None:
+    global_rows = jax.lax.psum(global_rows, axis_name)
+  loss = class_sums.num_devices(axis_name) * weighted_sum / jnp.maximum(global_rows, 1)
+  # An out-of-range label of a real row makes the loss NaN; a padding row's labels count nowhere.
+  labels_ok = jnp.all((in_range_a & in_range_b) | ~real)
+  loss = jnp.where(labels_ok & (lam >= 0) & (lam <= 1), loss, jnp.nan)
+
+  new_counts = class_sums.scatter_to_classes(
+      batch_counts, class_sums.gather_from_classes(batch_counts, slots) + 1, slots, slot_present)
+  new_state = ReweightState(batch_counts=new_counts, beta=beta)
+
+  aux = MixedReweightAux(
+      class_losses=to_classes(jnp.zeros((num_classes,), dtype), slot_losses),
+      present=to_classes(jnp.zeros((num_classes,), bool), slot_present),
+      class_mass=to_classes(jnp.zeros((num_classes,), dtype), slot_mass),
+      mean_class_loss=mean_class_loss(slot_losses, slot_present),
+      inverse_weights=to_classes(prior.astype(dtype), slot_inverse),
+      class_weights=class_weights,
+      example_weights_a=part_class_weights[:batch],
+      example_weights_b=part_class_weights[batch:])
+  return loss, new_state, aux
