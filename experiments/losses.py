@@ -249,15 +249,23 @@ def _mr2(config, logits, features, labels, state, info):
   return loss, {**state, "class_stats": class_stats}, aux
 
 
-def _reweighted(config, per_example, labels, state, info):
-  """The inverse reweighting of per-example losses (REWEIGHT spec), from `config.reweight`."""
+def _reweighted(config, per_example, labels, state, info, per_example_b=None):
+  """The inverse reweighting of per-example losses (REWEIGHT spec), from `config.reweight`; of a
+  mixed batch (`StepInfo.mix`, with the losses `per_example_b` against the partner labels) its
+  mixed-label form (PIPELINES spec §4: class masses m_c, one counter update per step)."""
   rw = config.reweight
-  loss, reweight_state, aux = reweight_jax.inverse_reweighted_loss(
-      per_example, labels, state["reweight"], alpha=rw.alpha,
-      prior=reweight_jax.class_prior(info.class_counts, rw.prior), gamma=rw.gamma,
-      max_weight=rw.max_weight, macro=rw.macro, stop_gradient=rw.stop_gradient,
-      refresh_macro=(info.step_in_epoch == 0) if rw.refresh == "epoch" else True,
-      axis_name=info.axis_name)
+  kwargs = dict(alpha=rw.alpha, prior=reweight_jax.class_prior(info.class_counts, rw.prior),
+                gamma=rw.gamma, max_weight=rw.max_weight, macro=rw.macro,
+                stop_gradient=rw.stop_gradient,
+                refresh_macro=(info.step_in_epoch == 0) if rw.refresh == "epoch" else True,
+                axis_name=info.axis_name)
+  if info.mix is None:
+    loss, reweight_state, aux = reweight_jax.inverse_reweighted_loss(per_example, labels,
+                                                                     state["reweight"], **kwargs)
+  else:
+    labels_b, lam = info.mix
+    loss, reweight_state, aux = reweight_jax.mixed_inverse_reweighted_loss(
+        per_example, per_example_b, labels, labels_b, lam, state["reweight"], **kwargs)
   # L_c of a class absent from the batch is NaN (not measured), as everywhere in the project.
   metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
              "class_present": aux.present, "class_weight": aux.class_weights}
@@ -266,7 +274,10 @@ def _reweighted(config, per_example, labels, state, info):
 
 def _inverse_reweight(config, logits, features, labels, state, info):
   del features
-  return _reweighted(config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info)
+  loss_b = (None if info.mix is None
+            else reweight_jax.cross_entropy_loss(logits, info.mix[0]))
+  return _reweighted(config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info,
+                     loss_b)
 
 
 def _mr2_inverse_reweight(config, logits, features, labels, state, info):
@@ -475,32 +486,79 @@ def _etf_dr(config, logits, features, labels, state, info):
   return loss, state, {}
 
 
+def _etf_dr_inverse_reweight(config, logits, features, labels, state, info):
+  """ETF-DR with the inverse reweighting (PIPELINES spec §4): ŵ weights the per-label DR losses
+  with E ≡ 1 (GivenEw already balances classes), of a mixup batch against (y, y_π)."""
+  del logits
+  classifier = _output(info, "etf_classifier", "etf_dr+inverse_reweight")
+  per_label = [reweight_jax.dot_regression_loss(features, y, classifier,
+                                                axis_name=info.axis_name)[1]
+               for y in ([labels] if info.mix is None else [labels, info.mix[0]])]
+  return _reweighted(config, per_label[0], labels, state, info, per_label[-1])
+
+
+def _etf_model(config, base):
+  del config
+  return models.WithETFClassifier(base)
+
+
 def _check_etf_head(config):
   if config.head != "etf":
     raise ConfigError(f"config.head: the 'etf_dr' loss regresses onto the fixed ETF classifier: "
                       f"set config.head='etf' (got {config.head!r})")
 
 
-def _glmc(config, logits, features, labels, state, info):
-  """GLMC's loss (`reweight_jax.glmc_loss`) on the two passes [x_g; x_l] of a paired batch: fc_cb
-  is the model's head (logits), fc, the projections and predictions come from `models.GLMCModel`;
+def _glmc_terms(config, logits, labels, info):
+  """(GLMCAux of this device's shares, α_e) of a paired batch's two passes [x_g; x_l]: fc_cb is the
+  model's head (logits); fc, the projections and predictions come from `models.GLMCModel`;
   v_c ∝ n_c^(−ℓw) from the training counts, α_e = 1 − (e/E)²."""
-  del features
   if info.mix is None:
-    raise ValueError("the 'glmc' loss needs paired batches (StepInfo.mix): train it with the "
+    raise ValueError("the 'glmc' losses need paired batches (StepInfo.mix): train them with the "
                      "trainer, which draws them from the entry's `pair`")
   gl = config.glmc
   labels_b, lam = info.mix
   half = labels.shape[0] // 2
   fc, projection, prediction = (_output(info, key, "glmc")
                                 for key in ("logits_fc", "projection", "prediction"))
-  loss, aux = reweight_jax.glmc_loss(
+  alpha = reweight_jax.glmc_alpha(info.epoch, config.num_epochs)
+  _, aux = reweight_jax.glmc_loss(
       fc[:half], fc[half:], logits[:half], logits[half:], prediction[:half], projection[:half],
       prediction[half:], projection[half:], labels[:half], labels_b[:half], lam,
-      reweight_jax.glmc_class_weights(info.class_counts, gl.weight_exponent),
-      reweight_jax.glmc_alpha(info.epoch, config.num_epochs), gl.w_con, axis_name=info.axis_name)
-  return loss, state, {"glmc_" + k: _global_mean(v, info.axis_name)
-                       for k, v in aux._asdict().items() if jnp.ndim(v) == 0}
+      reweight_jax.glmc_class_weights(info.class_counts, gl.weight_exponent), alpha, gl.w_con,
+      axis_name=info.axis_name)
+  return aux, alpha
+
+
+def _glmc_metrics(aux, axis_name, terms=("balanced", "rebalanced", "consistency")):
+  return {f"glmc_{t}": _global_mean(getattr(aux, t), axis_name) for t in terms}
+
+
+def _glmc(config, logits, features, labels, state, info):
+  """GLMC (PIPELINES spec §3): L = α_e L_bal + (1 − α_e) L_reb + w_con L_con."""
+  del features
+  aux, alpha = _glmc_terms(config, logits, labels, info)
+  loss = (alpha * aux.balanced + (1 - alpha) * aux.rebalanced
+          + config.glmc.w_con * aux.consistency)
+  return loss, state, _glmc_metrics(aux, info.axis_name)
+
+
+def _glmc_inverse_reweight(config, logits, features, labels, state, info):
+  """GLMC with the inverse reweighting (PIPELINES spec §4): ŵ replaces v in L_reb, from fc_cb's
+  unweighted per-label CE pooled over both passes (one counter update per step); L_bal and L_con
+  unchanged. L_reb, the sum of the two passes' means, is 2× the mixed-label loss of the 2B rows."""
+  del features
+  aux, alpha = _glmc_terms(config, logits, labels, info)
+  reweighted, state, metrics = _reweighted(
+      config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info,
+      reweight_jax.cross_entropy_loss(logits, info.mix[0]))
+  loss = (alpha * aux.balanced + (1 - alpha) * 2 * reweighted
+          + config.glmc.w_con * aux.consistency)
+  return loss, state, {**_glmc_metrics(aux, info.axis_name, ("balanced", "consistency")),
+                       **metrics}
+
+
+def _glmc_model(config, base):
+  return models.GLMCModel(base, base.num_classes, projection_dim=config.glmc.projection_dim)
 
 
 def _glmc_pair(config, train):
@@ -517,7 +575,7 @@ REGISTRY: dict[str, Loss] = {
     "ce": Loss(_ce, mixes=True),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
     "inverse_reweight": Loss(_inverse_reweight, reads=("reweight",), state=("reweight",),
-                             start="reweight.start_epoch"),
+                             start="reweight.start_epoch", mixes=True),
     "mr2+inverse_reweight": Loss(_mr2_inverse_reweight, reads=("mr2", "reweight"),
                                  state=("class_stats", "reweight"), start="reweight.start_epoch",
                                  before="mr2", check=_check_paper_form),
@@ -537,11 +595,16 @@ REGISTRY: dict[str, Loss] = {
                     epoch_end=_fairdro_epoch_end),
     "supcon": Loss(_supcon, reads=("supcon",), model=_supcon_model, views=2),
     "jtt": Loss(_ce, reads=("jtt",), sampler=_jtt_sampler, check=_check_jtt),
-    "glmc": Loss(_glmc, reads=("glmc",), views=2, pair=_glmc_pair,
-                 model=lambda config, base: models.GLMCModel(
-                     base, base.num_classes, projection_dim=config.glmc.projection_dim)),
-    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), model=lambda config, base:
-                   models.WithETFClassifier(base), check=_check_etf_head, mixes=True),
+    "glmc": Loss(_glmc, reads=("glmc",), views=2, pair=_glmc_pair, model=_glmc_model),
+    "glmc+inverse_reweight": Loss(_glmc_inverse_reweight, reads=("glmc", "reweight"),
+                                  state=("reweight",), start="reweight.start_epoch",
+                                  before="glmc", views=2, pair=_glmc_pair, model=_glmc_model),
+    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), model=_etf_model, check=_check_etf_head,
+                   mixes=True),
+    "etf_dr+inverse_reweight": Loss(_etf_dr_inverse_reweight, reads=("etf_dr", "reweight"),
+                                    state=("reweight",), start="reweight.start_epoch",
+                                    before="etf_dr", model=_etf_model, check=_check_etf_head,
+                                    mixes=True),
     "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels"), model=_lff_model),
 }
 LOSSES = tuple(REGISTRY)

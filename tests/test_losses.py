@@ -18,6 +18,7 @@ from tests.reference import numpy_etf_dr as ref_etf
 from tests.reference import numpy_fairdro as ref_fairdro
 from tests.reference import numpy_glmc as ref_glmc
 from tests.reference import numpy_jtt_lff as ref_lff
+from tests.reference import numpy_mixed_labels as ref_mixed
 from tests.reference import numpy_mr2 as ref_mr2
 from tests.reference import numpy_reweight as ref_rw
 from tests.reference import numpy_supcon as ref_supcon
@@ -43,7 +44,7 @@ LOGITS_FC = _extra.normal(size=(B, K)).astype(np.float32)
 PREDICTION = _extra.normal(size=(B, 8)).astype(np.float32)
 LABELS_B = _extra.integers(0, K, B).astype(np.int32)
 LAM = 0.35
-PAIRED = {"glmc"}
+PAIRED = {"glmc", "glmc+inverse_reweight"}
 
 
 def step_info(epoch, step_in_epoch, rows=B, name=None):
@@ -71,7 +72,7 @@ def config_for(loss: str) -> ml_collections.ConfigDict:
   config.reweight.refresh = "step"
   config.eql.lam = 0.05  # classes 4 and 5 (f = 4/119, 2/119) are rare: some logits are dropped
   config.jtt.stage1 = "<stage-1 workdir: not read by the step>"
-  if loss == "etf_dr":
+  if loss.startswith("etf_dr"):
     config.head = "etf"
   return config
 
@@ -165,12 +166,27 @@ def reference_loss(name: str, logits, features, labels, state, epoch=0):
   if name == "etf_dr":  # DR onto M with GivenEw of the batch (features taken as the head's h)
     scale = ref_etf.given_ew(labels, K)
     return ref_etf.dot_regression(features, labels, ETF, scale)[0]
-  if name == "glmc":  # the passes are rows [:B/2] (x_g) and [B/2:] (x_l); labels of the first
+  if name in ("glmc", "glmc+inverse_reweight"):
+    # The passes are rows [:B/2] (x_g) and [B/2:] (x_l), with the labels of the first.
     h = B // 2
     v = ref_glmc.class_weights(COUNTS, 1.2)
-    return ref_glmc.glmc_loss(LOGITS_FC[:h], LOGITS_FC[h:], logits[:h], logits[h:],
-                              PREDICTION[:h], PROJECTION[:h], PREDICTION[h:], PROJECTION[h:],
-                              labels[:h], LABELS_B[:h], LAM, v, ref_glmc.alpha(epoch, 200), 1.0)[0]
+    alpha = ref_glmc.alpha(epoch, 200)
+    loss, balanced, _, consistency = ref_glmc.glmc_loss(
+        LOGITS_FC[:h], LOGITS_FC[h:], logits[:h], logits[h:], PREDICTION[:h], PROJECTION[:h],
+        PREDICTION[h:], PROJECTION[h:], labels[:h], LABELS_B[:h], LAM, v, alpha, 1.0)[:4]
+    if name == "glmc":
+      return loss
+    # L_reb ← 2 × the mixed-label reweighted CE of fc_cb pooled over both passes (PIPELINES §4).
+    mass = (LAM * np.bincount(labels, minlength=K) + (1 - LAM) * np.bincount(LABELS_B, minlength=K))
+    beta = ref_rw.macro_factor((mass > 0).astype(float))
+    reweighted = ref_mixed.mixed_reweighted_loss_value(
+        ref_rw._per_example_ce(logits, labels), ref_rw._per_example_ce(logits, LABELS_B), labels,
+        LABELS_B, LAM, K, beta, np.ones(K))[0]
+    return alpha * balanced + (1 - alpha) * 2 * reweighted + consistency
+  if name == "etf_dr+inverse_reweight":  # ŵ on the per-label DR losses with E ≡ 1
+    beta = ref_rw.macro_factor((np.bincount(labels, minlength=K) > 0).astype(float))
+    return ref_rw.inverse_reweighted_loss_value(ref_etf.dot_regression(features, labels, ETF)[1],
+                                                labels, K, beta, np.ones(K))[0]
   raise AssertionError(f"no reference for {name}")
 
 
@@ -195,6 +211,8 @@ def test_entry_before_and_after_its_start(name, jit):
                                err_msg=f"{name} at epoch {epoch} should compute {expected_entry}")
     assert set(new_state) == set(state)
     present = np.bincount(labels, minlength=K) > 0
+    if name in PAIRED:  # a mixed batch: classes with mass λ·n_a + (1 − λ)·n_b > 0
+      present = present | (np.bincount(LABELS_B, minlength=K) > 0)
     for field in state:
       new, old = new_state[field], state[field]
       updates = field in losses.get(expected_entry).state
@@ -254,6 +272,8 @@ def test_registry_entries_are_well_formed():
     if entry.start is not None:
       assert entry.start.split(".")[0] in entry.reads, name
       assert entry.before in losses.REGISTRY and losses.get(entry.before).start is None, name
+      before = losses.get(entry.before)  # one model and one batch layout for both phases
+      assert (entry.model, entry.views, entry.pair) == (before.model, before.views, before.pair)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -308,8 +328,12 @@ def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
   bad[0 if name in PAIRED else -1] = K
   loss, new_state, _ = loss_fn(logits, features, bad, state, info)
   assert np.isnan(float(loss)), name
-  if name in PAIRED:  # no state; its rows are two passes of one batch (no odd row count)
-    assert not state
+  if name in PAIRED:  # its rows are two passes of one batch (no odd row count to compare with):
+    # the bad label part counts in no class; its partner label and the other rows do.
+    if "reweight" in state:
+      good = np.bincount(np.delete(labels, 0), minlength=K) + np.bincount(LABELS_B, minlength=K)
+      np.testing.assert_array_equal(np.asarray(new_state["reweight"].batch_counts),
+                                    (good > 0).astype(np.float32))
     return
   _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state,
                               step_info(0, 0, rows=B - 1, name=name))

@@ -117,7 +117,8 @@ SAME_STEP_AS = {"jtt": "ce"}
 # tests/test_supcon.py, tests/test_reweight_lff.py, tests/test_reweight_etf_dr.py and
 # tests/test_reweight_glmc.py (the last two with hypothesis properties), and their registry steps
 # in tests/test_losses.py.
-MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr", "glmc"}
+MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr", "etf_dr+inverse_reweight", "glmc",
+                        "glmc+inverse_reweight"}
 
 
 def test_every_loss_is_tested():
