@@ -262,7 +262,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
 
 
 # What a frozen encoder's run must share with the linear stage: the model and the training set.
-ENCODER_FIELDS = ("model", "dataset", "imbalance_factor", "max_train_per_class",
+ENCODER_FIELDS = ("model", "dataset", "imbalance_factor", "lt_selection", "max_train_per_class",
                   "validation_fraction", "seed")
 
 

@@ -39,6 +39,7 @@ def validate_config(config) -> None:
   check_choice(config, "schedule", ("cosine", "step", "milelr"))
   check_choice(config, "head", models.HEADS)
   check_choice(config, "augmentation", data_lib.AUGMENTATIONS)
+  check_choice(config, "lt_selection", data_lib.LT_SELECTIONS)
   if config.model not in models.MODELS:
     raise ConfigError(f"config.model: unknown model {config.model!r}; expected one of "
                       f"{sorted(models.MODELS)}")

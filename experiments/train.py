@@ -39,7 +39,8 @@ def load_data(config):
   train = data_lib.load_split(config.dataset, "train", config.data_dir)
   test = data_lib.load_split(config.dataset, "test", config.data_dir)
   keep = data_lib.long_tail_indices(train.labels, train.num_classes, config.imbalance_factor,
-                                    config.seed, max_count=config.max_train_per_class or None)
+                                    config.seed, max_count=config.max_train_per_class or None,
+                                    selection=config.lt_selection)
   train = train.subset(keep)
   validation = None
   if config.validation_fraction > 0:

@@ -415,3 +415,43 @@ def test_split_rejects_labels_that_would_wrap_or_truncate():
     data.Split(images, np.array([0, 2**32 + 1], np.int64), 10, tuple("abcdefghij"))
   with pytest.raises(data.DataError, match="labels must be integers"):
     data.Split(images, np.array([0.0, 1.7]), 10, tuple("abcdefghij"))
+
+
+def _reference_selection(labels, counts, kind, seed):
+  """The released selections transcribed from their code, on NumPy's global legacy generator
+  (state saved and restored): LDAM's `gen_imbalanced_data` (np.random.seed(0); per class
+  np.random.shuffle of its indices, the first n_c) and GLMC's `produce_imbanlance_data`
+  (np.random.seed(seed); per class np.random.choice(members, n_c, replace=...))."""
+  saved = np.random.get_state()
+  try:
+    np.random.seed(0 if kind == "ldam" else seed)
+    kept = []
+    for c, n in enumerate(counts):
+      idx = np.where(labels == c)[0]
+      if kind == "ldam":
+        np.random.shuffle(idx)
+        kept.append(idx[:n])
+      else:
+        kept.append(idx[np.random.choice(len(idx), n, replace=kind == "glmc_paper")])
+    return np.sort(np.concatenate(kept))
+  finally:
+    np.random.set_state(saved)
+
+
+@pytest.mark.parametrize("kind", ["ldam", "glmc", "glmc_paper"])
+def test_long_tail_selections_equal_the_released_code(kind):
+  """'ldam' is the standard seed-0 CIFAR-LT subset whatever `seed`; 'glmc' draws without and
+  'glmc_paper' with replacement (duplicates kept); all with the counts n_max·IF^(−i/(K−1))."""
+  rng = np.random.default_rng(0)
+  labels = np.repeat(np.arange(10), 500)[rng.permutation(5000)]
+  counts = data.long_tail_counts(500, 10, 100.0)
+  for seed in (0, 3):
+    got = data.long_tail_indices(labels, 10, 100.0, seed, selection=kind)
+    np.testing.assert_array_equal(got, _reference_selection(labels, counts, kind, seed))
+    np.testing.assert_array_equal(np.bincount(labels[got], minlength=10), counts)
+  assert (len(np.unique(data.long_tail_indices(labels, 10, 100.0, 0, selection="glmc_paper")))
+          < counts.sum())  # with replacement: the paper's split repeats examples
+  ldam = [data.long_tail_indices(labels, 10, 100.0, s, selection="ldam") for s in (0, 5)]
+  np.testing.assert_array_equal(ldam[0], ldam[1])
+  with pytest.raises(data.DataError, match="selection"):
+    data.long_tail_indices(labels, 10, 100.0, 0, selection="random")

@@ -9,9 +9,10 @@ normalises over view 0 alone); ResNet-32 (option A, d = 64) with the normalised 
 `--config.data_dir=../shared/data/cifar10_jpeg`. The cosine-schedule, crop + flip variant this
 config used to be is `cifar10_lt_cosine.py`.
 
-Deviations: the long-tailed subset is drawn with `config.seed` (the LDAM seed-0 selection is
-issue 13's); MiLeLR is laid on this trainer's epochs of ⌊N/B⌋ updates (the reference keeps the last
-partial batch: ⌈N/B⌉).
+The long-tailed subset is the LDAM seed-0 selection (`lt_selection='ldam'`, from
+`cifar10_lt_cosine.py`). Deviations: MiLeLR is laid on this trainer's epochs of ⌊N/B⌋ updates (the
+reference keeps the last partial batch: ⌈N/B⌉); the normalisation std is the true CIFAR-10 one
+(0.247, 0.243, 0.261), not the release's (0.2023, 0.1994, 0.2010).
 """
 
 from experiments.configs import cifar10_lt_cosine

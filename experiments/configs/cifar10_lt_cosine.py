@@ -13,6 +13,7 @@ def get_config():
   config = default.get_config()
   config.dataset = "cifar10_jpeg"
   config.imbalance_factor = 100.0
+  config.lt_selection = "ldam"  # the standard seed-0 CIFAR-LT selection (Cao et al.)
   config.augment = True
   config.model = "resnet32"
   config.head = "cosine"

@@ -17,6 +17,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.dataset = "digits"
   config.data_dir = ml_collections.config_dict.placeholder(str)
   config.imbalance_factor = 1.0     # n_i = n_max · IF^(−i/(K−1)); 1 keeps the set balanced.
+  # Which examples a long-tailed subset keeps: 'seeded' (per `seed`), 'ldam' (the standard seed-0
+  # CIFAR-LT selection of Cao et al.), 'glmc' / 'glmc_paper' (GLMC's, without / with replacement).
+  config.lt_selection = "seeded"
   config.max_train_per_class = 0    # n_max of the subset (0: the largest class's count).
   config.validation_fraction = 0.0  # stratified hold-out from the training set (model selection).
   config.augment = False            # Augment the training images at all; how: `augmentation`.
