@@ -41,6 +41,14 @@ for imbalance in 100 50 200; do
 done
 python -m experiments.sweep_table --out "$work/if_sweep/table" --reports \
   "IF 50=$work/if_sweep/if50/report" "IF 100=$work/if_sweep/if100/report" "IF 200=$work/if_sweep/if200/report"
+# Study 7 (issue 14): the reweighting inside its reference pipelines, one short schedule for all:
+# CE, the released recipe (three views, AutoAugment + Cutout, SimCLR views) without / with the
+# reweighting, ETF-DR (fixed ETF head, DR with GivenEw, mixup) without / with it, GLMC (paired
+# re-balanced batches, global MixUp / local CutMix, two heads, consistency) without / with it.
+released=":views=3:augmentation=released"
+python -m experiments.compare --config=experiments/configs/study_pipelines_cifar10_lt.py \
+  --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/pipelines_cifar10_lt" \
+  --methods=ce,released=ce$released,released_rw=inverse_reweight$released,etf_dr=etf_dr:head=etf:mixup_alpha=1.0,etf_dr_rw=etf_dr+inverse_reweight:head=etf:mixup_alpha=1.0,glmc=glmc,glmc_rw=glmc+inverse_reweight
 # The committed reports under experiments/results/ (every report.md / comparison.json / plot, the
 # sweep table and the linear probe's tables) are rebuilt from the committed runs/ files, without
 # training, by one command (experiments/reporting.py: mean ± sample std, ddof = 1, paired per-seed Δ):
