@@ -59,4 +59,20 @@ python3 -m experiments.compare --config=experiments/configs/cifar10_lt_cosine.py
 python3 -m experiments.compare --config=experiments/configs/cifar10_balanced.py \
   --config.data_dir="$data" --seeds="$balanced_seeds" --workdir="$work/cifar10_balanced" \
   --methods=ce,mr2,mr2_released=mr2:mr2.form=released,gamma_only=mr2:mr2.lam=0.0 "${balanced[@]}"
+# 3. The reweighting's reference pipelines at their recipes (issue 14; PIPELINES spec), each with
+#    and without the reweighting from epoch 160: the released recipe (experiments/configs/
+#    cifar10_lt.py: three views, AutoAugment + Cutout, SimCLR views, MiLeLR), ETF-DR
+#    (cifar10_lt_etf_dr.py) and GLMC (cifar10_lt_glmc_reweight.py: GLMC with the reweighting and
+#    MiLeLR; plain GLMC with its cosine schedule). Not sized on an accelerator yet: the released
+#    recipe's host pipeline (AutoAugment and two SimCLR views in NumPy, one thread) measured
+#    ≈ 2,000–3,000 images/s on this project's CPU and may bound it.
+python3 -m experiments.compare --config=experiments/configs/cifar10_lt.py \
+  --config.data_dir="$data" --seeds="$lt_seeds" --workdir="$work/released_cifar10_lt" \
+  --methods=released=ce,released_rw=inverse_reweight "${lt[@]}"
+python3 -m experiments.compare --config=experiments/configs/cifar10_lt_etf_dr.py \
+  --config.data_dir="$data" --seeds="$lt_seeds" --workdir="$work/etf_dr_cifar10_lt" \
+  --methods=etf_dr,etf_dr_rw=etf_dr+inverse_reweight "${lt[@]}"
+python3 -m experiments.compare --config=experiments/configs/cifar10_lt_glmc_reweight.py \
+  --config.data_dir="$data" --seeds="$lt_seeds" --workdir="$work/glmc_cifar10_lt" \
+  --methods=glmc=glmc:schedule=cosine:warmup_epochs=0,glmc_rw=glmc+inverse_reweight "${lt[@]}"
 echo "reference.sh: done in $(( $(date +%s) - start )) s; reports in $work/*/report"

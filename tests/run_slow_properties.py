@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 
-FILES = ("tests/test_properties_losses.py", "tests/test_properties_stats.py")
+FILES = ("tests/test_properties_losses.py", "tests/test_properties_stats.py",
+         "tests/test_properties_comparisons.py")
 
 
 def collect(expression: str | None) -> list[str]:

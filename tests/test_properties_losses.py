@@ -113,10 +113,9 @@ def config_for(variant: str) -> ml_collections.ConfigDict:
 SAME_STEP_AS = {"jtt": "ce"}
 # Entries that read model outputs of their wrapper (`Loss.model`): SupCon's projection, LfF's
 # biased logits, ETF-DR's fixed ETF, GLMC's heads. Their library functions are checked against the
-# float64 references, with padding, permutation and shard_map over 2/4/8 devices, in
-# tests/test_supcon.py, tests/test_reweight_lff.py, tests/test_reweight_etf_dr.py and
-# tests/test_reweight_glmc.py (the last two with hypothesis properties), and their registry steps
-# in tests/test_losses.py.
+# float64 references with the same properties — (a)–(f) for SupCon and LfF in
+# tests/test_properties_comparisons.py, hypothesis properties in tests/test_reweight_etf_dr.py and
+# tests/test_reweight_glmc.py — and their registry steps in tests/test_losses.py.
 MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr", "etf_dr+inverse_reweight", "glmc",
                         "glmc+inverse_reweight"}
 

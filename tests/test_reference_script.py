@@ -32,7 +32,7 @@ def cifar_folder(folder, per_class_train=40, per_class_test=10):
   return folder
 
 
-@pytest.mark.slow  # ≈ 1–2 min: eight small runs in two `experiments.compare` processes
+@pytest.mark.slow  # ≈ 3–5 min: fourteen small runs in five `experiments.compare` processes
 def test_reference_script_smoke(tmp_path):
   data = cifar_folder(tmp_path / "cifar10_jpeg")
   work = tmp_path / "work"
@@ -49,3 +49,12 @@ def test_reference_script_smoke(tmp_path):
   config = json.loads((work / "cifar10_lt" / "inverse_reweight" / "seed0" / "config.json")
                       .read_text())
   assert config["init_from"].endswith(":1")  # the reweighting started from CE's checkpoint
+  for folder, methods in (("released_cifar10_lt", {"released", "released_rw"}),
+                          ("etf_dr_cifar10_lt", {"etf_dr", "etf_dr_rw"}),
+                          ("glmc_cifar10_lt", {"glmc", "glmc_rw"})):
+    report = json.loads((work / folder / "report" / "comparison.json").read_text())
+    assert methods <= set(report), folder
+  released = json.loads((work / "released_cifar10_lt" / "released_rw" / "seed0" / "config.json")
+                        .read_text())
+  assert (released["views"], released["augmentation"], released["schedule"]) == (
+      3, "released", "milelr")
