@@ -68,6 +68,69 @@ def _clip(weights: jax.Array, max_weight: float | None) -> jax.Array:
   return jnp.clip(weights, 0, max_weight)
 
 
+def check_reweight_arguments(state: ReweightState, prior: Array, alpha: Array, gamma: Array,
+                             max_weight: float | None, eps: float) -> tuple[jax.Array, jax.Array]:
+  """The checks every inverse-reweighted loss makes on its state and hyper-parameters; returns
+  (the state's batch counts B [K], the prior [K])."""
+  batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
+  num_classes = batch_counts.shape[0]
+  check_class_vector(state.beta, num_classes, "state.beta")
+  prior = check_class_vector(prior, num_classes, "prior")
+  check_alpha(alpha)
+  check_gamma(gamma)
+  if not eps > 0:
+    raise ValueError(f"eps: expected ε > 0 in the denominator of w*, got {eps}.")
+  if max_weight is not None and not max_weight > 0:
+    raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
+  return batch_counts, prior
+
+
+class SlotClassWeights(NamedTuple):
+  """`slot_class_weights`' results: w* and ŵ per slot, ŵ per class, the new state."""
+  inverse: jax.Array
+  weights: jax.Array
+  class_weights: jax.Array
+  new_state: ReweightState
+
+
+def slot_class_weights(slot_losses: jax.Array, slot_present: jax.Array,
+                       slots: class_sums.ClassSlots, state: ReweightState, prior: jax.Array, *,
+                       alpha: Array, gamma: Array, max_weight: float | None, macro: bool,
+                       stop_gradient: bool, refresh_macro: Array, eps: float) -> SlotClassWeights:
+  """Steps 1, 2 and 4 of a reweighted step from the batch's per-class losses L_c (in slots):
+
+      β ← macro_factor(B, γ) if refresh_macro else the state's β     (counts before this batch)
+      w* = closed-form Tikhonov weights of L_c (prior w⁰, α, ε)
+      ŵ_c = clip(β_c·w*_c, 0, max_weight)     (β ≡ 1 when `macro` is False; constant under
+                                               `stop_gradient`)
+      B_c += 1 for every present class
+
+  Shared by `inverse_reweighted_loss` and `mixed_inverse_reweighted_loss`, whose L_c differ (one
+  label per row, or the class masses of mixed labels). `class_weights` [K] is ŵ for present classes
+  and clip(β·w⁰) for absent ones.
+  """
+  batch_counts = state.batch_counts
+  dtype = slot_losses.dtype
+  slot_prior = class_sums.gather_from_classes(prior, slots)
+  slot_inverse = closed_form_weights(slot_losses, slot_present, slot_prior, alpha, eps)
+  beta = jnp.where(refresh_macro, macro_factor_unchecked(batch_counts, gamma), state.beta)
+  if macro:
+    slot_beta = class_sums.gather_from_classes(beta, slots).astype(dtype)
+    class_beta = beta
+  else:
+    slot_beta = jnp.ones_like(slot_inverse)
+    class_beta = jnp.ones_like(beta)
+  slot_weights = _clip(slot_beta * slot_inverse, max_weight)
+  if stop_gradient:
+    slot_weights = jax.lax.stop_gradient(slot_weights)
+  class_weights = class_sums.scatter_to_classes(
+      _clip(class_beta * prior, max_weight).astype(dtype), slot_weights, slots, slot_present)
+  new_counts = class_sums.scatter_to_classes(
+      batch_counts, class_sums.gather_from_classes(batch_counts, slots) + 1, slots, slot_present)
+  return SlotClassWeights(slot_inverse, slot_weights, class_weights,
+                          ReweightState(batch_counts=new_counts, beta=beta))
+
+
 def inverse_reweighted_loss(
     per_example_loss: Array,
     labels: Array,
@@ -125,21 +188,13 @@ def inverse_reweighted_loss(
     `(loss, new_state, aux)`: scalar loss (this device's share under `axis_name`), the updated
     `ReweightState` and `ReweightAux`.
   """
-  batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
+  batch_counts, prior = check_reweight_arguments(state, prior, alpha, gamma, max_weight, eps)
   num_classes = batch_counts.shape[0]
-  check_class_vector(state.beta, num_classes, "state.beta")
   labels = jnp.asarray(labels)
   in_range = check_labels(labels, num_classes)
   batch = labels.shape[0]
   per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
   check_batch_dim(per_example_loss, batch, "per_example_loss")
-  prior = check_class_vector(prior, num_classes, "prior")
-  check_alpha(alpha)
-  check_gamma(gamma)
-  if not eps > 0:
-    raise ValueError(f"eps: expected ε > 0 in the denominator of w*, got {eps}.")
-  if max_weight is not None and not max_weight > 0:
-    raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
   real = check_where(where, batch)
   valid = real & in_range
 
@@ -148,19 +203,10 @@ def inverse_reweighted_loss(
   slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
   slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots,
                                                 axis_name=axis_name)
-  slot_prior = class_sums.gather_from_classes(prior, slots)
-  slot_inverse = closed_form_weights(slot_losses, slot_present, slot_prior, alpha, eps)
-
-  beta = jnp.where(refresh_macro, macro_factor_unchecked(batch_counts, gamma), state.beta)
-  if macro:
-    slot_beta = class_sums.gather_from_classes(beta, slots).astype(dtype)
-    class_beta = beta
-  else:
-    slot_beta = jnp.ones_like(slot_inverse)
-    class_beta = jnp.ones_like(beta)
-  slot_weights = _clip(slot_beta * slot_inverse, max_weight)
-  if stop_gradient:
-    slot_weights = jax.lax.stop_gradient(slot_weights)
+  weights = slot_class_weights(slot_losses, slot_present, slots, state, prior, alpha=alpha,
+                              gamma=gamma, max_weight=max_weight, macro=macro,
+                              stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps)
+  slot_weights = weights.weights
 
   example_weights = jnp.where(valid, slot_weights[slots.slot], 0)
   weighted_sum = jnp.sum(example_weights * jnp.where(valid, per_example_loss, 0))
@@ -169,10 +215,6 @@ def inverse_reweighted_loss(
   # An out-of-range label of a real row makes the loss NaN; a padding row's label counts nowhere.
   loss = jnp.where(jnp.all(in_range | ~real), loss, jnp.nan)
 
-  new_counts = class_sums.scatter_to_classes(
-      batch_counts, class_sums.gather_from_classes(batch_counts, slots) + 1, slots, slot_present)
-  new_state = ReweightState(batch_counts=new_counts, beta=beta)
-
   def to_classes(default, slot_values):
     return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)
 
@@ -180,7 +222,6 @@ def inverse_reweighted_loss(
       class_losses=to_classes(jnp.zeros((num_classes,), dtype), slot_losses),
       present=to_classes(jnp.zeros((num_classes,), bool), slot_present),
       mean_class_loss=mean_class_loss(slot_losses, slot_present),
-      inverse_weights=to_classes(prior.astype(dtype), slot_inverse),
-      class_weights=to_classes(_clip(class_beta * prior, max_weight).astype(dtype), slot_weights),
-      example_weights=example_weights)
-  return loss, new_state, aux
+      inverse_weights=to_classes(prior.astype(dtype), weights.inverse),
+      class_weights=weights.class_weights, example_weights=example_weights)
+  return loss, weights.new_state, aux

@@ -35,18 +35,13 @@ import jax.numpy as jnp
 
 from _perclass import class_sums
 from _perclass.checks import check_batch_dim
-from _perclass.checks import check_class_vector
 from _perclass.checks import check_floating
 from _perclass.checks import check_labels
 from _perclass.checks import check_where
 from _perclass.checks import is_concrete
-from reweight_jax.inverse_weights import check_alpha
-from reweight_jax.inverse_weights import closed_form_weights
 from reweight_jax.inverse_weights import mean_class_loss
-# The one clip of ŵ (private to loss.py): imported, not copied, so both losses clip alike.
-from reweight_jax.loss import _clip  # pylint: disable=protected-access
-from reweight_jax.macro import check_gamma
-from reweight_jax.macro import macro_factor_unchecked
+from reweight_jax.loss import check_reweight_arguments
+from reweight_jax.loss import slot_class_weights
 from reweight_jax.state import ReweightState
 
 Array = Any
@@ -154,9 +149,8 @@ def mixed_inverse_reweighted_loss(
     `(loss, new_state, aux)`: scalar loss (this device's share under `axis_name`), the updated
     `ReweightState` and `MixedReweightAux`.
   """
-  batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
+  batch_counts, prior = check_reweight_arguments(state, prior, alpha, gamma, max_weight, eps)
   num_classes = batch_counts.shape[0]
-  check_class_vector(state.beta, num_classes, "state.beta")
   labels_a = jnp.asarray(labels_a)
   in_range_a = check_labels(labels_a, num_classes, "labels_a")
   batch = labels_a.shape[0]
@@ -168,13 +162,6 @@ def mixed_inverse_reweighted_loss(
   loss_b = check_floating(loss_b, 1, "loss_b")
   check_batch_dim(loss_b, batch, "loss_b", "labels_a")
   lam = _check_lam(lam)
-  prior = check_class_vector(prior, num_classes, "prior")
-  check_alpha(alpha)
-  check_gamma(gamma)
-  if not eps > 0:
-    raise ValueError(f"eps: expected ε > 0 in the denominator of w*, got {eps}.")
-  if max_weight is not None and not max_weight > 0:
-    raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
   real = check_where(where, batch)
 
   dtype = jnp.promote_types(jnp.promote_types(loss_a.dtype, loss_b.dtype), jnp.float32)
@@ -197,25 +184,16 @@ def mixed_inverse_reweighted_loss(
                  / jnp.where(slot_present, slot_mass, 1))
 
   # From here on as in `inverse_reweighted_loss` (steps 1–2 and 4 of its docstring).
-  slot_prior = class_sums.gather_from_classes(prior, slots)
-  slot_inverse = closed_form_weights(slot_losses, slot_present, slot_prior, alpha, eps)
-  beta = jnp.where(refresh_macro, macro_factor_unchecked(batch_counts, gamma), state.beta)
-  if macro:
-    slot_beta = class_sums.gather_from_classes(beta, slots).astype(dtype)
-    class_beta = beta
-  else:
-    slot_beta = jnp.ones_like(slot_inverse)
-    class_beta = jnp.ones_like(beta)
-  slot_weights = _clip(slot_beta * slot_inverse, max_weight)
-  if stop_gradient:
-    slot_weights = jax.lax.stop_gradient(slot_weights)
+  weights = slot_class_weights(slot_losses, slot_present, slots, state, prior, alpha=alpha,
+                               gamma=gamma, max_weight=max_weight, macro=macro,
+                               stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps)
+  slot_weights, class_weights = weights.weights, weights.class_weights
 
   # ŵ of every labelled part: its class has a slot (counted) or, with weight 0, reads the class
   # vector; either way the product below is 0 for parts that do not count.
   def to_classes(default, slot_values):
     return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)
 
-  class_weights = to_classes(_clip(class_beta * prior, max_weight).astype(dtype), slot_weights)
   index = jnp.where(labelled, labels, 0)
   part_class_weights = jnp.where(counted, slot_weights[slots.slot], class_weights[index])
   part_class_weights = jnp.where(labelled, part_class_weights, 0)
@@ -228,17 +206,13 @@ def mixed_inverse_reweighted_loss(
   labels_ok = jnp.all((in_range_a & in_range_b) | ~real)
   loss = jnp.where(labels_ok & (lam >= 0) & (lam <= 1), loss, jnp.nan)
 
-  new_counts = class_sums.scatter_to_classes(
-      batch_counts, class_sums.gather_from_classes(batch_counts, slots) + 1, slots, slot_present)
-  new_state = ReweightState(batch_counts=new_counts, beta=beta)
-
   aux = MixedReweightAux(
       class_losses=to_classes(jnp.zeros((num_classes,), dtype), slot_losses),
       present=to_classes(jnp.zeros((num_classes,), bool), slot_present),
       class_mass=to_classes(jnp.zeros((num_classes,), dtype), slot_mass),
       mean_class_loss=mean_class_loss(slot_losses, slot_present),
-      inverse_weights=to_classes(prior.astype(dtype), slot_inverse),
+      inverse_weights=to_classes(prior.astype(dtype), weights.inverse),
       class_weights=class_weights,
       example_weights_a=part_class_weights[:batch],
       example_weights_b=part_class_weights[batch:])
-  return loss, new_state, aux
+  return loss, weights.new_state, aux
