@@ -6,25 +6,17 @@ Cutout, MiLeLR).
 Needs `--config.data_dir=../shared/data/cifar10_jpeg` (or `--config.dataset=tfds:cifar10`).
 """
 
-from experiments.configs import default
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"  # the standard seed-0 CIFAR-LT selection (Cao et al.)
-  config.augment = True
-  config.model = "resnet32"
+  config = cifar10_lt_data.get_config()
   config.head = "cosine"
   config.cosine_scale = 30.0
-  config.num_epochs = 200
   config.batch_size = 256
   config.learning_rate = 0.3
   config.warmup_epochs = 10
   config.weight_decay = 5e-4
-  config.reweight.start_epoch = 160
-  config.ldam.drw_epoch = 160
   # LDAM on the cosine head: the head's ×30 is LDAM's s, and the 0.5 cosine margin is 15 in logits.
   config.ldam.scale = 1.0
   config.ldam.max_margin = 15.0

@@ -7,20 +7,14 @@ checkpoint, never updated), the dot-regression loss with GivenEw, mixup α = 1; 
 Deviation: the warm-up is linear per step here; the reference's is per epoch, lr·(e + 1)/5.
 """
 
-from experiments.configs import default
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"  # the standard seed-0 CIFAR-LT selection (Cao et al.)
-  config.augment = True
-  config.model = "resnet32"
+  config = cifar10_lt_data.get_config()
   config.head = "etf"
   config.loss = "etf_dr"
   config.mixup_alpha = 1.0
-  config.num_epochs = 200
   config.batch_size = 128
   config.learning_rate = 0.1
   config.momentum = 0.9
@@ -29,6 +23,4 @@ def get_config():
   config.schedule = "step"
   config.step_epochs = (160, 180)
   config.step_factor = 0.1
-  config.reweight.start_epoch = 160
-  config.eval_batch_size = 500
   return config

@@ -13,28 +13,21 @@ replacement: the duplicated split behind the paper's numbers). Deviation: the co
 decays per step (the reference per epoch).
 """
 
-from experiments.configs import default
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"  # the standard seed-0 CIFAR-LT selection (Cao et al.)
-  config.augment = True
+  config = cifar10_lt_data.get_config()
   config.model = "resnet32_w64"
   config.head = "linear"
   config.loss = "glmc"
   config.glmc.r = 0.0
   config.glmc.weight_exponent = 1.2
   config.glmc.w_con = 1.0
-  config.num_epochs = 200
   config.batch_size = 64
   config.learning_rate = 0.01
   config.momentum = 0.9
   config.weight_decay = 5e-3
   config.warmup_epochs = 0
   config.schedule = "cosine"
-  config.reweight.start_epoch = 160
-  config.eval_batch_size = 500
   return config
