@@ -18,24 +18,11 @@ from experiments import steps
 from experiments import train
 from experiments import train_state
 from experiments.config_errors import ConfigError
-from experiments.configs import digits_lt
+from tests.test_stage1 import tiny_config  # digits-LT, batch 32, 2 epochs
 
 PRETRAIN_STEPS = 3
 LINEAR_STEPS = 4
 IMAGE_SHAPE = (8, 8, 1)
-
-
-def tiny_config(loss, **overrides):
-  config = digits_lt.get_config()
-  config.loss = loss
-  config.batch_size = 32
-  config.num_epochs = 2  # warmup_epochs is 2
-  config.progress_bar = False
-  config.nc_metrics = False
-  config.log_every_steps = 100
-  for field, value in overrides.items():
-    config[field] = value
-  return config
 
 
 def pretrain_config():
