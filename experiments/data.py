@@ -1,10 +1,13 @@
 """Input pipeline: in-memory image classification splits, long-tailed subsets, NumPy batch iterators.
 
 Every source is small enough to hold in host memory as uint8 ([N, H, W, C]), so the pipeline is plain
-NumPy: a per-epoch permutation from (seed, epoch), sharded over processes, cut into full batches, with
-random crop + flip vectorised over the batch and random numbers drawn from (seed, epoch, batch). A
-batch is therefore a pure function of (seed, epoch, batch index, process): training resumes mid-epoch
-exactly by skipping batches, without any iterator state in the checkpoint.
+NumPy: a per-epoch permutation from (seed, epoch) — of the split or of a sample of its positions
+(JTT's up-sampled set) —, sharded over processes, cut into full batches, augmented (`augment_view`:
+crop + flip vectorised over the batch, or the released recipe's AutoAugment / Cutout / SimCLR views of
+`experiments.augment`) with random numbers drawn from (seed, epoch, batch), in one or more views per
+example, with each row's dataset position and, for GLMC, a re-balanced partner row. A batch is
+therefore a pure function of (seed, epoch, batch index, process): training resumes mid-epoch exactly
+by skipping batches, without any iterator state in the checkpoint.
 
 Sources (`load_split`):
   'digits'        scikit-learn's embedded 8x8 digits (no files needed).

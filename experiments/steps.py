@@ -64,7 +64,13 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   """One SGD step of `loss_fn` (`losses.make_loss_fn`). Under `axis_name`, BatchNorm, the loss's
   per-class state and gradients are reduced across devices: the update equals one device on the
   global batch. Returns (state, metrics) with the loss's metrics, 'loss', 'train_correct',
-  'learning_rate', 'step' and 'finite' (loss, loss state and parameters)."""
+  'learning_rate', 'step' and 'finite' (loss, loss state and parameters).
+
+  The batch as the pipeline gives it: a paired batch (GLMC) is mixed first (`paired_mix`); views
+  [B, V, ...] run as one view-major batch of V·B rows, the loss seeing the first `task.loss_views`
+  views (all by default; the others shape BatchNorm only); with `task.mixup_alpha` the rows are
+  mixed with a global-batch permutation (`mixup`). The loss reads the model's extra outputs, the
+  rows' dataset positions and the mix from `StepInfo`."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   images, labels, indices = batch["image"], batch["label"], batch.get("index")
   mix = None
