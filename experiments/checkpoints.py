@@ -181,6 +181,24 @@ def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int
   return int(step), variables
 
 
+def _with_defaults(saved: dict, defaults: dict) -> dict:
+  merged = dict(defaults)
+  for key, value in saved.items():
+    merged[key] = (_with_defaults(value, defaults[key])
+                   if isinstance(value, dict) and isinstance(defaults.get(key), dict) else value)
+  return merged
+
+
+def read_saved_config(path: pathlib.Path) -> dict:
+  """A run's config.json as a dict, fields added to the project since it was written filled with
+  their defaults (`configs/default.py`): a field that did not exist then had its default's
+  behaviour (every new field is added so), so an older run compares equal to a run that leaves it
+  at the default — it can be resumed, started from (`init_from`) and read back."""
+  from experiments.configs import default  # pylint: disable=g-import-not-at-top
+  defaults = json.loads(default.get_config().to_json_best_effort())
+  return _with_defaults(json.loads(pathlib.Path(path).read_text()), defaults)
+
+
 def check_resumable(workdir: pathlib.Path, config) -> None:
   """Refuses to resume a workdir whose checkpoints were made with a different config."""
   saved = workdir / "config.json"
@@ -188,7 +206,7 @@ def check_resumable(workdir: pathlib.Path, config) -> None:
   if not (saved.exists() and checkpoints.exists() and any(
       p.name.isdigit() for p in checkpoints.iterdir())):
     return
-  before = json.loads(saved.read_text())
+  before = read_saved_config(saved)
   now = json.loads(config.to_json_best_effort())
   changed = sorted(k for k in set(before) | set(now)
                    if k not in RESUMABLE_FIELDS and before.get(k) != now.get(k))
@@ -234,7 +252,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   saved = source / "config.json"
   if not saved.is_file():
     raise ConfigError(f"config.init_from: {source} holds no config.json of a run")
-  before = json.loads(saved.read_text())
+  before = read_saved_config(saved)
   changed = init_from_differences(before, json.loads(config.to_json_best_effort()))
   if changed:
     raise ConfigError(f"config.init_from: {source} was trained with a different config (fields "
@@ -276,7 +294,7 @@ def load_frozen_encoder(config, template, image_shape):
   saved = source / "config.json"
   if not saved.is_file():
     raise ConfigError(f"config.frozen_encoder_from: {source} holds no config.json of a run")
-  before = ml_collections.ConfigDict(json.loads(saved.read_text()))
+  before = ml_collections.ConfigDict(read_saved_config(saved))
   changed = [f for f in ENCODER_FIELDS if before.get(f) != config.get(f)]
   if changed:
     raise ConfigError(f"config.frozen_encoder_from: {source} was trained with other "

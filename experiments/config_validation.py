@@ -38,6 +38,7 @@ def validate_config(config) -> None:
   check_choice(config, "parallel", PARALLEL)
   check_choice(config, "schedule", ("cosine", "step", "milelr"))
   check_choice(config, "head", models.HEADS)
+  check_choice(config, "compute_dtype", models.COMPUTE_DTYPES)
   check_choice(config, "augmentation", data_lib.AUGMENTATIONS)
   check_choice(config, "lt_selection", data_lib.LT_SELECTIONS)
   if config.model not in models.MODELS:

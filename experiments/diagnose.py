@@ -642,7 +642,7 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   config_path = workdir / "config.json"
   if not config_path.is_file():
     raise FileNotFoundError(f"{config_path}: not found (not a training workdir?)")
-  config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+  config = ml_collections.ConfigDict(checkpoints_lib.read_saved_config(config_path))
 
   try:
     train, validation, test = train_lib.load_data(config)

@@ -4,7 +4,6 @@ trained on it."""
 
 from __future__ import annotations
 
-import json
 import pathlib
 
 import numpy as np
@@ -28,7 +27,7 @@ def error_set(stage1_workdir: str, config, train: data_lib.Split) -> tuple[np.nd
   saved = source / "config.json"
   if not saved.is_file():
     raise ConfigError(f"config.jtt.stage1: {source} holds no config.json of a run")
-  before = json.loads(saved.read_text())
+  before = checkpoints.read_saved_config(saved)
   fields = [f for f in checkpoints.ENCODER_FIELDS if f != "model"]
   changed = [f for f in fields if before.get(f) != config.get(f)]
   if changed:

@@ -24,6 +24,7 @@ from experiments import runners
 from experiments import steps
 from experiments import train
 from experiments import train_state
+from experiments.config_errors import ConfigError
 from experiments.configs import digits_lt
 from tests import checkpoints
 
@@ -399,3 +400,21 @@ def test_etf_dr_with_mixup_over_8_devices_equals_one_device_and_keeps_m_fixed():
   np.testing.assert_array_equal(np.asarray(params["etf"]), np.asarray(expected))
   assert not np.allclose(np.asarray(params["norm"]["scale"]), 1.0)
   assert np.isfinite(results["none", 1][1]["loss"])
+
+
+def test_a_run_written_before_new_config_fields_resumes_and_a_changed_one_does_not(tmp_path):
+  """A config.json without fields added since (a top-level one and a whole loss sub-tree) reads as
+  their defaults (`checkpoints.read_saved_config`): the run resumes; a field that differs from the
+  saved value is still refused."""
+  config = tiny_config("ce")
+  config.num_epochs = 2
+  workdir = tmp_path / "run"
+  train.train_and_evaluate(config, workdir, max_steps=2)
+  saved = json.loads((workdir / "config.json").read_text())
+  for field in ("compute_dtype", "glmc", "views"):
+    del saved[field]
+  (workdir / "config.json").write_text(json.dumps(saved))
+  assert train.train_and_evaluate(config, workdir, max_steps=3)["steps"] == 3
+  config.views = 2
+  with pytest.raises(ConfigError, match="different config \\(fields views\\)"):
+    train.train_and_evaluate(config, workdir, max_steps=4)

@@ -38,6 +38,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.model = "small_cnn"
   config.head = "linear"
   config.cosine_scale = 30.0
+  # Compute dtype of the body, 'float32' or 'bfloat16' (parameters, features, head, losses: f32).
+  config.compute_dtype = "float32"
 
   # Loss: a name of the loss registry (experiments.losses.LOSSES); each loss reads its own sub-tree
   # (mr2, reweight, focal, class_balanced, ldam, logit_adjust, ib: defaults, ranges and start epochs
