@@ -27,6 +27,8 @@ import jax.numpy as jnp
 
 from mr2_jax.heads import CosineClassifier
 from mr2_jax.supcon import SupConProjection
+from experiments.resnet50 import ResNet50
+from experiments.vit import ViTB16
 
 HEADS = ("linear", "cosine", "etf")
 COMPUTE_DTYPES = ("float32", "bfloat16")  # `config.compute_dtype`: the body's `dtype`
@@ -228,6 +230,8 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "resnet32_w64": functools.partial(ResNet32, width=64),   # GLMC (d = 256)
     "wrn28_10": functools.partial(WideResNet, depth=28, widen=10),
     "small_cnn": SmallCNN,
+    "resnet50": ResNet50,  # torchvision's ResNet-50 v1.5 (ImageNet; d = 2048)
+    "vit_b16": ViTB16,     # timm's vit_base_patch16_224 layout (224 px; d = 768)
 }
 
 

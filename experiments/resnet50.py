@@ -11,7 +11,9 @@ linear head, like torchvision's.
 The model contract of `experiments.models`: `apply(variables, x, train=...)`, x float32 [B, H, W, 3]
 (NHWC; any H, W ≥ 32 — the global pool makes the size free) → (logits [B, K], features [B, 2048]);
 BatchNorm as `models._batch_norm` (PyTorch's momentum and ε, statistics in 'batch_stats', averaged
-over `axis_name`); the head is `models._classify`'s ('linear', 'cosine' or 'etf', named 'head').
+over `axis_name`); the head is `models._classify`'s ('linear', 'cosine' or 'etf', named 'head');
+`dtype` is the compute dtype of the body (float32 parameters; float32 features from `models._pool`
+and a float32 head whatever it is).
 `experiments.pretrained.torch_state_dict.resnet50_params_from_torch` converts a torchvision state
 dict.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -34,12 +37,14 @@ EXPANSION = 4
 conv_init = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 
 
-def _conv(features: int, kernel: int, strides: int = 1, name: str | None = None) -> nn.Conv:
+def _conv(dtype: Any, features: int, kernel: int, strides: int = 1,
+          name: str | None = None) -> nn.Conv:
   # PyTorch's symmetric padding k // 2: lax's 'SAME' pads (0, 1) instead of (1, 1) for a 3x3/2 on an
   # even size, which would shift every strided output by one pixel against torchvision.
   pad = kernel // 2
   return nn.Conv(features, (kernel, kernel), strides=strides, padding=((pad, pad), (pad, pad)),
-                 use_bias=False, kernel_init=conv_init, name=name)
+                 use_bias=False, kernel_init=conv_init, dtype=dtype, param_dtype=jnp.float32,
+                 name=name)
 
 
 class Bottleneck(nn.Module):
@@ -52,16 +57,18 @@ class Bottleneck(nn.Module):
   width: int
   strides: int
   norm: Callable[..., nn.Module]
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
+    conv = functools.partial(_conv, self.dtype)
     out_features = self.width * EXPANSION
-    y = nn.relu(self.norm(name="bn1")(_conv(self.width, 1, name="conv1")(x)))
-    y = nn.relu(self.norm(name="bn2")(_conv(self.width, 3, self.strides, name="conv2")(y)))
-    y = self.norm(name="bn3")(_conv(out_features, 1, name="conv3")(y))
+    y = nn.relu(self.norm(name="bn1")(conv(self.width, 1, name="conv1")(x)))
+    y = nn.relu(self.norm(name="bn2")(conv(self.width, 3, self.strides, name="conv2")(y)))
+    y = self.norm(name="bn3")(conv(out_features, 1, name="conv3")(y))
     shortcut = x
     if self.strides != 1 or x.shape[-1] != out_features:
-      shortcut = _conv(out_features, 1, self.strides, name="downsample_conv")(x)
+      shortcut = conv(out_features, 1, self.strides, name="downsample_conv")(x)
       shortcut = self.norm(name="downsample_bn")(shortcut)
     return nn.relu(y + shortcut)
 
@@ -78,6 +85,7 @@ class ResNet50(nn.Module):
   cosine_scale: float = 30.0
   axis_name: str | None = None
   etf_seed: int = 0
+  dtype: Any = jnp.float32  # compute dtype of the body (parameters float32)
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
@@ -85,16 +93,17 @@ class ResNet50(nn.Module):
     # would be circular.
     from experiments import models  # pylint: disable=g-import-not-at-top
     # pylint: disable-next=protected-access
-    norm = functools.partial(models._batch_norm, train, self.axis_name)
-    x = _conv(64, 7, 2, name="stem_conv")(x)
+    norm = functools.partial(models._batch_norm, train, self.axis_name, self.dtype)
+    x = _conv(self.dtype, 64, 7, 2, name="stem_conv")(x)
     x = nn.relu(norm(name="stem_bn")(x))
     # Padding with −∞ (flax's max_pool pads with the reduction's identity), as torch's MaxPool2d.
     x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     for stage, (num_blocks, width) in enumerate(zip(STAGE_SIZES, STAGE_WIDTHS)):
       for block in range(num_blocks):
         strides = 2 if stage > 0 and block == 0 else 1
-        x = Bottleneck(width, strides, norm, name=f"stage{stage + 1}_block{block + 1}")(x)
-    features = jnp.mean(x, axis=(1, 2))
+        x = Bottleneck(width, strides, norm, self.dtype,
+                       name=f"stage{stage + 1}_block{block + 1}")(x)
+    features = models._pool(x)  # pylint: disable=protected-access
     return models._classify(  # pylint: disable=protected-access
         features, self.head, self.num_classes, self.cosine_scale, train=train,
         axis_name=self.axis_name, etf_seed=self.etf_seed)

@@ -13,12 +13,16 @@ The model contract of `experiments.models`: `apply(variables, x, train=...)`, x 
 [B, image_size, image_size, C] (NHWC) → (logits [B, K], features [B, width]); the head is
 `models._classify`'s ('linear', 'cosine' or 'etf', named 'head'). There is no dropout or stochastic
 depth, so `train` changes nothing but an 'etf' head's BatchNorm; the encoder has no 'batch_stats'.
+`dtype` is the compute dtype of the blocks (bfloat16 or float32; parameters float32, LayerNorm
+statistics and the attention softmax in float32); the final LayerNorm, hence the features, and the
+head are float32 whatever it is, as in `experiments.models`.
 `experiments.pretrained.torch_state_dict.vit_params_from_torch` converts a timm state dict.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -31,22 +35,26 @@ LAYER_NORM_EPSILON = 1e-6
 dense_init = nn.initializers.xavier_uniform()
 
 
-def _layer_norm(name: str) -> nn.LayerNorm:
+def _layer_norm(dtype: Any, name: str) -> nn.LayerNorm:
   # Two-pass variance, as torch's layer_norm (flax's default E[x²] − E[x]² loses digits when the
   # mean is large against the spread).
-  return nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, use_fast_variance=False, name=name)
+  return nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, use_fast_variance=False, dtype=dtype,
+                      param_dtype=jnp.float32, name=name)
 
 
 class MlpBlock(nn.Module):
   """Dense(mlp_dim) → exact GELU → Dense(width): `fc1`, `fc2` (timm's `mlp.fc1`, `mlp.fc2`)."""
   mlp_dim: int
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
+    dense = functools.partial(nn.Dense, kernel_init=dense_init, dtype=self.dtype,
+                              param_dtype=jnp.float32)
     width = x.shape[-1]
-    x = nn.Dense(self.mlp_dim, kernel_init=dense_init, name="fc1")(x)
+    x = dense(self.mlp_dim, name="fc1")(x)
     x = nn.gelu(x, approximate=False)
-    return nn.Dense(width, kernel_init=dense_init, name="fc2")(x)
+    return dense(width, name="fc2")(x)
 
 
 class EncoderBlock(nn.Module):
@@ -58,16 +66,19 @@ class EncoderBlock(nn.Module):
   """
   num_heads: int
   mlp_dim: int
+  dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     width = x.shape[-1]
-    y = _layer_norm("norm1")(x)
+    y = _layer_norm(self.dtype, "norm1")(x)
     y = nn.MultiHeadDotProductAttention(num_heads=self.num_heads, qkv_features=width,
                                         out_features=width, kernel_init=dense_init,
-                                        deterministic=True, name="attn")(y)
+                                        deterministic=True, dtype=self.dtype,
+                                        param_dtype=jnp.float32, force_fp32_for_softmax=True,
+                                        name="attn")(y)
     x = x + y
-    return x + MlpBlock(self.mlp_dim, name="mlp")(_layer_norm("norm2")(x))
+    return x + MlpBlock(self.mlp_dim, self.dtype, name="mlp")(_layer_norm(self.dtype, "norm2")(x))
 
 
 class ViT(nn.Module):
@@ -89,6 +100,7 @@ class ViT(nn.Module):
   depth: int = 12
   num_heads: int = 12
   mlp_dim: int = 3072
+  dtype: Any = jnp.float32  # compute dtype of the blocks (parameters float32)
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
@@ -104,7 +116,8 @@ class ViT(nn.Module):
     if self.width % self.num_heads:
       raise ValueError(f"width {self.width} is not a multiple of num_heads {self.num_heads}")
     p = self.patch_size
-    x = nn.Conv(self.width, (p, p), strides=(p, p), padding="VALID", name="patch_embed")(x)
+    x = nn.Conv(self.width, (p, p), strides=(p, p), padding="VALID", dtype=self.dtype,
+                param_dtype=jnp.float32, name="patch_embed")(x)
     batch = x.shape[0]
     x = x.reshape(batch, -1, self.width)  # Row-major patches, as torch's flatten(2) of NCHW.
     cls_token = self.param("cls_token", nn.initializers.zeros, (1, 1, self.width))
@@ -114,8 +127,9 @@ class ViT(nn.Module):
                            (1, x.shape[1], self.width))
     x = x + pos_embed.astype(x.dtype)
     for i in range(self.depth):
-      x = EncoderBlock(self.num_heads, self.mlp_dim, name=f"block{i + 1}")(x)
-    features = _layer_norm("norm")(x)[:, 0]
+      x = EncoderBlock(self.num_heads, self.mlp_dim, self.dtype, name=f"block{i + 1}")(x)
+    # In float32 whatever `dtype` is: the features are what MR2's statistics and the losses read.
+    features = _layer_norm(jnp.float32, "norm")(x[:, 0])
     return models._classify(  # pylint: disable=protected-access
         features, self.head, self.num_classes, self.cosine_scale, train=train,
         axis_name=self.axis_name, etf_seed=self.etf_seed)

@@ -26,6 +26,7 @@ from _perclass.checks import check_batch_dim
 from _perclass.checks import check_class_vector
 from _perclass.checks import check_floating
 from _perclass.checks import check_labels
+from _perclass.checks import index_labels
 from _perclass.checks import check_num_classes
 from _perclass.checks import check_where
 from _perclass.checks import is_concrete
@@ -170,7 +171,7 @@ def _dot_regression(features: jax.Array, labels: Array, classifier: jax.Array,
   # Padding and bad-label rows compute on h = 0 and class 0, so their garbage (inf, NaN) reaches
   # neither the value nor the gradient; their per-example value is set below.
   h = jnp.where(valid[:, None], features.astype(dtype), 0.0)
-  index = jnp.where(valid, labels, 0)
+  index = index_labels(labels, valid)
   targets = classifier.astype(dtype).T[index] * scales[index][:, None]  # w_i [B, d]
   h_norm = jax.lax.stop_gradient(_safe_norm(h)[:, 0])
   target_norm = jax.lax.stop_gradient(jnp.sqrt(jnp.sum(targets * targets, axis=-1)))

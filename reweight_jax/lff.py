@@ -24,6 +24,7 @@ from _perclass.checks import check_floating
 from _perclass.checks import check_labels
 from _perclass.checks import check_num_classes
 from _perclass.checks import check_where
+from _perclass.checks import index_labels
 from _perclass.checks import is_concrete
 from _perclass.checks import take_class_values
 from _perclass.checks import traced_checks_enabled
@@ -300,7 +301,7 @@ def lff_loss(logits_biased: Array, logits_debiased: Array, labels: Array, indice
                              jax.lax.stop_gradient(ce_debiased), alpha=alpha,
                              where=real & label_ok & index_ok, axis_name=axis_name)
   weights = jax.lax.stop_gradient(lff_weights(
-      new_state, jnp.where(real, indices, 0), jnp.where(real, labels, 0), dataset_labels,
+      new_state, jnp.where(real, indices, 0), index_labels(labels, real), dataset_labels,
       num_classes, where=real))
   weights = jnp.where(real & ~(label_ok & index_ok), jnp.nan, weights)
 

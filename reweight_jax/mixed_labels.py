@@ -37,6 +37,7 @@ from _perclass import class_sums
 from _perclass.checks import check_batch_dim
 from _perclass.checks import check_floating
 from _perclass.checks import check_labels
+from _perclass.checks import index_labels
 from _perclass.checks import check_where
 from _perclass.checks import is_concrete
 from reweight_jax.inverse_weights import mean_class_loss
@@ -194,7 +195,7 @@ def mixed_inverse_reweighted_loss(
   def to_classes(default, slot_values):
     return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)
 
-  index = jnp.where(labelled, labels, 0)
+  index = index_labels(labels, labelled)
   part_class_weights = jnp.where(counted, slot_weights[slots.slot], class_weights[index])
   part_class_weights = jnp.where(labelled, part_class_weights, 0)
   weighted_sum = jnp.sum(part_class_weights * weighted_losses)

@@ -45,6 +45,8 @@ def test_which_deferred_methods_start_from_the_reference():
   assert not shares("mr2")                   # not deferred
 
 
+# ≈ 55 s on 2 cores; init_from's equality with the uninterrupted run: tests/test_init_from.py
+@pytest.mark.slow
 def test_deferred_method_starts_from_the_reference_run(tmp_path):
   import json
   base = digits_lt.get_config()

@@ -263,6 +263,8 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
   assert not (tmp_path / "run" / "checkpoints").exists()  # diagnosing writes nothing there
 
 
+# ≈ 45 s on 2 cores (a run killed mid-training); the other diagnose tests read finished runs
+@pytest.mark.slow
 def test_interrupted_training_workdir(tmp_path, capsys):
   """A 3-step digits run; with summary.json removed (an interrupted run) the CLI still diagnoses it,
   and the numbers agree with what the trainer itself reported."""

@@ -55,7 +55,7 @@ def test_wrn28_10_parameter_count_and_shapes():
 
 @pytest.mark.parametrize("head", ["linear", "cosine"])
 @pytest.mark.parametrize("name,shape,feature_dim", [
-    ("resnet32", (3, 8, 8, 3), 64),
+    pytest.param("resnet32", (3, 8, 8, 3), 64, marks=pytest.mark.slow),  # ≈ 20 s; counts above
     ("small_cnn", (3, 8, 8, 1), 128),
     ("small_cnn", (3, 28, 28, 1), 128),
 ])

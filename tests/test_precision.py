@@ -88,7 +88,8 @@ def test_bf16_state_is_float32_and_convolutions_run_in_bf16():
 def test_every_model_takes_the_compute_dtype(name):
   # `train_state.build_model` passes `dtype` to every model; traced only (WRN-28-10 is 36 M).
   model = models.create_model(name, 10, dtype=jnp.bfloat16)
-  images = jnp.zeros((2, 32, 32, 3))
+  size = getattr(model, "image_size", 32)
+  images = jnp.zeros((2, size, size, 3))
   variables = jax.eval_shape(functools.partial(model.init, train=False), jax.random.key(0), images)
   assert _dtypes(variables) == {"float32"}
   (logits, features), _ = jax.eval_shape(
@@ -145,6 +146,7 @@ def test_bf16_statistics_and_losses_agree_with_float32(name):
     assert float(mr2_16) != float(mr2_32)
 
 
+@pytest.mark.slow  # ≈ 10 s; the trainer run below covers the same step
 def test_bf16_jitted_train_step_is_finite_with_float32_updates():
   state, metrics = run_steps(bf16_config(), 1, [("none", 1)])["none", 1]
   assert int(state.step) == 1 and bool(metrics["finite"]) and np.isfinite(metrics["loss"])

@@ -346,6 +346,8 @@ def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished
   assert after == before
 
 
+# ≈ 15–25 s; GLMC's library loss is exact over 8 devices in tests/test_reweight_glmc.py
+@pytest.mark.slow
 def test_glmc_paired_batches_over_8_devices_equal_one_device():
   """GLMC's step (paired re-balanced rows, global MixUp and local CutMix with the batch's λ and box,
   two passes with their own BatchNorm statistics, fc / fc_cb / projector / predictor) for 2 steps:
@@ -386,6 +388,9 @@ def test_mixup_draws_one_lambda_and_one_global_permutation():
   np.testing.assert_allclose(np.asarray(mixed_8), np.asarray(mixed), rtol=1e-6, atol=1e-7)
 
 
+# ≈ 10–20 s; the mixup draw's device split: test_mixup_draws_one_lambda_and_one_global_permutation,
+# DR's: tests/test_reweight_etf_dr.py
+@pytest.mark.slow
 def test_etf_dr_with_mixup_over_8_devices_equals_one_device_and_keeps_m_fixed():
   """ETF-DR (head 'etf', DR loss with GivenEw, mixup α = 1) for 2 steps: shard_map on 8 devices
   equals one device, and the ETF M in the parameters is `etf_classifier(K, d, seed)` bit for bit
