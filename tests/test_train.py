@@ -99,7 +99,9 @@ def assert_same_training(result, reference):
 # CE and the two methods' combination in the default run; the other registry entries are slow here
 # (≈ 15 s each) — their numerics, before and after their start, are in test_losses.py and their
 # batch split over 2/4/8 devices in the property tests.
-DEFAULT_LOSSES = ("ce", "mr2+inverse_reweight")  # both methods' paths at once; the rest slow
+# CE in the default run (mr2+inverse_reweight moved to the slow run by tests/conftest.py's
+# MOVED_TO_SLOW); the rest slow.
+DEFAULT_LOSSES = ("ce", "mr2+inverse_reweight")
 
 
 @pytest.mark.parametrize("loss", [
