@@ -95,6 +95,32 @@ MOVED_TO_SLOW = {
     "test_bf16_trainer_run_finishes_with_a_finite_summary": "test_bf16_statistics_and_losses_...",
     "test_a_classifier_that_does_not_fit_is_left_out[7-linear": "[10-cosine], [10-etf]",
     "test_mr2_lp_path_runs_with_the_cosine_head[released_p5]": "[paper_p3]",
+    "test_a_classifier_that_does_not_fit_is_left_out[10-cosine": "[10-etf]",
+    "test_one_pass_evaluation_equals_numpy[cosine-none-1]": "[linear-pmap-8], [cosine-shard_map-8]",
+    "Mr2LossTest::test_matches_reference_large_k_small_b__without_jit": "__with_jit",
+    "Mr2LossTest::test_matches_reference_random__without_jit": "__with_jit",
+    "Mr2LossTest::test_per_example_terms_match_reference__without_jit": "__with_jit",
+    "RepresentationMarginTest::test_where_masks_anchors_and_positives__without_jit": "__with_jit",
+    "RepresentationMarginTest::test_matches_reference_random__without_jit": "__with_jit",
+    "UpdateClassStatsTest::test_matches_reference_one_sample_classes__without_jit": "__with_jit",
+    "test_axis_name_averages_batch_statistics_across_devices":
+        "the trainer's 8-device = 1-device tests (BatchNorm over devices)",
+    # the 2/4/8-device split of registry entries that share their reduction with a kept one (the
+    # weighted CE's, the per-batch mean's, MR2's); all in the slow twins at 1,000 examples.
+    "test_registry_entry_sharded[inv_freq]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[class_balanced]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[focal]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[ldam]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[ldam_drw]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[logit_adjust]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[balanced_softmax]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[ib]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[eql]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[group_dro[adjusted]]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[mr2[released]]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[mr2[lam=0]]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[mr2[uniform_margin]]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[inverse_reweight[stop_gradient]]": "sharded ce / mr2 / inverse_reweight / group_dro",
 }
 
 
