@@ -64,6 +64,7 @@ import pytest  # noqa: E402
 # Parametrisations moved to the slow run to keep the default run under 10 minutes on 2 cores (the
 # README's test command); each has a sibling in the default run that exercises the same code path
 # (named here). Node-id substrings.
+SHARDED_KEPT = "test_registry_entry_sharded of ce, mr2, inverse_reweight, group_dro, fairdro"
 MOVED_TO_SLOW = {
     # representation margin's tiled form: the default run keeps the exact and the one-class tiles
     # and the shard_map test; the property tests force the tiled form too (mr2[tiled]).
@@ -84,7 +85,7 @@ MOVED_TO_SLOW = {
     "SupConTest::test_padding_rows_change_nothing__without_jit": "__with_jit",
     "LfFTest::test_replays_an_index_sequence__without_jit": "__with_jit",
     # trainer and model runs whose path another default test takes
-    "test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result[mr2+inverse_reweight]":
+    "test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result[mr2+":
         "[ce] and the property tests' 2/4/8-device splits of the registry entry",
     "test_fairdro_q_is_the_best_response_to_the_training_pass_after_an_epoch":
         "test_losses.py::test_epoch_end_hook_sets_fairdro_q_from_the_training_pass",
@@ -107,20 +108,20 @@ MOVED_TO_SLOW = {
         "the trainer's 8-device = 1-device tests (BatchNorm over devices)",
     # the 2/4/8-device split of registry entries that share their reduction with a kept one (the
     # weighted CE's, the per-batch mean's, MR2's); all in the slow twins at 1,000 examples.
-    "test_registry_entry_sharded[inv_freq]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[class_balanced]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[focal]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[ldam]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[ldam_drw]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[logit_adjust]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[balanced_softmax]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[ib]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[eql]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[group_dro[adjusted]]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[mr2[released]]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[mr2[lam=0]]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[mr2[uniform_margin]]": "sharded ce / mr2 / inverse_reweight / group_dro",
-    "test_registry_entry_sharded[inverse_reweight[stop_gradient]]": "sharded ce / mr2 / inverse_reweight / group_dro",
+    "test_registry_entry_sharded[inv_freq]": SHARDED_KEPT,
+    "test_registry_entry_sharded[class_balanced]": SHARDED_KEPT,
+    "test_registry_entry_sharded[focal]": SHARDED_KEPT,
+    "test_registry_entry_sharded[ldam]": SHARDED_KEPT,
+    "test_registry_entry_sharded[ldam_drw]": SHARDED_KEPT,
+    "test_registry_entry_sharded[logit_adjust]": SHARDED_KEPT,
+    "test_registry_entry_sharded[balanced_softmax]": SHARDED_KEPT,
+    "test_registry_entry_sharded[ib]": SHARDED_KEPT,
+    "test_registry_entry_sharded[eql]": SHARDED_KEPT,
+    "test_registry_entry_sharded[group_dro[adjusted]]": SHARDED_KEPT,
+    "test_registry_entry_sharded[mr2[released]]": SHARDED_KEPT,
+    "test_registry_entry_sharded[mr2[lam=0]]": SHARDED_KEPT,
+    "test_registry_entry_sharded[mr2[uniform_margin]]": SHARDED_KEPT,
+    "test_registry_entry_sharded[inverse_reweight[stop_gradient]]": SHARDED_KEPT,
 }
 
 
