@@ -138,6 +138,20 @@ def check_class_vector(x: Array, num_classes: int, name: str) -> jax.Array:
   return x
 
 
+def check_unit_scalar(value: Array, name: str, what: str) -> jax.Array:
+  """A real scalar meant to lie in [0, 1] (a mixing weight λ, GLMC's α), as an array: a shape or
+  dtype that is not a real scalar raises; a concrete value outside [0, 1] raises; a traced one is
+  returned as is (callers make their result NaN for it)."""
+  value = jnp.asarray(value)
+  if value.ndim != 0 or not (jnp.issubdtype(value.dtype, jnp.floating)
+                             or jnp.issubdtype(value.dtype, jnp.integer)):
+    raise ValueError(f"{name}: expected a real scalar {what}, got {value.dtype} of shape "
+                     f"{value.shape}.")
+  if is_concrete(value) and not 0 <= float(value) <= 1:
+    raise ValueError(f"{name}: expected {what} in [0, 1], got {float(value)}.")
+  return value
+
+
 def check_counts(counts: Array, name: str = "counts") -> jax.Array:
   """Checks a rank-1 vector of non-negative counts (integer or floating); returns it as float32.
 

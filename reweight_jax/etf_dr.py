@@ -28,8 +28,8 @@ from _perclass.checks import check_floating
 from _perclass.checks import check_labels
 from _perclass.checks import index_labels
 from _perclass.checks import check_num_classes
+from _perclass.checks import check_unit_scalar
 from _perclass.checks import check_where
-from _perclass.checks import is_concrete
 
 Array = Any
 
@@ -249,12 +249,7 @@ def mixup_dot_regression_loss(features: Array, labels: Array, labels_b: Array, l
     (loss, per_example [B]); NaN under `jit` for a real row with an out-of-range label or label_b.
   """
   features, classifier = _check_classifier(features, classifier)
-  lam = jnp.asarray(lam)
-  if lam.ndim != 0 or not (jnp.issubdtype(lam.dtype, jnp.floating)
-                           or jnp.issubdtype(lam.dtype, jnp.integer)):
-    raise ValueError(f"lam: expected a real scalar λ, got {lam.dtype} of shape {lam.shape}.")
-  if is_concrete(lam) and not 0 <= float(lam) <= 1:
-    raise ValueError(f"lam: expected a mixing weight λ in [0, 1], got {float(lam)}.")
+  lam = check_unit_scalar(lam, "lam", "mixing weight λ")
   loss_a, per_example_a = _dot_regression(features, labels, classifier, class_scale, where,
                                           axis_name, "labels")
   loss_b, per_example_b = _dot_regression(features, labels_b, classifier, class_scale, where,

@@ -40,6 +40,7 @@ from _perclass.checks import check_counts
 from _perclass.checks import check_floating
 from _perclass.checks import check_labels
 from _perclass.checks import check_num_classes
+from _perclass.checks import check_unit_scalar
 from _perclass.checks import check_where
 from _perclass.checks import index_labels
 from _perclass.checks import is_concrete
@@ -228,14 +229,8 @@ def _check_images(images_a: Array, images_b: Array) -> tuple[jax.Array, jax.Arra
 
 
 def _check_unit_scalar(value: Array, name: str, what: str) -> jax.Array:
-  """A real scalar in [0, 1] as a float array: eagerly checked; under `jit` NaN when outside."""
-  value = jnp.asarray(value)
-  if value.ndim != 0 or not (jnp.issubdtype(value.dtype, jnp.floating)
-                             or jnp.issubdtype(value.dtype, jnp.integer)):
-    raise ValueError(f"{name}: expected a real scalar {what}, got {value.dtype} of shape "
-                     f"{value.shape}.")
-  if is_concrete(value) and not 0 <= float(value) <= 1:
-    raise ValueError(f"{name}: expected {what} in [0, 1], got {float(value)}.")
+  """`checks.check_unit_scalar` as a float array; under `jit` NaN when outside [0, 1]."""
+  value = check_unit_scalar(value, name, what)
   value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
   return jnp.where((value >= 0) & (value <= 1), value, jnp.nan)
 

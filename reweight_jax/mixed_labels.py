@@ -38,8 +38,8 @@ from _perclass.checks import check_batch_dim
 from _perclass.checks import check_floating
 from _perclass.checks import check_labels
 from _perclass.checks import index_labels
+from _perclass.checks import check_unit_scalar
 from _perclass.checks import check_where
-from _perclass.checks import is_concrete
 from reweight_jax.inverse_weights import mean_class_loss
 from reweight_jax.loss import check_reweight_arguments
 from reweight_jax.loss import slot_class_weights
@@ -72,17 +72,6 @@ class MixedReweightAux(NamedTuple):
   class_weights: jax.Array
   example_weights_a: jax.Array
   example_weights_b: jax.Array
-
-
-def _check_lam(lam: Array) -> jax.Array:
-  lam = jnp.asarray(lam)
-  if lam.ndim != 0 or not (jnp.issubdtype(lam.dtype, jnp.floating)
-                           or jnp.issubdtype(lam.dtype, jnp.integer)):
-    raise ValueError(f"lam: expected a real scalar λ (one per batch), got {lam.dtype} of shape "
-                     f"{lam.shape}.")
-  if is_concrete(lam) and not 0 <= float(lam) <= 1:
-    raise ValueError(f"lam: expected a mixing weight λ in [0, 1], got {float(lam)}.")
-  return lam
 
 
 def mixed_inverse_reweighted_loss(
@@ -162,7 +151,7 @@ def mixed_inverse_reweighted_loss(
   check_batch_dim(loss_a, batch, "loss_a", "labels_a")
   loss_b = check_floating(loss_b, 1, "loss_b")
   check_batch_dim(loss_b, batch, "loss_b", "labels_a")
-  lam = _check_lam(lam)
+  lam = check_unit_scalar(lam, "lam", "mixing weight λ (one per batch)")
   real = check_where(where, batch)
 
   dtype = jnp.promote_types(jnp.promote_types(loss_a.dtype, loss_b.dtype), jnp.float32)
