@@ -104,6 +104,13 @@ MOVED_TO_SLOW = {
     "RepresentationMarginTest::test_where_masks_anchors_and_positives__without_jit": "__with_jit",
     "RepresentationMarginTest::test_matches_reference_random__without_jit": "__with_jit",
     "UpdateClassStatsTest::test_matches_reference_one_sample_classes__without_jit": "__with_jit",
+    "test_one_pass_evaluation_equals_numpy[linear-pmap-8]": "[cosine-shard_map-8]",
+    # one-line CLI errors: config checks of the same kind as the kept unknown-loss and
+    # different-config cases (each case is a CLI subprocess)
+    "test_bad_config_or_data_is_one_line_and_keeps_checkpoints[overrides1-": "[overrides0-…]",
+    "test_bad_config_or_data_is_one_line_and_keeps_checkpoints[overrides2-": "[overrides0-…]",
+    "test_bad_config_or_data_is_one_line_and_keeps_checkpoints[overrides5-": "[overrides0-…]",
+    "test_bad_config_or_data_is_one_line_and_keeps_checkpoints[overrides6-": "[overrides0-…]",
     "test_axis_name_averages_batch_statistics_across_devices":
         "the trainer's 8-device = 1-device tests (BatchNorm over devices)",
     # the 2/4/8-device split of registry entries that share their reduction with a kept one (the
