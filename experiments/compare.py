@@ -42,9 +42,10 @@ _REPORT_DIR = flags.DEFINE_string("report_dir", None,
                                   "Where the report goes (default <workdir>/report).")
 _SHARE_REFERENCE = flags.DEFINE_bool(
     "start_deferred_from_reference", True,
-    "A deferred method whose `before` loss is the reference's (reweighting or IB after CE, DRW after "
-    "LDAM) starts from the reference run of the same seed at its start epoch (config.init_from): "
-    "bit-for-bit the run it would train itself, without training those epochs again.")
+    "A deferred method starts at its start epoch (config.init_from) from the first earlier method "
+    "of the same seed whose run it equals until then: its `before` loss (reweighting or IB after "
+    "CE, DRW after LDAM, the reweighting inside ETF-DR / GLMC after them) in the same config but "
+    "for the loss. Bit-for-bit the run it would train itself, without training those epochs again.")
 
 
 def main(argv):

@@ -64,6 +64,13 @@ def shares_reference(config, reference_config: dict, reference_loss: str) -> boo
                                                     json.loads(config.to_json_best_effort())))
 
 
+def deferred_source(config, earlier: list[tuple[str, str, dict]]) -> str | None:
+  """The first of the `earlier` runs, (method, loss, config JSON) in list order, that `config`'s run
+  equals until its start epoch (`shares_reference`), or None."""
+  return next((name for name, loss, before in earlier
+               if shares_reference(config, before, loss)), None)
+
+
 def run_dir(workdir: pathlib.Path, method: str, seed: int) -> pathlib.Path:
   return workdir / method.replace("+", "_") / f"seed{seed}"
 
@@ -71,27 +78,33 @@ def run_dir(workdir: pathlib.Path, method: str, seed: int) -> pathlib.Path:
 def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path, *,
             start_deferred_from_reference: bool = True) -> str:
   """Trains every (method, seed) in `workdir` (resuming finished or partial runs) and writes the
-  report; returns its Markdown. The first method is the reference (ERM)."""
-  reference_name, reference_loss, _ = parse_method(specs[0])
-  reference_configs = {seed: json.loads(method_config(base, specs[0], seed)[1].to_json_best_effort())
-                       for seed in seeds}
-  runs = {}
+  report; returns its Markdown. The first method is the reference (ERM).
+
+  With `start_deferred_from_reference`, a deferred method starts at its start epoch from the first
+  earlier method of the list (same seed) whose run it equals until then (`shares_reference`: its
+  `before` loss, the same config but for the loss): the reference for reweighting after CE, a
+  pipeline's own run for the reweighting inside it (ETF-DR, GLMC, the released recipe's views)."""
+  reference_name = parse_method(specs[0])[0]
+  runs, earlier = {}, []   # earlier: (method, loss, {seed: config JSON}) in list order
   for spec in specs:
     validate_config(method_config(base, spec, seeds[0])[1])  # all checked before any run
   for spec in specs:
     method = parse_method(spec)[0]
-    runs[method] = []
+    runs[method], configs = [], {}
     for seed in seeds:
       _, config = method_config(base, spec, seed)
+      configs[seed] = json.loads(config.to_json_best_effort())
       start = losses.start_epoch(config)
-      if start_deferred_from_reference and method != reference_name and shares_reference(
-          config, reference_configs[seed], reference_loss):
-        config.init_from = f"{run_dir(workdir, reference_name, seed).resolve()}:{start}"
+      source = deferred_source(config, [(name, loss, before[seed])
+                                        for name, loss, before in earlier])
+      if start_deferred_from_reference and source is not None:
+        config.init_from = f"{run_dir(workdir, source, seed).resolve()}:{start}"
       began = time.perf_counter()
       summary = train.train_and_evaluate(config, run_dir(workdir, method, seed))
-      shared = f", epochs 0-{start} from {reference_name}" if config.init_from else ""
+      shared = f", epochs 0-{start} from {source}" if config.init_from else ""
       print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
             f"  ({time.perf_counter() - began:.0f} s, {summary['steps']} steps{shared})",
             flush=True)
       runs[method].append(run_dir(workdir, method, seed))
+    earlier.append((method, parse_method(spec)[1], configs))
   return evaluate.write_report(runs, reference_name, report_dir)

@@ -55,3 +55,24 @@ def test_deferred_method_starts_from_the_reference_run(tmp_path):
   config = json.loads((tmp_path / "inverse_reweight" / "seed0" / "config.json").read_text())
   assert config["init_from"] == f"{(tmp_path / 'ce' / 'seed0').resolve()}:1"
   assert (tmp_path / "report" / "report.md").is_file()
+
+
+def test_a_deferred_method_starts_from_the_first_earlier_run_it_equals():
+  """The reweighting inside a pipeline starts from that pipeline's run, not from the reference's."""
+  import json
+  base = digits_lt.get_config()
+  views = ":views=3:augmentation=released"
+  specs = ["ce", "released=ce" + views, "etf=etf_dr:head=etf", "etf_twin=etf_dr:head=etf"]
+  earlier = [(compare.parse_method(s)[0], compare.parse_method(s)[1],
+              json.loads(compare.method_config(base, s, 0)[1].to_json_best_effort()))
+             for s in specs]
+  def source(spec):
+    return compare.deferred_source(compare.method_config(base, spec, 0)[1], earlier)
+  assert source("inverse_reweight") == "ce"
+  assert source("rw=inverse_reweight" + views) == "released"
+  assert source("rw=etf_dr+inverse_reweight:head=etf") == "etf"   # the first of two equal runs
+  assert source("rw=etf_dr+inverse_reweight:head=etf:mixup_alpha=1.0") is None  # etf ran without
+  assert source("rw=etf_dr+inverse_reweight:head=etf:reweight.macro=False") == "etf"
+  assert source("etf_dr") is None                                   # not deferred
+  assert source("rw=inverse_reweight" + views) == "released"
+  assert compare.deferred_source(compare.method_config(base, "inverse_reweight", 0)[1], []) is None
