@@ -84,19 +84,46 @@ def digest(host_state) -> str:
   return sha.hexdigest()
 
 
-def save(checkpoint_manager: ocp.CheckpointManager, step: int, host_state) -> None:
-  """Writes `host_state` (a `to_checkpoint` copy) with its digest as checkpoint `step`."""
-  checkpoint_manager.save(step, args=ocp.args.Composite(
-      state=ocp.args.StandardSave(host_state),
-      integrity=ocp.args.JsonSave({"sha256": digest(host_state), "step": int(step)})))
+class InputState:
+  """The input pipeline's position as one process's JSON (grain's iterator state), written per
+  process (`process_<i>-of-<n>.json`) by grain's orbax handler as the checkpoint's 'input' item."""
+
+  def __init__(self, state: dict | None = None):
+    self.state = state
+
+  def get_state(self) -> bytes:
+    return json.dumps(self.state).encode()
+
+  def set_state(self, state: bytes) -> None:
+    self.state = json.loads(state)
+
+  def start_prefetch(self) -> None:  # the handler's restore calls it; nothing to start here
+    pass
 
 
-def _restore_step(checkpoint_manager: ocp.CheckpointManager, step: int, template):
+def save(checkpoint_manager: ocp.CheckpointManager, step: int, host_state,
+         input_state: dict | None = None) -> None:
+  """Writes `host_state` (a `to_checkpoint` copy) with its digest as checkpoint `step`, and the
+  input pipeline's position (`input_state`, grain's iterator state) when it has one."""
+  import grain  # pylint: disable=g-import-not-at-top
+  items = dict(state=ocp.args.StandardSave(host_state),
+               integrity=ocp.args.JsonSave({"sha256": digest(host_state), "step": int(step)}))
+  if input_state is not None:
+    items["input"] = grain.checkpoint.CheckpointSave(InputState(input_state))
+  checkpoint_manager.save(step, args=ocp.args.Composite(**items))
+
+
+def _restore_step(checkpoint_manager: ocp.CheckpointManager, step: int, template,
+                  input_state: bool = False):
   where = checkpoint_manager.directory / str(step)
+  items = dict(state=ocp.args.StandardRestore(to_checkpoint(template)),
+               integrity=ocp.args.JsonRestore())
+  has_input = input_state and (where / "input").is_dir()  # only a grain pipeline's has one
+  if has_input:
+    import grain  # pylint: disable=g-import-not-at-top
+    items["input"] = grain.checkpoint.CheckpointRestore(InputState())
   try:
-    restored = checkpoint_manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(to_checkpoint(template)),
-        integrity=ocp.args.JsonRestore()))
+    restored = checkpoint_manager.restore(step, args=ocp.args.Composite(**items))
   except Exception as error:  # orbax / tensorstore raise many kinds for a damaged file
     raise CheckpointError(f"checkpoint at step {step} ({where}) cannot be read: "
                           f"{type(error).__name__}: {str(error).splitlines()[0][:200]}") from error
@@ -105,19 +132,23 @@ def _restore_step(checkpoint_manager: ocp.CheckpointManager, step: int, template
   if expected != actual:
     raise CheckpointError(f"checkpoint at step {step} ({where}) is corrupted: its content does not "
                           f"match the digest written with it")
-  return from_checkpoint(restored.state, template)
+  state = from_checkpoint(restored.state, template)
+  if not input_state:
+    return state
+  return state, restored.input.state if has_input else None
 
 
 def restore_latest(checkpoint_manager: ocp.CheckpointManager, template, *,
-                   resume_from_previous: bool = False):
-  """The latest checkpoint as a state like `template` (host values), or `template` when none.
+                   resume_from_previous: bool = False, input_state: bool = False):
+  """The latest checkpoint as a state like `template` (host values), or `template` when none;
+  with `input_state`, (state, the input pipeline's position saved with it, or None).
 
   A checkpoint that cannot be read or fails its digest raises `CheckpointError` naming the step;
   with `resume_from_previous` it is renamed `corrupt-<step>` and the next older one is tried.
   """
   for step in sorted(checkpoint_manager.all_steps(), reverse=True):
     try:
-      return _restore_step(checkpoint_manager, step, template)
+      return _restore_step(checkpoint_manager, step, template, input_state)
     except CheckpointError as error:
       older = [s for s in checkpoint_manager.all_steps() if s < step]
       if not resume_from_previous:
@@ -128,7 +159,7 @@ def restore_latest(checkpoint_manager: ocp.CheckpointManager, template, *,
       (checkpoint_manager.directory / str(step)).rename(aside)
       checkpoint_manager.reload()
       log.warning("%s; set aside as %s, trying the previous checkpoint.", error, aside)
-  return template
+  return (template, None) if input_state else template
 
 
 def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int, dict]:

@@ -9,6 +9,7 @@ import pathlib
 import jax
 
 from experiments import data as data_lib
+from experiments import input_pipeline
 from experiments import losses
 from experiments import models
 from experiments.config_errors import INF
@@ -29,6 +30,7 @@ RANGES = (
     ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
     ("imbalance_factor", (1, True), (INF, False)), ("views", (1, True), (INF, False)),
     ("mixup_alpha", (0, True), (INF, False)), ("milelr_switch_epoch", (0, True), (INF, False)),
+    ("data_workers", (0, True), (INF, False)),
 )
 
 
@@ -41,6 +43,7 @@ def validate_config(config) -> None:
   check_choice(config, "compute_dtype", models.COMPUTE_DTYPES)
   check_choice(config, "augmentation", data_lib.AUGMENTATIONS)
   check_choice(config, "lt_selection", data_lib.LT_SELECTIONS)
+  check_choice(config, "input_pipeline", input_pipeline.PIPELINES)
   if config.model not in models.MODELS:
     raise ConfigError(f"config.model: unknown model {config.model!r}; expected one of "
                       f"{sorted(models.MODELS)}")

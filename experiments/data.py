@@ -1,13 +1,15 @@
-"""Input pipeline: in-memory image classification splits, long-tailed subsets, NumPy batch iterators.
+"""Input pipeline: image classification splits, long-tailed subsets, NumPy batch iterators.
 
-Every source is small enough to hold in host memory as uint8 ([N, H, W, C]), so the pipeline is plain
-NumPy: a per-epoch permutation from (seed, epoch) — of the split or of a sample of its positions
-(JTT's up-sampled set) —, sharded over processes, cut into full batches, augmented (`augment_view`:
-crop + flip vectorised over the batch, or the released recipe's AutoAugment / Cutout / SimCLR views of
-`experiments.augment`) with random numbers drawn from (seed, epoch, batch), in one or more views per
-example, with each row's dataset position and, for GLMC, a re-balanced partner row. A batch is
-therefore a pure function of (seed, epoch, batch index, process): training resumes mid-epoch exactly
-by skipping batches, without any iterator state in the checkpoint.
+The small sources are held in host memory as uint8 ([N, H, W, C]); the large ones (TFDS, the
+long-tailed image-file benchmarks) as `experiments.sources.LazyImages`, rows decoded when indexed.
+Either way the pipeline is plain NumPy: a per-epoch permutation from (seed, epoch) — of the split or
+of a sample of its positions (JTT's up-sampled set) —, sharded over processes, cut into full
+batches, augmented (`augment_view`: crop + flip vectorised over the batch, or the released recipe's
+AutoAugment / Cutout / SimCLR views of `experiments.augment`) with random numbers drawn from (seed,
+epoch, batch), in one or more views per example, with each row's dataset position and, for GLMC, a
+re-balanced partner row. A batch is therefore a pure function of (seed, epoch, batch index,
+process): training resumes mid-epoch exactly by skipping batches, without any iterator state in the
+checkpoint.
 
 Sources (`load_split`):
   'digits'        scikit-learn's embedded 8x8 digits (no files needed).
@@ -15,7 +17,10 @@ Sources (`load_split`):
   'cifar10_jpeg'  `data_dir`/{train,test}.npz of concatenated JPEG files (`jpeg`, `offsets`, `labels`);
                   decoded once with Pillow and cached as .npy under $MR2_JAX_CACHE (~/.cache/mr2_jax).
   'tfds:<name>'   a TFDS dataset already prepared in ArrayRecord format, read through
-                  `tfds.data_source` (random access; TensorFlow is not needed).
+                  `tfds.data_source` (random access; TensorFlow is not needed); images lazy.
+  'imagenet_lt', 'places_lt', 'inat2018', 'list:<path with {split}>'
+                  image folders with the OLTR split lists or iNaturalist 2018's JSON, images decoded
+                  on index (`experiments.sources`, which documents the files expected).
 """
 
 from __future__ import annotations
@@ -45,13 +50,19 @@ DIGIT_CLASS_NAMES = tuple(str(d) for d in range(10))
 
 # Channel mean / std of pixel values in [0, 1]. CIFAR-10: the per-channel statistics of the training
 # set (std of pixels, not the often-copied 0.2023/0.1994/0.2010, which is a mean of per-image stds).
+# CIFAR-100: the same statistics of its training set.
 # Digits: statistics of all 1,797 scikit-learn images after scaling 0..16 to 0..255.
 # Datasets not listed use 0.5 / 0.5, which maps [0, 1] to [-1, 1].
 NORMALIZATION = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
     CIFAR10_JPEG: ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     MNIST: ((0.1307,), (0.3081,)),
     DIGITS: ((0.3053,), (0.3759,)),
+    # The long-tailed image benchmarks use ImageNet's (as torchvision and the OLTR release do).
+    "imagenet_lt": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "places_lt": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "inat2018": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
 DEFAULT_NORMALIZATION = ((0.5,), (0.5,))
 
@@ -73,16 +84,17 @@ def _one_line(error: BaseException) -> str:
 
 @dataclasses.dataclass
 class Split:
-  """One split of a classification data set, held in host memory.
+  """One split of a classification data set.
 
   Attributes:
-    images: uint8 [N, H, W, C].
+    images: uint8 [N, H, W, C], in host memory (ndarray) or decoded on index
+      (`experiments.sources.LazyImages`: same shape, dtype, ndim, len and row indexing).
     labels: int32 [N], values in [0, num_classes).
     num_classes: K.
     class_names: K names, index = label.
     name: the `load_split` source name; selects the normalisation constants.
   """
-  images: np.ndarray
+  images: np.ndarray  # Or a sources.LazyImages.
   labels: np.ndarray
   num_classes: int
   class_names: tuple[str, ...]
@@ -115,22 +127,31 @@ class Split:
     return np.bincount(self.labels, minlength=self.num_classes)
 
   def subset(self, indices: np.ndarray) -> Split:
-    """The examples at `indices` (in that order), e.g. `split.subset(long_tail_indices(...))`."""
+    """The examples at `indices` (in that order), e.g. `split.subset(long_tail_indices(...))`;
+    lazy images stay lazy (`LazyImages.take` decodes nothing)."""
     indices = np.asarray(indices, dtype=np.int64)
-    return dataclasses.replace(self, images=self.images[indices], labels=self.labels[indices])
+    return dataclasses.replace(self, images=self.images.take(indices, axis=0),
+                               labels=self.labels[indices])
 
 
 # ----------------------------------------------------------------------------------------------
 # Sources.
 
 
-def load_split(name: str, split: str, data_dir: str | os.PathLike | None = None) -> Split:
-  """Loads split `split` of source `name` ('digits', 'mnist', 'cifar10_jpeg' or 'tfds:<name>')."""
-  if name.startswith(TFDS_PREFIX):
-    return _load_tfds(name, split, data_dir)
+def load_split(name: str, split: str, data_dir: str | os.PathLike | None = None, *,
+               image_size: int = 224, resize: int = 256) -> Split:
+  """Loads split `split` of source `name` (the module docstring's list).
+
+  `image_size` and `resize` apply to the image-file sources only: shorter side resized to `resize`,
+  centre crop image_size² (`sources.resize_center_crop`).
+  """
+  from experiments import sources  # pylint: disable=g-import-not-at-top (it imports this module)
+  if sources.is_lazy_source(name):
+    return sources.load_split(name, split, data_dir, image_size=image_size, resize=resize)
   if name not in (DIGITS, MNIST, CIFAR10_JPEG):
     raise DataError(f"unknown dataset {name!r}; expected one of {DIGITS!r}, {MNIST!r}, "
-                    f"{CIFAR10_JPEG!r} or 'tfds:<name>'")
+                    f"{CIFAR10_JPEG!r}, {sources.IMAGENET_LT!r}, {sources.PLACES_LT!r}, "
+                    f"{sources.INAT2018!r}, 'list:<path with {{split}}>' or 'tfds:<name>'")
   if split not in LOCAL_SPLITS:
     raise DataError(f"unknown split {split!r} for dataset {name!r}; expected one of {LOCAL_SPLITS}")
   if name == DIGITS:
@@ -256,41 +277,6 @@ def decode_jpegs(jpeg: np.ndarray, offsets: np.ndarray, source: str = "<array>",
   return images
 
 
-def _load_tfds(name: str, split: str, data_dir) -> Split:
-  """A TFDS dataset prepared as ArrayRecord; `download=False`, so nothing is fetched or built here."""
-  import tensorflow_datasets as tfds
-  tfds_name = name[len(TFDS_PREFIX):]
-  try:
-    source = tfds.data_source(tfds_name, split=split, data_dir=data_dir, download=False)
-  except Exception as e:
-    raise DataError(f"cannot open TFDS {tfds_name!r} split {split!r} (data_dir={data_dir}; it must "
-                    f"be prepared in array_record format): {_one_line(e).split(' Available ')[0]}"
-                    ) from None
-  features = source.dataset_info.features
-  if "image" not in features or "label" not in features:
-    raise DataError(f"TFDS {tfds_name!r} lacks 'image'/'label' features; it has "
-                    f"{list(features.keys())}")
-  label_feature = features["label"]
-  images, labels = [], []
-  for i in range(len(source)):
-    try:
-      example = source[i]
-    except Exception as e:
-      raise DataError(f"cannot read example {i} of TFDS {tfds_name!r} split {split!r}: "
-                      f"{_one_line(e)}") from None
-    image = np.asarray(example["image"])
-    images.append(image[..., None] if image.ndim == 2 else image)
-    labels.append(int(example["label"]))
-  if not images:
-    raise DataError(f"TFDS {tfds_name!r} split {split!r} is empty")
-  try:
-    images = np.stack(images).astype(np.uint8, copy=False)
-  except ValueError as e:
-    raise DataError(f"TFDS {tfds_name!r}: images differ in shape ({_one_line(e)})") from None
-  return Split(images, np.asarray(labels, np.int32), label_feature.num_classes,
-               tuple(label_feature.names), name)
-
-
 # ----------------------------------------------------------------------------------------------
 # Subsets.
 
@@ -396,12 +382,29 @@ def many_medium_few(train_counts: np.ndarray, many: int = 100, few: int = 20) ->
 # Batches.
 
 
-def normalize(images_uint8: np.ndarray, name: str) -> np.ndarray:
-  """float32 (x / 255 − mean) / std with the channel constants of data set `name` (NORMALIZATION)."""
+def normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+  """The channel (mean, std) of data set `name` (NORMALIZATION, else DEFAULT_NORMALIZATION)."""
   base_name = name.removeprefix(TFDS_PREFIX).split(":")[0].split("/")[0]
-  mean, std = NORMALIZATION.get(base_name, DEFAULT_NORMALIZATION)
+  return NORMALIZATION.get(base_name, DEFAULT_NORMALIZATION)
+
+
+def normalization_table(name_or_constants) -> np.ndarray:
+  """float32 [256, C]: entry [v, c] = v · (1 / (255 · std_c)) − mean_c / std_c = (v / 255 − mean_c)
+  / std_c, with the constants of data set `name` (`normalization`) or given (mean, std)."""
+  mean, std = (normalization(name_or_constants) if isinstance(name_or_constants, str)
+               else name_or_constants)
   mean, std = np.asarray(mean, np.float32), np.asarray(std, np.float32)
-  return images_uint8.astype(np.float32) * (1 / (255 * std)) - mean / std
+  return np.arange(256, dtype=np.float32)[:, None] * (1 / (255 * std)) - mean / std
+
+
+def normalize(images_uint8, name_or_constants, xp=np):
+  """float32 (x / 255 − mean) / std per channel of uint8 images [..., C], looked up in
+  `normalization_table`: `xp` = np on the host, jnp on the device (the grain pipeline sends
+  uint8), bit for bit the same values either way (no fused multiply-add can differ)."""
+  table = xp.asarray(normalization_table(name_or_constants))
+  channels = images_uint8.shape[-1]
+  column = xp.arange(channels) if table.shape[1] > 1 else xp.zeros(channels, np.int32)
+  return table[images_uint8, column]
 
 
 def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
@@ -497,7 +500,8 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
                   process_index: int = 0, process_count: int = 1, start_batch: int = 0,
                   views: int = 1, sample: np.ndarray | None = None,
                   augmentation: str = "crop_flip",
-                  pair: Callable[..., dict] | None = None) -> Iterator[dict[str, np.ndarray]]:
+                  pair: Callable[..., dict] | None = None,
+                  normalized: bool = True) -> Iterator[dict[str, np.ndarray]]:
   """One epoch of full training batches for this process.
 
   The epoch's permutation (of the split, or of `sample`) is cut to steps · batch_size ·
@@ -518,11 +522,14 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
       takes its rows' partners), adds 'image_b' (augmented like 'image', key [seed, epoch, b,
       1001]), 'label_b', 'index_b', and 'lam' float32 [B] and 'box' int32 [B, 4] (the step's values
       on every row).
+    normalized: images as float32 `normalize`d here (the in-memory pipeline), or as the uint8
+      pixels, normalised on the device (`normalize(..., xp=jnp)`, the grain pipeline): 4× fewer
+      bytes to the device.
 
   Yields:
-    {'image': float32 [batch_size, H, W, C] normalised ([batch_size, views, H, W, C] when
-     views > 1), 'label': int32 [batch_size], 'index': int32 [batch_size] the examples' positions
-     in `split` (LfF's per-example state is indexed by them)}.
+    {'image': float32 [batch_size, H, W, C] normalised, or uint8 ([batch_size, views, H, W, C]
+     when views > 1), 'label': int32 [batch_size], 'index': int32 [batch_size] the examples'
+     positions in `split` (LfF's per-example state is indexed by them)}.
   """
   if not 0 <= process_index < process_count:
     raise DataError(f"process_index {process_index} not in [0, {process_count})")
@@ -534,33 +541,55 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
   steps = steps_per_epoch(split, batch_size, process_count, sample)
   if not 0 <= start_batch <= steps:
     raise DataError(f"start_batch {start_batch} not in [0, {steps}]")
-  order = sample[epoch_permutation(len(sample), seed, epoch)]
-  shard = order[:steps * batch_size * process_count][process_index::process_count]
+  shard = epoch_shard(len(sample), steps * batch_size, seed=seed, epoch=epoch,
+                      process_index=process_index, process_count=process_count)
   for b in range(start_batch, steps):
-    indices = shard[b * batch_size:(b + 1) * batch_size]
-    raw = split.images[indices]
-    batch = {"image": _views(split, raw, views, augment, augmentation, [seed, epoch, b],
-                             process_index, process_count),
-             "label": split.labels[indices], "index": indices.astype(np.int32)}
-    if pair is not None:
-      # Keys apart from the views' ([seed, epoch, b, v ...], v < 1000).
-      drawn = pair(np.random.default_rng([seed, epoch, b, 1000]), batch_size * process_count,
-                   *split.images.shape[1:3])
-      partners = np.asarray(drawn["rows"])[process_index::process_count]
-      batch.update(image_b=_views(split, split.images[partners], views, augment, augmentation,
-                                  [seed, epoch, b, 1001], process_index, process_count),
-                   label_b=split.labels[partners], index_b=partners.astype(np.int32),
-                   lam=np.full(batch_size, drawn["lam"], np.float32),
-                   box=np.tile(np.asarray(drawn["box"], np.int32), (batch_size, 1)))
-    yield batch
+    yield train_batch(split, sample[shard[b * batch_size:(b + 1) * batch_size]], key=[seed, epoch, b],
+                      augment=augment, process_index=process_index, process_count=process_count,
+                      views=views, augmentation=augmentation, pair=pair, normalized=normalized)
+
+
+def epoch_shard(num_examples: int, per_process: int, *, seed: int, epoch: int,
+                process_index: int = 0, process_count: int = 1) -> np.ndarray:
+  """This process's positions (into `sample`, or the split) for one epoch, in batch order: the
+  epoch's permutation cut to per_process · process_count and dealt p, p + P, p + 2P, ..."""
+  order = epoch_permutation(num_examples, seed, epoch)
+  return order[:per_process * process_count][process_index::process_count]
+
+
+def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: bool,
+                process_index: int = 0, process_count: int = 1, views: int = 1,
+                augmentation: str = "crop_flip", pair: Callable[..., dict] | None = None,
+                normalized: bool = True) -> dict[str, np.ndarray]:
+  """The training batch of the split's rows `indices` with the draws of `key` ([seed, epoch,
+  batch]); one element of `train_batches` (which documents the arguments and the result)."""
+  batch_size = len(indices)
+  raw = split.images[indices]
+  batch = {"image": _views(split, raw, views, augment, augmentation, key, process_index,
+                           process_count, normalized),
+           "label": split.labels[indices], "index": indices.astype(np.int32)}
+  if pair is not None:
+    # Keys apart from the views' ([seed, epoch, b, v ...], v < 1000).
+    drawn = pair(np.random.default_rng([*key, 1000]), batch_size * process_count,
+                 *split.images.shape[1:3])
+    partners = np.asarray(drawn["rows"])[process_index::process_count]
+    batch.update(image_b=_views(split, split.images[partners], views, augment, augmentation,
+                                [*key, 1001], process_index, process_count, normalized),
+                 label_b=split.labels[partners], index_b=partners.astype(np.int32),
+                 lam=np.full(batch_size, drawn["lam"], np.float32),
+                 box=np.tile(np.asarray(drawn["box"], np.int32), (batch_size, 1)))
+  return batch
 
 
 def _views(split: Split, raw: np.ndarray, views: int, augment: bool, augmentation: str,
-           key: list[int], process_index: int, process_count: int) -> np.ndarray:
-  """The normalised views of raw uint8 images: [B, H, W, C], or [B, V, H, W, C] for V > 1."""
-  crops = [normalize(augment_view(raw, augmentation, v, key, process_index=process_index,
-                                  process_count=process_count) if augment else raw, split.name)
-           for v in range(views)]
+           key: list[int], process_index: int, process_count: int,
+           normalized: bool = True) -> np.ndarray:
+  """The views of raw uint8 images, normalised (float32) or not (uint8): [B, H, W, C], or
+  [B, V, H, W, C] for V > 1."""
+  crops = [augment_view(raw, augmentation, v, key, process_index=process_index,
+                        process_count=process_count) if augment else raw for v in range(views)]
+  if normalized:
+    crops = [normalize(crop, split.name) for crop in crops]
   return crops[0] if views == 1 else np.stack(crops, axis=1)
 
 

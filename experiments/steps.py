@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import reweight_jax
 from _perclass import class_sums
 from _perclass import metrics as perclass_metrics
+from experiments import data as data_lib
 from experiments import losses
 from experiments import models
 
@@ -25,6 +26,16 @@ class Task:
   steps_per_epoch: int
   loss_views: int = 0  # views (of a multi-view batch) the loss sees, the first ones; 0: all
   mixup_alpha: float = 0.0  # > 0: mixup batches, λ ~ Beta(α, α) and π per step (`mixup`)
+  # The channel (mean, std) that uint8 images (the grain pipeline's) are normalised with here.
+  normalization: tuple[tuple[float, ...], tuple[float, ...]] = ((0.5,), (0.5,))
+
+
+def device_images(images, task: Task):
+  """Images as the model takes them: uint8 pixels normalised on the device with the host's
+  float32 operations (`data.normalize`), float images (normalised on the host) unchanged."""
+  if jnp.issubdtype(images.dtype, jnp.integer):
+    return data_lib.normalize(images, task.normalization, xp=jnp)
+  return images
 
 
 def mixup(images, labels, key, alpha: float, axis_name: str | None):
@@ -72,6 +83,9 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   mixed with a global-batch permutation (`mixup`). The loss reads the model's extra outputs, the
   rows' dataset positions and the mix from `StepInfo`."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
+  batch = {**batch, "image": device_images(batch["image"], task)}
+  if "image_b" in batch:
+    batch["image_b"] = device_images(batch["image_b"], task)
   images, labels, indices = batch["image"], batch["label"], batch.get("index")
   mix = None
   if "image_b" in batch:

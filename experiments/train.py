@@ -11,6 +11,7 @@ restarted from its workdir continues exactly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -25,6 +26,7 @@ import numpy as np
 from experiments import checkpoints
 from experiments import data as data_lib
 from experiments import evaluation
+from experiments import input_pipeline
 from experiments import losses
 from experiments import metric_writer
 from experiments import runners
@@ -60,7 +62,8 @@ def probe_step(config, task, learning_rate_fn, state, model, train, process_batc
   """Traces one train step abstractly (no compute), so that arguments the library rejects at trace
   time (they name themselves) fail before the workdir is touched."""
   batch = next(data_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
-                                      augment=False, views=views, pair=pair))
+                                      augment=False, views=views, pair=pair,
+                                      normalized=config.input_pipeline == "numpy"))
   single_device = state.replace(apply_fn=model.clone(axis_name=None).apply)
   step = functools.partial(steps.train_step, loss_fn=losses.make_loss_fn(config), task=task,
                            learning_rate_fn=learning_rate_fn)
@@ -130,7 +133,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   task = steps.Task(class_counts=tuple(float(c) for c in train.class_counts),
                     steps_per_epoch=steps_per_epoch,
                     loss_views=entry.views if views > entry.views else 0,
-                    mixup_alpha=float(config.mixup_alpha))
+                    mixup_alpha=float(config.mixup_alpha),
+                    normalization=data_lib.normalization(train.name))
   try:
     learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch,
                                                            train.class_counts)
@@ -157,8 +161,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     state = checkpoints.init_from(config, state, steps_per_epoch, num_classes)
   if config.frozen_encoder_from and manager.latest_step() is None:
     state = encoder_state
-  state = checkpoints.restore_latest(manager, state, resume_from_previous=resume_from_previous)
+  saves_input = config.input_pipeline == "grain"  # grain's iterator state is checkpointed
+  state, input_state = checkpoints.restore_latest(manager, state, input_state=True,
+                                                  resume_from_previous=resume_from_previous)
+  input_state = input_state if saves_input else None
   start_step = int(state.step)
+  train_input = input_pipeline.make(
+      config.input_pipeline, input_pipeline.BatchAt(
+          train, process_batch, steps_per_epoch, seed=config.seed, augment=config.augment,
+          process_index=process_index, process_count=process_count, views=views,
+          augmentation=config.augmentation,
+          sample=None if sample is None else data_lib.check_sample(train, sample), pair=pair,
+          normalized=not saves_input),
+      int(config.num_epochs * steps_per_epoch), workers=config.data_workers,
+      restored_state=input_state)
 
   runner = runners.make_runner(config.parallel, losses.make_loss_fn(config), task,
                                learning_rate_fn)
@@ -185,14 +201,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   epoch_end = entry.epoch_end
   step = start_step
   window, window_steps, window_start = None, 0, time.perf_counter()
-  while step < total_steps:
-    epoch, start_batch = divmod(step, steps_per_epoch)
-    batches = data_lib.prefetch(data_lib.train_batches(
-        train, process_batch, seed=config.seed, epoch=epoch, augment=config.augment,
-        process_index=process_index, process_count=process_count, start_batch=start_batch,
-        views=views, sample=sample, augmentation=config.augmentation, pair=pair))
-    for batch in batches:
-      state, metrics = runner.step(state, runner.place_batch(batch))
+  input_state = None
+  with contextlib.closing(train_input.batches(start_step, runner.place_batch)) as batches:
+    for batch_step, batch, input_state in batches:
+      if batch_step != step:
+        raise data_lib.DataError(f"the input pipeline gave the batch of step {batch_step} at "
+                                 f"step {step} (its saved state does not match the checkpoint)")
+      state, metrics = runner.step(state, batch)
       window = metric_writer.accumulate(window, metrics)
       step += 1
       window_steps += 1
@@ -235,7 +250,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           raise divergence_error(first_nonfinite or step, runner.to_host(state), manager,
                                  config.loss)
         try:
-          checkpoints.save(manager, step, checkpoints.to_checkpoint(runner.to_host(state)))
+          checkpoints.save(manager, step, checkpoints.to_checkpoint(runner.to_host(state)),
+                           input_state)
         except OSError as error:
           raise checkpoints.CheckpointError(
               f"cannot write the checkpoint of step {step} in {manager.directory}: "

@@ -17,6 +17,7 @@ import pytest
 
 from experiments import checkpoints
 from experiments import data as data_lib
+from experiments import input_pipeline
 from experiments import metric_writer
 from experiments import train
 from experiments.configs import digits_lt
@@ -178,17 +179,15 @@ def test_digest_detects_a_changed_value():
 
 def _poison_batches(monkeypatch, bad_step):
   """Makes the images of global step `bad_step` (1-based) NaN."""
-  batches = data_lib.train_batches
+  batch_at = input_pipeline.BatchAt.__call__
 
-  def poisoned(split, batch_size, *, epoch, start_batch=0, **kwargs):
-    steps = data_lib.steps_per_epoch(split, batch_size)
-    for index, batch in enumerate(batches(split, batch_size, epoch=epoch,
-                                          start_batch=start_batch, **kwargs), start=start_batch):
-      if epoch * steps + index + 1 == bad_step:
-        batch = {**batch, "image": np.full_like(batch["image"], np.nan)}
-      yield batch
+  def poisoned(self, step):
+    step, batch = batch_at(self, step)
+    if step + 1 == bad_step:
+      batch = {**batch, "image": np.full_like(batch["image"], np.nan)}
+    return step, batch
 
-  monkeypatch.setattr(train.data_lib, "train_batches", poisoned)
+  monkeypatch.setattr(input_pipeline.BatchAt, "__call__", poisoned)
 
 
 @pytest.mark.parametrize("bad_step, caught_at", [(9, "log"), (12, "checkpoint")])
@@ -294,13 +293,13 @@ def test_data_read_once_survives_deletion_and_a_resume_names_the_missing_file(tm
   folder = _mnist_folder(tmp_path / "mnist")
   config = config_for("ce", dataset="mnist", data_dir=str(folder), batch_size=30,
                       imbalance_factor=1.0)
-  batches = data_lib.train_batches
+  batch_at = input_pipeline.BatchAt.__call__
 
-  def deleting(*args, **kwargs):
+  def deleting(self, step):
     shutil.rmtree(folder, ignore_errors=True)
-    yield from batches(*args, **kwargs)
+    return batch_at(self, step)
 
-  monkeypatch.setattr(train.data_lib, "train_batches", deleting)
+  monkeypatch.setattr(input_pipeline.BatchAt, "__call__", deleting)
   workdir = tmp_path / "run"
   summary = train.train_and_evaluate(config, workdir, max_steps=2 * EVERY)
   assert summary["steps"] == 2 * EVERY and not folder.exists()

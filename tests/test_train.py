@@ -263,14 +263,19 @@ RESUME_OVERRIDES = ("--config.loss=mr2+inverse_reweight", "--config.num_epochs=4
 
 
 @pytest.mark.slow  # ≈ 100 s on 2 cores: three CLI runs, one killed
-def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("pipeline", [(), ("--config.input_pipeline=grain",
+                                           "--config.data_workers=2")], ids=["numpy", "grain"])
+def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, pipeline):
+  """Killed mid-run and restarted: the same final state as the uninterrupted run. With grain (two
+  worker processes) the input position comes from its iterator state in the checkpoint."""
   env = cli_env(tmp_path)
+  overrides = (*RESUME_OVERRIDES, *pipeline)
   straight = tmp_path / "straight"
-  subprocess.run(cli(straight, *RESUME_OVERRIDES), cwd=REPO, env=env, check=True,
+  subprocess.run(cli(straight, *overrides), cwd=REPO, env=env, check=True,
                  capture_output=True)
 
   killed = tmp_path / "killed"
-  process = subprocess.Popen(cli(killed, *RESUME_OVERRIDES), cwd=REPO, env=env,
+  process = subprocess.Popen(cli(killed, *overrides), cwd=REPO, env=env, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 300
   checkpoint_dir = killed / "checkpoints"
@@ -280,11 +285,11 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
       break
     time.sleep(0.05)
   assert process.poll() is None, "the run finished before it could be killed"
-  process.send_signal(signal.SIGKILL)
+  os.killpg(process.pid, signal.SIGKILL)  # the run and its grain workers, as a lost machine
   process.wait()
   killed_at = max(finished_steps(checkpoint_dir))
   assert killed_at < 280  # 40 epochs × 7 steps: killed mid-run
-  subprocess.run(cli(killed, *RESUME_OVERRIDES), cwd=REPO, env=env, check=True,
+  subprocess.run(cli(killed, *overrides), cwd=REPO, env=env, check=True,
                  capture_output=True)
 
   step_a, state_a = checkpoints.restore_latest(straight)
@@ -298,6 +303,10 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
   summary_a = json.loads((straight / "summary.json").read_text())
   summary_b = json.loads((killed / "summary.json").read_text())
   assert summary_a["per_class_accuracy"] == summary_b["per_class_accuracy"]
+  if pipeline:  # the resumed run read its input position from the checkpoint
+    saved = json.loads((killed / "checkpoints" / str(step_b) / "input" /
+                        "process_0-of-1.json").read_text())
+    assert saved["start"] == 0 and saved["grain"]
 
 
 def _corrupt_cifar(folder):

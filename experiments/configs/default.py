@@ -33,6 +33,12 @@ def get_config() -> ml_collections.ConfigDict:
   # > 0: mixup batches (one λ ~ Beta(α, α) and one permutation of the global batch per step), for
   # losses that take them (ce, etf_dr; ETF-DR's recipe: 1.0).
   config.mixup_alpha = 0.0
+  # The training input (`experiments.input_pipeline`): 'numpy' (a host thread, float32 normalised
+  # on the host; fastest for in-memory data) or 'grain' (grain over the run's steps, decode and
+  # augmentation in `data_workers` worker processes, uint8 to the device, normalised there; its
+  # iterator state is checkpointed with the train state). Both give the same batches.
+  config.input_pipeline = "numpy"
+  config.data_workers = 0          # grain worker processes (0: build batches in this process)
 
   # Model: 'small_cnn', 'resnet32', 'wrn28_10'; head 'linear' or 'cosine'.
   config.model = "small_cnn"

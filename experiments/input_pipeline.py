@@ -1,0 +1,147 @@
+"""The training input of a run: one interface (`TrainInput`) over two pipelines, picked by name
+(`config.input_pipeline`, `PIPELINES`):
+
+  'numpy'  batches built in a host thread, normalised to float32 on the host; the fastest for the
+           small in-memory data sets (digits, MNIST, CIFAR at 32×32).
+  'grain'  a `grain.MapDataset` over the run's steps, each element built in `config.data_workers`
+           worker processes (decode of the rows a lazy split reads, augmentation), uint8 pixels sent
+           to the device and normalised there (`steps.device_images`), prefetched onto the device
+           by a host thread; grain's iterator state is saved in the train state's orbax checkpoint
+           (item 'input', one file per process) and restored with it.
+
+Both build batch g of the run with one function (`BatchAt`): batch b = g mod S of epoch g // S
+(S steps per epoch) is `data.train_batch` of that epoch's shard, a pure function of (seed, epoch,
+b, process). So the two pipelines give the same rows, labels and draws, and a resumed run sees
+the batches it would have seen; every batch carries its step, and the trainer refuses a pipeline
+whose position is not the train state's step.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from experiments import data as data_lib
+
+PIPELINES = ("numpy", "grain")
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchAt:
+  """Batch g of a run (picklable: grain ships it to its worker processes).
+
+  Attributes mirror `data.train_batches`; `sample` is the positions an epoch draws from (the
+  whole split by default), `normalized` whether images leave as float32 (host) or uint8.
+  """
+  split: data_lib.Split
+  batch_size: int
+  steps_per_epoch: int
+  seed: int
+  augment: bool
+  process_index: int = 0
+  process_count: int = 1
+  views: int = 1
+  augmentation: str = "crop_flip"
+  sample: np.ndarray | None = None
+  pair: Callable[..., dict] | None = None
+  normalized: bool = True
+  _shard: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+  def __call__(self, step: int) -> tuple[int, dict[str, np.ndarray]]:
+    epoch, b = divmod(int(step), self.steps_per_epoch)
+    positions = self._positions(epoch)[b * self.batch_size:(b + 1) * self.batch_size]
+    return int(step), data_lib.train_batch(
+        self.split, positions, key=[self.seed, epoch, b], augment=self.augment,
+        process_index=self.process_index, process_count=self.process_count, views=self.views,
+        augmentation=self.augmentation, pair=self.pair, normalized=self.normalized)
+
+  def _positions(self, epoch: int) -> np.ndarray:
+    """This process's dataset positions of `epoch` in batch order (the last epoch's kept)."""
+    if epoch not in self._shard:
+      size = len(self.split) if self.sample is None else len(self.sample)
+      shard = data_lib.epoch_shard(size, self.steps_per_epoch * self.batch_size, seed=self.seed,
+                                   epoch=epoch, process_index=self.process_index,
+                                   process_count=self.process_count)
+      self._shard.clear()
+      self._shard[epoch] = shard if self.sample is None else self.sample[shard]
+    return self._shard[epoch]
+
+
+class TrainInput:
+  """Batches of a run from step `start_step` on: iterate `batches(start_step, place)` for
+  (step, placed batch, input state after it); `input_state` is what the checkpoint keeps
+  (None: the position is the step itself)."""
+
+  saves_state = False
+
+  def __init__(self, batch_at: BatchAt, total_steps: int, workers: int = 0,
+               restored_state: dict | None = None):
+    self.batch_at, self.total_steps, self.workers = batch_at, total_steps, workers
+    self.restored_state = restored_state
+
+  def batches(self, start_step: int, place: Callable[[dict], Any]) -> Iterator[tuple]:
+    raise NotImplementedError
+
+  def close(self) -> None:
+    pass
+
+
+class NumpyInput(TrainInput):
+  """Batches built in a host thread (`data.prefetch`), float32 normalised on the host."""
+
+  def batches(self, start_step, place):
+    items = data_lib.prefetch(map(self.batch_at, range(start_step, self.total_steps)))
+    for step, batch in items:
+      yield step, place(batch), None
+
+
+class GrainInput(TrainInput):
+  """A `grain.MapDataset` over steps [start, total), built in `workers` processes (0: one host
+  thread), uint8 images; `DEVICE_PREFETCH` batches placed on the device ahead of the step (JAX
+  copies asynchronously; flax's `prefetch_to_device` pattern, no thread). The input state is
+  grain's iterator state after the batch with the start it counts from."""
+
+  saves_state = True
+  DEVICE_PREFETCH = 2
+
+  def batches(self, start_step, place):
+    import grain  # pylint: disable=g-import-not-at-top
+    saved = self.restored_state
+    start = start_step if saved is None else int(saved["start"])
+    dataset = grain.MapDataset.range(start, self.total_steps).map(self.batch_at).to_iter_dataset()
+    if self.workers > 0:
+      from absl import flags  # pylint: disable=g-import-not-at-top
+      if not flags.FLAGS.is_parsed():  # grain reads its flags (outside an absl app: defaults)
+        flags.FLAGS.mark_as_parsed()
+      dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.workers))
+    else:
+      dataset = grain.experimental.ThreadPrefetchIterDataset(dataset, prefetch_buffer_size=2)
+    iterator = iter(dataset)
+    try:
+      if saved is not None:
+        iterator.set_state(saved["grain"])
+      ahead = collections.deque()
+      for step, batch in iterator:
+        ahead.append((step, place(batch), {"start": start, "grain": iterator.get_state()}))
+        if len(ahead) == self.DEVICE_PREFETCH:
+          yield ahead.popleft()
+      yield from ahead
+    finally:
+      iterator.close()  # stops the worker processes (or the thread)
+
+
+REGISTRY = {"numpy": NumpyInput, "grain": GrainInput}
+
+
+def make(name: str, batch_at: BatchAt, total_steps: int, *, workers: int = 0,
+         restored_state: dict | None = None) -> TrainInput:
+  """The pipeline `name` ('numpy' or 'grain') over the run's `total_steps` steps."""
+  if name not in REGISTRY:
+    raise data_lib.DataError(f"input_pipeline: unknown {name!r}; expected one of {PIPELINES}")
+  if name == "numpy" and restored_state is not None:
+    raise data_lib.DataError("input_pipeline 'numpy' keeps no state; got a saved one")
+  return REGISTRY[name](batch_at, total_steps, workers, restored_state)
