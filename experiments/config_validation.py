@@ -30,7 +30,8 @@ RANGES = (
     ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
     ("imbalance_factor", (1, True), (INF, False)), ("views", (1, True), (INF, False)),
     ("mixup_alpha", (0, True), (INF, False)), ("milelr_switch_epoch", (0, True), (INF, False)),
-    ("data_workers", (0, True), (INF, False)),
+    ("data_workers", (0, True), (INF, False)), ("image_size", (1, True), (INF, False)),
+    ("resize", (1, True), (INF, False)),
 )
 
 

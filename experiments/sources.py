@@ -12,8 +12,9 @@ Sources (`experiments.data.load_split` names):
                               `Places_LT_{split}.txt` (one `<relative path> <label>` per line) in
                               `data_dir`, the image root; splits 'train', 'val', 'test'.
   'list:<path>'               the same format from any list files: `{split}` in the path is
-                              replaced by the split name ('list:/data/lists/my_{split}.txt'); the
-                              image paths are relative to `data_dir`.
+                              replaced by the split name ('list:/data/lists/my_{split}.txt'; a
+                              relative path is relative to `data_dir`); the image paths are
+                              relative to `data_dir`.
   'inat2018'                  `data_dir`/train2018.json, val2018.json (iNaturalist 2018's COCO-style
                               annotations, paths relative to `data_dir`); split 'test' reads
                               val2018, as is customary (the test labels were never released).
@@ -226,7 +227,9 @@ def load_image_list(name: str, split: str, data_dir, image_size: int = 224,
     file_name, num_classes = OLTR_LISTS[name]
     root = _data_root(name, data_dir, file_name.replace("{split}", "{train,val,test}"))
     pattern = str(root / file_name)
-  list_paths = {s: pathlib.Path(pattern.replace("{split}", s)).expanduser() for s in SPLITS}
+  # A relative list path is relative to the image root (where OLTR's lists sit too).
+  list_paths = {s: root / pathlib.Path(pattern.replace("{split}", s)).expanduser()
+                for s in SPLITS}
   if not list_paths[split].is_file():
     raise DataError(f"split list for {name!r} split {split!r} not found: {list_paths[split]} "
                     f"(expected {', '.join(map(str, list_paths.values()))}, one per split)")

@@ -38,8 +38,9 @@ from experiments.config_validation import validate_config
 
 def load_data(config):
   """(train, validation or None, test) splits; the training set long-tailed by `imbalance_factor`."""
-  train = data_lib.load_split(config.dataset, "train", config.data_dir)
-  test = data_lib.load_split(config.dataset, "test", config.data_dir)
+  size = dict(image_size=config.image_size, resize=config.resize)  # image-file sources only
+  train = data_lib.load_split(config.dataset, "train", config.data_dir, **size)
+  test = data_lib.load_split(config.dataset, "test", config.data_dir, **size)
   keep = data_lib.long_tail_indices(train.labels, train.num_classes, config.imbalance_factor,
                                     config.seed, max_count=config.max_train_per_class or None,
                                     selection=config.lt_selection)

@@ -39,6 +39,10 @@ def get_config() -> ml_collections.ConfigDict:
   # iterator state is checkpointed with the train state). Both give the same batches.
   config.input_pipeline = "numpy"
   config.data_workers = 0          # grain worker processes (0: build batches in this process)
+  # Image-file sources (imagenet_lt, places_lt, inat2018, list:...): each image's shorter side
+  # resized to `resize`, then centre-cropped to image_size² (torchvision's Resize + CenterCrop).
+  config.image_size = 224
+  config.resize = 256
 
   # Model: 'small_cnn', 'resnet32', 'wrn28_10'; head 'linear' or 'cosine'.
   config.model = "small_cnn"

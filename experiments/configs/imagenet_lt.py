@@ -1,0 +1,45 @@
+"""ImageNet-LT (Liu et al. 2019: the OLTR split lists, 115,846 training images of 1,000 classes, 1,280
+to 5 per class; 20,000 validation and 50,000 test images, balanced), ResNet-50 from scratch for 90
+epochs: SGD momentum 0.9, batch 256, learning rate 0.1, weight decay 5e-4, 5 warm-up epochs then
+cosine; CE to epoch 71, the inverse reweighting from 72 (`--config.loss=inverse_reweight`; the
+reference's 160 of 200 epochs at 90). Images are decoded in grain worker processes (shorter side
+256, centre crop 224, then crop + flip), sent to the device as uint8. Many / Medium / Few: > 100,
+20–100, < 20 training images.
+
+Data: the ILSVRC-2012 images under one root with `ImageNet_LT_train.txt`, `ImageNet_LT_val.txt`,
+`ImageNet_LT_test.txt` from the OLTR release beside them (paths in the lists are relative to the
+root): `--config.data_dir=<root>`. Deviation: training augmentation is the CIFAR-style pad-4 crop
++ flip of the 224 centre crop, not Inception's random-resized crop.
+
+  python -m experiments.main --config=experiments/configs/imagenet_lt.py \
+      --config.data_dir=/data/imagenet --workdir=workdirs/imagenet_lt_ce
+"""
+
+from experiments.configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.dataset = "imagenet_lt"
+  config.imbalance_factor = 1.0    # the split lists are already long-tailed
+  config.model = "resnet50"
+  config.head = "linear"
+  config.image_size = 224
+  config.resize = 256
+  config.augment = True
+  config.input_pipeline = "grain"
+  config.data_workers = 8
+  config.num_epochs = 90
+  config.batch_size = 256
+  config.learning_rate = 0.1
+  config.momentum = 0.9
+  config.weight_decay = 5e-4
+  config.warmup_epochs = 5
+  config.schedule = "cosine"
+  config.reweight.start_epoch = 72
+  config.ldam.drw_epoch = 72
+  config.eval_batch_size = 500
+  config.log_every_steps = 100
+  config.checkpoint_every_steps = 1000
+  config.class_loss_every_epochs = 0  # a pass over 115,846 images: at the end only
+  return config
