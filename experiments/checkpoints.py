@@ -315,12 +315,25 @@ ENCODER_FIELDS = ("model", "dataset", "imbalance_factor", "lt_selection", "max_t
                   "validation_fraction", "seed")
 
 
+def _num_classes(template) -> int:
+  return template.params["head"]["kernel"].shape[-1]
+
+
 def load_frozen_encoder(config, template, image_shape):
   """`template` with every parameter but the head, and the BatchNorm statistics, from the latest
   checkpoint of the run `config.frozen_encoder_from` (the linear stage of a two-stage method, e.g.
-  SupCon: the head starts fresh and is the only thing trained). Returns (state, record)."""
+  SupCon: the head starts fresh and is the only thing trained), or from a PyTorch weight file
+  (`experiments.pretrained.weights`: a linear probe of a pretrained network). Returns (state,
+  record)."""
   from experiments import train_state  # pylint: disable=g-import-not-at-top
+  from experiments.pretrained import weights  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
+  if weights.is_weight_file(config.frozen_encoder_from):  # a PyTorch weight file: a linear probe
+    variables = weights.encoder_variables(config.frozen_encoder_from, config.model,
+                                          train_state.base_model(config, _num_classes(template)),
+                                          "frozen_encoder_from")
+    return weights.with_encoder(template, variables), {
+        "frozen_encoder_from": str(pathlib.Path(config.frozen_encoder_from).resolve())}
   source = pathlib.Path(config.frozen_encoder_from).resolve()
   saved = source / "config.json"
   if not saved.is_file():
@@ -331,7 +344,7 @@ def load_frozen_encoder(config, template, image_shape):
     raise ConfigError(f"config.frozen_encoder_from: {source} was trained with other "
                       f"{', '.join(changed)}; the encoder's run must share the model and the "
                       f"training set ({', '.join(ENCODER_FIELDS)})")
-  num_classes = template.params["head"]["kernel"].shape[-1]
+  num_classes = _num_classes(template)
   try:
     step, variables = read_variables(source, train_state.build_model(before, num_classes),
                                      image_shape)

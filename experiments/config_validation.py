@@ -53,6 +53,9 @@ def validate_config(config) -> None:
   if config.warmup_epochs > config.num_epochs:
     raise ConfigError(f"config.warmup_epochs: {config.warmup_epochs} exceeds config.num_epochs "
                       f"{config.num_epochs}")
+  if config.pretrained and config.frozen_encoder_from:
+    raise ConfigError("config.pretrained and config.frozen_encoder_from both set: fine-tune from "
+                      "the weights (pretrained) or probe them (frozen_encoder_from), not both")
   if config.reference_summary:
     path = pathlib.Path(config.reference_summary)
     if not path.is_file() or "per_class_accuracy" not in json.loads(path.read_text()):

@@ -18,6 +18,13 @@ Sources (`experiments.data.load_split` names):
   'inat2018'                  `data_dir`/train2018.json, val2018.json (iNaturalist 2018's COCO-style
                               annotations, paths relative to `data_dir`); split 'test' reads
                               val2018, as is customary (the test labels were never released).
+  'arrayrecord:<path>'        ArrayRecord files written by this project (`write_array_record`,
+                              `python -m experiments.sources` from any of the above): one
+                              record per image, its encoded bytes (JPEG / PNG) after a 4-byte
+                              label, and `<file>.json` beside it with the labels and class names
+                              (so labels never read the records); `{split}` in the path as for
+                              'list:', relative to `data_dir`. One file per split instead of a
+                              million small ones.
   'tfds:<name>'               a TFDS dataset prepared in ArrayRecord format, read through
                               `tfds.data_source` (random access; TensorFlow is not needed).
 
@@ -33,6 +40,7 @@ import logging
 import operator
 import os
 import pathlib
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -43,6 +51,7 @@ IMAGENET_LT = "imagenet_lt"
 PLACES_LT = "places_lt"
 INAT2018 = "inat2018"
 LIST_PREFIX = "list:"
+ARRAY_RECORD_PREFIX = "arrayrecord:"
 TFDS_PREFIX = "tfds:"
 SPLITS = ("train", "val", "test")
 
@@ -56,7 +65,8 @@ log = logging.getLogger(__name__)
 
 def is_lazy_source(name: str) -> bool:
   """Whether `load_split` reads source `name` here (every split it returns holds `LazyImages`)."""
-  return name in (*OLTR_LISTS, INAT2018) or name.startswith((LIST_PREFIX, TFDS_PREFIX))
+  return name in (*OLTR_LISTS, INAT2018) or name.startswith((LIST_PREFIX, TFDS_PREFIX,
+                                                              ARRAY_RECORD_PREFIX))
 
 
 class Records(Protocol):
@@ -383,6 +393,110 @@ def load_tfds(name: str, split: str, data_dir) -> Split:
                tuple(label_feature.names), name)
 
 
+# ----------------------------------------------------------------------------------------------
+# ArrayRecord files written by this project.
+
+
+def _decode_bytes(encoded: bytes, where: str, resize: int, image_size: int) -> np.ndarray:
+  import io  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  try:
+    with Image.open(io.BytesIO(encoded)) as image:
+      return resize_center_crop(image.convert("RGB"), resize, image_size)
+  except Exception as e:  # PIL.UnidentifiedImageError, truncated data, ...
+    raise DataError(f"cannot decode {where}: {_one_line(e)}") from None
+
+
+class ArrayRecordImages:
+  """Record i of an ArrayRecord file of `write_array_record`: its image bytes after the 4-byte label,
+  RGB, `resize_center_crop`-ed to image_size² (an image already image_size² with resize equal to it
+  is kept as stored). Pickles as the path; the reader opens in the process that decodes."""
+
+  def __init__(self, path: str | os.PathLike, num_records: int, image_size: int, resize: int):
+    self.path, self.num_records = str(path), num_records
+    self.image_size, self.resize = image_size, resize
+    self.image_shape = (image_size, image_size, 3)
+    self._source = None
+
+  def __getstate__(self) -> dict:
+    return {**self.__dict__, "_source": None}
+
+  def __len__(self) -> int:
+    return self.num_records
+
+  def decode(self, i: int) -> np.ndarray:
+    if self._source is None:
+      from array_record.python import array_record_data_source  # pylint: disable=g-import-not-at-top
+      self._source = array_record_data_source.ArrayRecordDataSource(self.path)
+    record = self._source[i]
+    return _decode_bytes(record[4:], f"record {i} of {self.path}", self.resize, self.image_size)
+
+
+def write_array_record(path: str | os.PathLike, encoded: Sequence[bytes], labels: Sequence[int],
+                       class_names: Sequence[str]) -> pathlib.Path:
+  """Writes images (their encoded bytes, e.g. a JPEG file's) with int labels in [0, K) as one
+  ArrayRecord file, record i = int32 little-endian label ‖ bytes, and `<path>.json` with the labels
+  and the K class names. Returns the path."""
+  import struct  # pylint: disable=g-import-not-at-top
+  from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+  path = pathlib.Path(path)
+  labels = np.asarray(labels, np.int64)
+  if len(labels) != len(encoded) or (len(labels) and not 0 <= labels.min() <= labels.max()
+                                     < len(class_names)):
+    raise DataError(f"write_array_record: {len(encoded)} images, {len(labels)} labels, labels must "
+                    f"lie in [0, {len(class_names)})")
+  path.parent.mkdir(parents=True, exist_ok=True)
+  writer = array_record_module.ArrayRecordWriter(str(path), "group_size:1")
+  for label, data in zip(labels, encoded):
+    writer.write(struct.pack("<i", int(label)) + bytes(data))
+  writer.close()
+  pathlib.Path(f"{path}.json").write_text(json.dumps(
+      {"labels": labels.tolist(), "class_names": list(class_names)}))
+  return path
+
+
+def load_array_record(name: str, split: str, data_dir, image_size: int = 224,
+                      resize: int = 256) -> Split:
+  """Split `split` of 'arrayrecord:<path with {split}>' (relative to `data_dir` when relative);
+  labels and class names from the `.json` beside the file, nothing decoded."""
+  _check_split(name, split)
+  pattern = name[len(ARRAY_RECORD_PREFIX):]
+  if "{split}" not in pattern:
+    raise DataError(f"dataset {name!r}: the path must contain '{{split}}' (replaced by "
+                    f"{'/'.join(SPLITS)}), so that the splits are different files")
+  root = pathlib.Path(data_dir).expanduser() if data_dir else pathlib.Path()
+  path = root / pathlib.Path(pattern.replace("{split}", split)).expanduser()
+  meta = pathlib.Path(f"{path}.json")
+  if not path.is_file() or not meta.is_file():
+    raise DataError(f"ArrayRecord split {split!r} of {name!r} not found: {path} and {meta} "
+                    f"(written by `python -m experiments.sources`)")
+  try:
+    info = json.loads(meta.read_text())
+    labels, class_names = np.asarray(info["labels"], np.int64), tuple(info["class_names"])
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise DataError(f"cannot read {meta}: {_one_line(e)}") from None
+  records = ArrayRecordImages(path, len(labels), image_size, resize)
+  return Split(LazyImages(records), labels, len(class_names), class_names, name)
+
+
+def convert_to_array_record(name: str, data_dir, out_pattern: str,
+                            splits: Sequence[str] = SPLITS) -> list[pathlib.Path]:
+  """Copies every existing split of an image-file source ('imagenet_lt', 'places_lt', 'list:...',
+  'inat2018') into `out_pattern` ('{split}' replaced), the files' bytes unchanged."""
+  written = []
+  for split in splits:
+    try:
+      source = load_split(name, split, data_dir, image_size=1, resize=1)
+    except DataError:
+      continue  # a split the source does not have
+    records = source.images.records
+    encoded = (pathlib.Path(records.root, records.paths[row]).read_bytes()
+               for row in source.images.rows)
+    written.append(write_array_record(out_pattern.replace("{split}", split), list(encoded),
+                                      source.labels, source.class_names))
+  return written
+
+
 def load_split(name: str, split: str, data_dir=None, *, image_size: int = 224,
                resize: int = 256) -> Split:
   """Split `split` of a lazy source (`is_lazy_source`); `image_size` and `resize` set the decode
@@ -391,4 +505,25 @@ def load_split(name: str, split: str, data_dir=None, *, image_size: int = 224,
     return load_tfds(name, split, data_dir)
   if name == INAT2018:
     return load_inat2018(split, data_dir, image_size, resize)
+  if name.startswith(ARRAY_RECORD_PREFIX):
+    return load_array_record(name, split, data_dir, image_size, resize)
   return load_image_list(name, split, data_dir, image_size, resize)
+
+
+def main(argv=None) -> int:
+  """`python -m experiments.sources --dataset=imagenet_lt --data_dir=/data/imagenet
+  --out=/data/ar/imagenet_lt-{split}.array_record`: every split as one ArrayRecord file, then
+  train with `--config.dataset=arrayrecord:/data/ar/imagenet_lt-{split}.array_record`."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+  parser.add_argument("--dataset", required=True)
+  parser.add_argument("--data_dir", required=True)
+  parser.add_argument("--out", required=True, help="output path with {split}")
+  args = parser.parse_args(argv)
+  for path in convert_to_array_record(args.dataset, args.data_dir, args.out):
+    print(path)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())

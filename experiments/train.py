@@ -32,6 +32,7 @@ from experiments import metric_writer
 from experiments import runners
 from experiments import steps
 from experiments import train_state
+from experiments.pretrained import weights as pretrained
 from experiments.config_errors import ConfigError
 from experiments.config_validation import validate_config
 
@@ -150,6 +151,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   if config.frozen_encoder_from:  # checked (and read) before anything is written
     encoder_state, encoder_record = checkpoints.load_frozen_encoder(config, state,
                                                                     train.images.shape[1:])
+  if config.pretrained:  # read (and checked) before anything is written
+    pretrained_variables = pretrained.encoder_variables(
+        config.pretrained, config.model, train_state.base_model(config, num_classes), "pretrained")
+    encoder_record["pretrained"] = str(pathlib.Path(config.pretrained).expanduser().resolve())
   checkpoints.check_resumable(workdir, config)
   checkpoints.check_same_record(workdir, "sampler.json", sample_record)
 
@@ -162,6 +167,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     state = checkpoints.init_from(config, state, steps_per_epoch, num_classes)
   if config.frozen_encoder_from and manager.latest_step() is None:
     state = encoder_state
+  if config.pretrained and manager.latest_step() is None and not config.init_from:
+    state = pretrained.with_encoder(state, pretrained_variables)
   saves_input = config.input_pipeline == "grain"  # grain's iterator state is checkpointed
   state, input_state = checkpoints.restore_latest(manager, state, input_state=True,
                                                   resume_from_previous=resume_from_previous)

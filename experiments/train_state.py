@@ -55,15 +55,20 @@ def create_learning_rate_fn(config: ml_collections.ConfigDict, steps_per_epoch: 
   return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
+def base_model(config, num_classes: int, axis_name: str | None = None):
+  """`config.model` with its head, unwrapped (the network a weight file or checkpoint fills)."""
+  return models.create_model(config.model, num_classes, head=config.head,
+                             cosine_scale=config.cosine_scale, axis_name=axis_name,
+                             etf_seed=config.seed,
+                             dtype=jnp.dtype(config.get("compute_dtype", "float32")))
+
+
 def build_model(config, num_classes: int, axis_name: str | None = None):
   """The model `config` trains: `config.model` with its head, wrapped by the loss entry's `model`
   (outputs the loss reads) and, for the linear stage of a two-stage run
   (`config.frozen_encoder_from`), by `models.FrozenEncoder`. The body computes in
   `config.compute_dtype` (float32 for the config.json of a run made before the field existed)."""
-  model = models.create_model(config.model, num_classes, head=config.head,
-                              cosine_scale=config.cosine_scale, axis_name=axis_name,
-                              etf_seed=config.seed,
-                              dtype=jnp.dtype(config.get("compute_dtype", "float32")))
+  model = base_model(config, num_classes, axis_name)
   wrap = losses.get(config.loss).model
   if wrap is not None:
     model = wrap(config, model)

@@ -62,3 +62,12 @@ def test_markdown_has_every_section():
   for title in ("Overhead", "Scaling", "Neural-Collapse", "Compile time", "CPU gap"):
     assert f"### {title}" in markdown
   assert "| mr2 | 128 | 64 | 10 | 2.00 (1.00–3.00) | 2.00 (1.00–3.00) | 3 | 1.5× / 1.5× |" in markdown
+
+
+def test_input_throughput_reads_its_imagenet_sized_jpegs_at_224(tmp_path):
+  from experiments import data  # pylint: disable=g-import-not-at-top
+  from experiments.benchmarks import input_throughput  # pylint: disable=g-import-not-at-top
+  input_throughput.write_images(tmp_path, 3, classes=2)
+  split = data.load_split("imagenet_lt", "train", tmp_path)
+  assert len(split) == 3 and split.images.shape == (3, 224, 224, 3)
+  assert split.images[np.array([2])].std() > 10  # decoded pixels, not a blank

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from experiments import launch
+from experiments import sources
 from experiments import train
 from experiments.configs import cifar100_lt
 from experiments.configs import imagenet_lt
@@ -54,7 +55,24 @@ def write_benchmarks(root: pathlib.Path) -> pathlib.Path:
         "annotations": [{"id": i, "image_id": i, "category_id": k}
                         for i, (_, k) in enumerate(items)],
         "categories": [{"id": k, "name": f"n0{k}"} for k in range(len(COUNTS))]}))
+  write_cifar100_records(root)
   return root
+
+
+def write_cifar100_records(root: pathlib.Path) -> None:
+  """CIFAR-100-shaped ArrayRecord files written by the project (`sources.write_array_record`):
+  32×32 PNGs, 100 classes, 2 training and 1 test image each (c100-{train,test}.array_record)."""
+  import io  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  for split, per_class in (("train", 2), ("test", 1)):
+    labels = np.repeat(np.arange(100), per_class)
+    encoded = []
+    for _ in labels:
+      buffer = io.BytesIO()
+      Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buffer, "PNG")
+      encoded.append(buffer.getvalue())
+    sources.write_array_record(root / f"c100-{split}.array_record", encoded, labels,
+                               [f"class{k}" for k in range(100)])
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +134,23 @@ def test_cifar100_lt_runs_on_mock_tfds(tmp_path):
   assert summary["steps"] == 2 and len(summary["per_class_accuracy"]) == 100
 
 
+# CIFAR-100-LT's data in a subprocess: TFDS's mock serves one process only, so the recipe reads the
+# same images from ArrayRecord files written by the project (the 'arrayrecord:' source).
+CIFAR100_FIXTURE = ("--config.dataset=arrayrecord:c100-{split}.array_record",
+                    "--config.image_size=32", "--config.resize=32", "--config.imbalance_factor=1",
+                    "--config.milelr_switch_epoch=1")
+
+
 def cli_overrides(name, data_dir):
   return [f"--config=experiments/configs/{name}.py", f"--config.data_dir={data_dir}",
           *(f"--config.{k}={v}" for k, v in TINY.items()), "--config.data_workers=2",
           "--config.reweight.start_epoch=1", "--config.ldam.drw_epoch=1",
-          "--config.parallel=shard_map", "--max_steps=2"]
+          "--config.parallel=shard_map", "--max_steps=2", "--config.input_pipeline=grain",
+          *(CIFAR100_FIXTURE if name == "cifar100_lt" else ())]
 
 
 @pytest.mark.slow  # ≈ 60 s a config on 2 cores: two processes × 4 devices over gloo, grain workers
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", sorted([*CONFIGS, "cifar100_lt"]))
 def test_two_processes_over_shard_map_equal_one_process(benchmarks, tmp_path, name):
   os.chdir(REPO)
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")

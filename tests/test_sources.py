@@ -261,3 +261,31 @@ def test_tfds_cifar100_is_lazy_and_ldam_subset_stays_lazy():
                              [None, None, None], rtol=1e-6)
   if importlib.util.find_spec("tensorflow") is None:
     assert "tensorflow" not in sys.modules
+
+
+def test_array_record_files_written_here_read_as_the_image_list(tree):
+  root, lists = tree
+  written = sources.convert_to_array_record(sources.IMAGENET_LT, root,
+                                            str(root / "ar" / "lt-{split}.array_record"))
+  assert [p.name for p in written] == [f"lt-{s}.array_record" for s in sources.SPLITS]
+  name = "arrayrecord:ar/lt-{split}.array_record"  # relative to data_dir
+  for split in sources.SPLITS:
+    from_files, from_records = load(sources.IMAGENET_LT, split, root), load(name, split, root)
+    assert isinstance(from_records.images, sources.LazyImages)
+    np.testing.assert_array_equal(from_records.labels, from_files.labels)
+    assert from_records.class_names == from_files.class_names  # K = 1000: the benchmark's
+    np.testing.assert_array_equal(from_records.images[:], references(root, lists[split][0]))
+  train = load(name, "train", root)
+  np.testing.assert_array_equal(data.many_medium_few(train.class_counts, many=4, few=2)[:4],
+                                GROUPS)
+  again = pickle.loads(pickle.dumps(train.subset(np.array([3, 0]))))  # the path, not a reader
+  np.testing.assert_array_equal(again.images[:], train.images[np.array([3, 0])])
+  with pytest.raises(data.DataError, match=r"must contain '\{split\}'"):
+    load("arrayrecord:ar/lt-train.array_record", "train", root)
+  with pytest.raises(data.DataError, match="not found"):
+    load("arrayrecord:nowhere/{split}.array_record", "train", root)
+  bad = sources.write_array_record(root / "bad-train.array_record", [b"not an image"], [0], ["a"])
+  with pytest.raises(data.DataError, match=f"cannot decode record 0 of {bad}"):
+    load("arrayrecord:bad-{split}.array_record", "train", root).images[0]
+  with pytest.raises(data.DataError, match=r"labels must lie in \[0, 1\)"):
+    sources.write_array_record(root / "x.array_record", [b"a"], [1], ["a"])

@@ -94,6 +94,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.init_from = ml_collections.config_dict.placeholder(str)
   # A run's workdir: load every parameter but the head (and the BatchNorm statistics) from its
   # latest checkpoint, run that encoder in inference mode and train the head only — the linear
-  # stage of a two-stage method (SupCon pre-training with supcon.ce=False, then loss='ce').
+  # stage of a two-stage method (SupCon pre-training with supcon.ce=False, then loss='ce'). Or a
+  # PyTorch weight file (.safetensors / .pth / .pt / .bin) of config.model (resnet50: torchvision,
+  # vit_b16: timm): a linear probe of a pretrained network (`experiments.pretrained.weights`).
   config.frozen_encoder_from = ml_collections.config_dict.placeholder(str)
+  # A PyTorch weight file of config.model: every variable but the head starts from it, and
+  # everything trains (fine-tuning). The head starts from the model's own initialisation.
+  config.pretrained = ml_collections.config_dict.placeholder(str)
   return config

@@ -1,0 +1,147 @@
+"""Images/s of the grain input pipeline at 224×224 (JPEG decode + resize + centre crop + crop / flip,
+uint8 batches) per worker count, against the images/s a training step consumes, and the worker count
+at which the pipeline stops being the bound (issue 13.6).
+
+It writes a folder of ImageNet-sized JPEGs (500×375, smooth colour fields with noise, ≈ ImageNet's
+≈ 110 kB mean file size at quality 90) with an OLTR-format list, and reads it through the trainer's
+own `input_pipeline.GrainInput` (`BatchAt` over an `imagenet_lt`-style lazy split), `--batches`
+batches of `--batch_size` after `--warmup` batches per worker count. The step it must feed is timed
+in the same run (ResNet-50 train step, forward + backward + SGD, jit, on this backend), and the
+report states the images/s per worker and how many workers a given accelerator rate needs:
+workers ≥ step images/s ÷ (pipeline images/s per worker), on hosts with that many free cores.
+
+  python -m experiments.benchmarks.input_throughput --workers=0,1,2 --out=experiments/benchmarks/results
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import platform
+import tempfile
+import time
+
+import jax
+import numpy as np
+from absl import app
+from absl import flags
+from PIL import Image
+
+from experiments import data as data_lib
+from experiments import input_pipeline
+
+_WORKERS = flags.DEFINE_list("workers", ["0", "1", "2"], "grain worker counts to time.")
+_BATCH = flags.DEFINE_integer("batch_size", 32, "Images per batch.")
+_BATCHES = flags.DEFINE_integer("batches", 12, "Timed batches per worker count.")
+_WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed batches first (worker start-up).")
+_IMAGES = flags.DEFINE_integer("images", 256, "JPEG files written (the epoch the batches cycle).")
+_STEP_BATCH = flags.DEFINE_integer("step_batch", 16, "Batch of the timed ResNet-50 step.")
+_OUT = flags.DEFINE_string("out", None, "Folder for input_throughput.{json,md} (default: print).")
+
+
+def write_images(root: pathlib.Path, count: int, classes: int = 10) -> None:
+  """`count` 500×375 JPEGs (quality 90) under root/train/, listed in ImageNet_LT_{train,test}.txt."""
+  rng = np.random.default_rng(0)
+  y, x = np.mgrid[:375, :500] / 500.0
+  lines = []
+  for i in range(count):
+    base = np.stack([np.sin(x * rng.uniform(2, 9) + rng.uniform(0, 6)),
+                     np.cos(y * rng.uniform(2, 9)), np.sin((x + y) * rng.uniform(2, 9))], -1)
+    pixels = np.clip(127 + 90 * base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
+    path = f"train/c{i % classes}/img_{i}.JPEG"
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels).save(root / path, quality=90)
+    lines.append(f"{path} {i % classes}\n")
+  for split in ("train", "test"):
+    (root / f"ImageNet_LT_{split}.txt").write_text("".join(lines))
+
+
+def pipeline_rate(split, workers: int) -> float:
+  """Images/s of `GrainInput` with `workers` processes: uint8 224² batches with crop + flip."""
+  steps = data_lib.steps_per_epoch(split, _BATCH.value)
+  at = input_pipeline.BatchAt(split, _BATCH.value, steps, seed=0, augment=True, normalized=False)
+  total = _WARMUP.value + _BATCHES.value
+  batches = input_pipeline.make("grain", at, 10 ** 6, workers=workers).batches(0, lambda b: b)
+  for _ in range(_WARMUP.value):
+    next(batches)
+  start = time.perf_counter()
+  for _ in range(total - _WARMUP.value):
+    batch = next(batches)
+  elapsed = time.perf_counter() - start
+  batches.close()
+  assert batch[1]["image"].shape[1:] == (224, 224, 3) and batch[1]["image"].dtype == np.uint8
+  return _BATCHES.value * _BATCH.value / elapsed
+
+
+def step_rate() -> float:
+  """Images/s of a ResNet-50 train step (forward, backward, SGD) at 224², jit, this backend."""
+  from experiments import steps  # pylint: disable=g-import-not-at-top
+  from experiments import losses  # pylint: disable=g-import-not-at-top
+  from experiments import train_state  # pylint: disable=g-import-not-at-top
+  from experiments.configs import imagenet_lt  # pylint: disable=g-import-not-at-top
+  config = imagenet_lt.get_config()
+  config.loss = "ce"
+  batch = _STEP_BATCH.value
+  counts = np.full(1000, 10)
+  lr = train_state.create_learning_rate_fn(config, 100, counts)
+  model = train_state.build_model(config, 1000)
+  state = train_state.create_train_state(config, model, (224, 224, 3), 1000, lr,
+                                         jax.random.key(0))
+  task = steps.Task(tuple(map(float, counts)), 100,
+                    normalization=data_lib.normalization("imagenet_lt"))
+  step = jax.jit(lambda s, b: steps.train_step(s, b, loss_fn=losses.make_loss_fn(config),
+                                               task=task, learning_rate_fn=lr))
+  rng = np.random.default_rng(0)
+  images = {"image": rng.integers(0, 256, (batch, 224, 224, 3), dtype=np.uint8),
+            "label": rng.integers(0, 1000, batch).astype(np.int32)}
+  state, metrics = step(state, images)  # compile
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(3):
+    start = time.perf_counter()
+    state, metrics = step(state, images)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - start)
+  return batch / float(np.median(times))
+
+
+def main(argv):
+  del argv
+  rates = {}
+  with tempfile.TemporaryDirectory() as folder:
+    root = pathlib.Path(folder)
+    write_images(root, _IMAGES.value)
+    mean_kb = np.mean([p.stat().st_size for p in root.rglob("*.JPEG")]) / 1024
+    split = data_lib.load_split("imagenet_lt", "train", root)
+    for workers in map(int, _WORKERS.value):
+      rates[workers] = pipeline_rate(split, workers)
+      print(f"grain, {workers} worker(s): {rates[workers]:.1f} images/s", flush=True)
+  step = step_rate()
+  print(f"ResNet-50 train step ({jax.default_backend()}, batch {_STEP_BATCH.value}): "
+        f"{step:.1f} images/s", flush=True)
+  per_worker = max(rates[w] / w for w in rates if w > 0) if any(w > 0 for w in rates) else None
+  result = {"pipeline_images_per_sec": {str(k): v for k, v in rates.items()},
+            "step_images_per_sec": step, "best_images_per_sec_per_worker": per_worker,
+            "batch_size": _BATCH.value, "mean_jpeg_kb": mean_kb, "backend": jax.default_backend(),
+            "cpu_count": __import__("os").cpu_count(), "machine": platform.machine(),
+            "jax": jax.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
+  lines = ["| grain workers | images/s (224², decode + resize + crop + flip) |", "|---|---|"]
+  lines += [f"| {w} | {r:.1f} |" for w, r in rates.items()]
+  lines += ["", f"ResNet-50 train step on this {jax.default_backend()} backend: {step:.1f} "
+            f"images/s (batch {_STEP_BATCH.value}). Mean JPEG {mean_kb:.0f} kB."]
+  if per_worker:
+    bound = "the pipeline" if max(rates.values()) < step else "the step"
+    lines += [f"Here {bound} bounds the run. Per worker ≈ {per_worker:.0f} images/s, so an "
+              f"accelerator step of R images/s needs ≥ R / {per_worker:.0f} workers (e.g. 3,000 "
+              f"images/s: {int(np.ceil(3000 / per_worker))} workers on as many free host cores); "
+              "below that the pipeline, not the step, bounds the run."]
+  print("\n".join(lines))
+  if _OUT.value:
+    out = pathlib.Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "input_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "input_throughput.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+  app.run(main)
