@@ -12,7 +12,7 @@ BatchNorms of the body; parameters are float32 whatever it is (`param_dtype`), s
 optimizer updates are float32. flax's BatchNorm computes its batch mean and variance, and keeps its
 running statistics, in float32 (`force_float32_reductions`), and normalises in float32 before
 casting to `dtype`. The global pool accumulates in float32 and the head runs in float32: the model
-returns float32 logits and features in either case (`_pool`: why).
+returns float32 logits and features in either case (`layers.pool`: why).
 """
 
 from __future__ import annotations
@@ -25,77 +25,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mr2_jax.heads import CosineClassifier
 from mr2_jax.supcon import SupConProjection
+from experiments import layers
 from experiments.resnet50 import ResNet50
 from experiments.vit import ViTB16
 
-HEADS = ("linear", "cosine", "etf")
+HEADS = layers.HEADS
 COMPUTE_DTYPES = ("float32", "bfloat16")  # `config.compute_dtype`: the body's `dtype`
-
-# He et al. (2015) normal initialisation (fan-in), as in the PyTorch CIFAR ResNet / WRN references.
-conv_init = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
-
-
-def _batch_norm(train: bool, axis_name: str | None, dtype: Any = jnp.float32,
-                **kwargs) -> nn.BatchNorm:
-  # momentum 0.9 / epsilon 1e-5 are PyTorch's BatchNorm defaults (its momentum 0.1 = 1 − 0.9 here).
-  return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
-                      axis_name=axis_name, dtype=dtype, param_dtype=jnp.float32, **kwargs)
-
-
-def _conv(dtype: Any, *args, **kwargs) -> nn.Conv:
-  """A bias-free He-initialised convolution computing in `dtype` with float32 weights."""
-  return nn.Conv(*args, use_bias=False, kernel_init=conv_init, dtype=dtype,
-                 param_dtype=jnp.float32, **kwargs)
-
-
-def _pool(x: jax.Array) -> jax.Array:
-  """Global mean pool [B, H, W, C] → float32 [B, C], accumulated in float32.
-
-  The features (and hence the head) are float32 even when the body computes in bfloat16: they are
-  what the MR2 statistics, the representation margin, every loss, the Neural Collapse metrics and
-  the model wrappers' heads read, and the libraries would upcast bf16 features anyway. Rounding
-  them, or the logits (which the cross-entropies' log-softmax reads in their own dtype), to bf16
-  would add an error of up to 2⁻⁸ relative (0.12 on a cosine logit of 30) for no saving: the head
-  is 0.2% of SmallCNN's multiply-adds on 8×8 digits, less in the ResNets.
-  """
-  return jnp.mean(x, axis=(1, 2), dtype=jnp.float32)
-
-
-def _classify(features: jax.Array, head: str, num_classes: int, cosine_scale: float, *,
-              train: bool = False, axis_name: str | None = None,
-              etf_seed: int = 0) -> tuple[jax.Array, jax.Array]:
-  """Builds the head as a submodule of the calling (compact) module, named 'head'; returns
-  (logits, the features it classifies): the pooled features for 'linear' and 'cosine', ETF-DR's
-  normalised h for 'etf'. It computes in the features' dtype, float32 (`_pool`: why)."""
-  if head == "linear":
-    return nn.Dense(num_classes, name="head")(features), features
-  if head == "cosine":
-    return CosineClassifier(num_classes, scale=cosine_scale, name="head")(features), features
-  if head == "etf":
-    return ETFHead(num_classes, seed=etf_seed, axis_name=axis_name, name="head")(features, train)
-  raise ValueError(f"unknown head {head!r}; expected one of {HEADS}")
-
-
-class ETFHead(nn.Module):
-  """ETF-DR's head (PIPELINES spec §2): h = BatchNorm1d(f) (affine, trained), h ← h / max(‖h‖, 1e-8),
-  logits = hᵀM with M the fixed simplex ETF (`reweight_jax.etf_classifier(K, d, seed)`), kept as the
-  parameter 'etf' so that it is checkpointed; the optimiser never changes it
-  (`train_state.param_labels`: no gradient step, no weight decay). Returns (logits, h)."""
-  num_classes: int
-  seed: int = 0
-  axis_name: str | None = None
-
-  @nn.compact
-  def __call__(self, features: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
-    from reweight_jax import etf_dr  # pylint: disable=g-import-not-at-top
-    h = _batch_norm(train, self.axis_name, name="norm")(features)
-    h = etf_dr.etf_normalize(h)
-    etf = self.param("etf", lambda _: jnp.asarray(
-        etf_dr.etf_classifier(self.num_classes, features.shape[-1], self.seed)))
-    return h @ etf.astype(h.dtype), h
-
 
 class BasicBlock(nn.Module):
   """conv3x3-BN-ReLU-conv3x3-BN + shortcut, ReLU (He et al. 2016, CIFAR variant).
@@ -110,7 +46,7 @@ class BasicBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    conv = functools.partial(_conv, self.dtype, kernel_size=(3, 3))
+    conv = functools.partial(layers.conv, self.dtype, kernel_size=(3, 3))
     y = conv(self.filters, strides=self.strides)(x)
     y = nn.relu(self.norm()(y))
     y = conv(self.filters)(y)
@@ -136,16 +72,16 @@ class ResNet32(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
-    norm = functools.partial(_batch_norm, train, self.axis_name, self.dtype)
-    x = _conv(self.dtype, self.width, (3, 3), name="stem")(x)
+    norm = functools.partial(layers.batch_norm, train, self.axis_name, self.dtype)
+    x = layers.conv(self.dtype, self.width, (3, 3), name="stem")(x)
     x = nn.relu(norm()(x))
     for stage, filters in enumerate((self.width, 2 * self.width, 4 * self.width)):
       for block in range(5):
         strides = 2 if stage > 0 and block == 0 else 1
         x = BasicBlock(filters, strides, norm, self.dtype,
                        name=f"stage{stage + 1}_block{block + 1}")(x)
-    features = _pool(x)
-    return _classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
+    features = layers.pool(x)
+    return layers.classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
                      axis_name=self.axis_name, etf_seed=self.etf_seed)
 
 
@@ -162,7 +98,7 @@ class WideBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    conv = functools.partial(_conv, self.dtype)
+    conv = functools.partial(layers.conv, self.dtype)
     activated = nn.relu(self.norm()(x))
     y = conv(self.filters, (3, 3), strides=self.strides)(activated)
     y = nn.relu(self.norm()(y))
@@ -188,16 +124,16 @@ class WideResNet(nn.Module):
     if (self.depth - 4) % 6:
       raise ValueError(f"WideResNet depth must be 6n + 4, got {self.depth}")
     blocks_per_stage = (self.depth - 4) // 6
-    norm = functools.partial(_batch_norm, train, self.axis_name, self.dtype)
-    x = _conv(self.dtype, 16, (3, 3), name="stem")(x)
+    norm = functools.partial(layers.batch_norm, train, self.axis_name, self.dtype)
+    x = layers.conv(self.dtype, 16, (3, 3), name="stem")(x)
     for stage, filters in enumerate((16 * self.widen, 32 * self.widen, 64 * self.widen)):
       for block in range(blocks_per_stage):
         strides = 2 if stage > 0 and block == 0 else 1
         x = WideBlock(filters, strides, norm, self.dtype,
                       name=f"stage{stage + 1}_block{block + 1}")(x)
     x = nn.relu(norm(name="final_norm")(x))
-    features = _pool(x)
-    return _classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
+    features = layers.pool(x)
+    return layers.classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
                      axis_name=self.axis_name, etf_seed=self.etf_seed)
 
 
@@ -215,12 +151,12 @@ class SmallCNN(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
-    norm = functools.partial(_batch_norm, train, self.axis_name, self.dtype)
+    norm = functools.partial(layers.batch_norm, train, self.axis_name, self.dtype)
     for filters, strides in ((32, 1), (64, 2), (128, 2)):
-      x = _conv(self.dtype, filters, (3, 3), strides=strides)(x)
+      x = layers.conv(self.dtype, filters, (3, 3), strides=strides)(x)
       x = nn.relu(norm()(x))
-    features = _pool(x)
-    return _classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
+    features = layers.pool(x)
+    return layers.classify(features, self.head, self.num_classes, self.cosine_scale, train=train,
                      axis_name=self.axis_name, etf_seed=self.etf_seed)
 
 

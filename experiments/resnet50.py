@@ -10,9 +10,9 @@ linear head, like torchvision's.
 
 The model contract of `experiments.models`: `apply(variables, x, train=...)`, x float32 [B, H, W, 3]
 (NHWC; any H, W ≥ 32 — the global pool makes the size free) → (logits [B, K], features [B, 2048]);
-BatchNorm as `models._batch_norm` (PyTorch's momentum and ε, statistics in 'batch_stats', averaged
-over `axis_name`); the head is `models._classify`'s ('linear', 'cosine' or 'etf', named 'head');
-`dtype` is the compute dtype of the body (float32 parameters; float32 features from `models._pool`
+BatchNorm as `layers.batch_norm` (PyTorch's momentum and ε, statistics in 'batch_stats', averaged
+over `axis_name`); the head is `layers.classify`'s ('linear', 'cosine' or 'etf', named 'head');
+`dtype` is the compute dtype of the body (float32 parameters; float32 features from `layers.pool`
 and a float32 head whatever it is).
 `experiments.pretrained.torch_state_dict.resnet50_params_from_torch` converts a torchvision state
 dict.
@@ -27,6 +27,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from experiments import layers
 
 FEATURE_DIM = 2048
 STAGE_SIZES = (3, 4, 6, 3)
@@ -91,9 +93,8 @@ class ResNet50(nn.Module):
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
     # Imported here: experiments.models registers this module in MODELS, so a module-level import
     # would be circular.
-    from experiments import models  # pylint: disable=g-import-not-at-top
     # pylint: disable-next=protected-access
-    norm = functools.partial(models._batch_norm, train, self.axis_name, self.dtype)
+    norm = functools.partial(layers.batch_norm, train, self.axis_name, self.dtype)
     x = _conv(self.dtype, 64, 7, 2, name="stem_conv")(x)
     x = nn.relu(norm(name="stem_bn")(x))
     # Padding with −∞ (flax's max_pool pads with the reduction's identity), as torch's MaxPool2d.
@@ -103,7 +104,7 @@ class ResNet50(nn.Module):
         strides = 2 if stage > 0 and block == 0 else 1
         x = Bottleneck(width, strides, norm, self.dtype,
                        name=f"stage{stage + 1}_block{block + 1}")(x)
-    features = models._pool(x)  # pylint: disable=protected-access
-    return models._classify(  # pylint: disable=protected-access
+    features = layers.pool(x)
+    return layers.classify(
         features, self.head, self.num_classes, self.cosine_scale, train=train,
         axis_name=self.axis_name, etf_seed=self.etf_seed)

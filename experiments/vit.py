@@ -11,7 +11,7 @@ with a 1000-way linear head, like timm's.
 
 The model contract of `experiments.models`: `apply(variables, x, train=...)`, x float32
 [B, image_size, image_size, C] (NHWC) → (logits [B, K], features [B, width]); the head is
-`models._classify`'s ('linear', 'cosine' or 'etf', named 'head'). There is no dropout or stochastic
+`layers.classify`'s ('linear', 'cosine' or 'etf', named 'head'). There is no dropout or stochastic
 depth, so `train` changes nothing but an 'etf' head's BatchNorm; the encoder has no 'batch_stats'.
 `dtype` is the compute dtype of the blocks (bfloat16 or float32; parameters float32, LayerNorm
 statistics and the attention softmax in float32); the final LayerNorm, hence the features, and the
@@ -27,6 +27,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from experiments import layers
 
 LAYER_NORM_EPSILON = 1e-6
 
@@ -106,7 +108,6 @@ class ViT(nn.Module):
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
     # Imported here: experiments.models registers this module in MODELS, so a module-level import
     # would be circular.
-    from experiments import models  # pylint: disable=g-import-not-at-top
     if x.ndim != 4 or x.shape[1:3] != (self.image_size, self.image_size):
       raise ValueError(f"x: expected [B, {self.image_size}, {self.image_size}, C] (image_size), "
                        f"got shape {x.shape}")
@@ -130,7 +131,7 @@ class ViT(nn.Module):
       x = EncoderBlock(self.num_heads, self.mlp_dim, self.dtype, name=f"block{i + 1}")(x)
     # In float32 whatever `dtype` is: the features are what MR2's statistics and the losses read.
     features = _layer_norm(jnp.float32, "norm")(x[:, 0])
-    return models._classify(  # pylint: disable=protected-access
+    return layers.classify(
         features, self.head, self.num_classes, self.cosine_scale, train=train,
         axis_name=self.axis_name, etf_seed=self.etf_seed)
 

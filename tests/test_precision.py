@@ -1,6 +1,6 @@
 """bfloat16 compute (`config.compute_dtype`, the models' `dtype`): the parameters, the optimizer
 state, the BatchNorm statistics and the class statistics stay float32, the convolutions run in bf16,
-the model returns float32 logits and features (`models._pool`: why), and on the same batch and the
+the model returns float32 logits and features (`layers.pool`: why), and on the same batch and the
 same parameters the MR2 class statistics, the MR2 loss and the inverse-reweighted loss agree with
 the float32 run within a tolerance derived from bf16's rounding (`DEPTH`, `EPS`); one jitted train
 step and a short trainer run in bf16 are finite.
@@ -72,7 +72,7 @@ def test_bf16_state_is_float32_and_convolutions_run_in_bf16():
   variables = {"params": state.params, "batch_stats": state.batch_stats}
   apply = lambda v, x: model.apply(v, x, train=True, mutable=["batch_stats"])
   (logits, features), updates = jax.eval_shape(apply, variables, images)
-  assert logits.dtype == features.dtype == jnp.float32  # the choice of `models._pool`
+  assert logits.dtype == features.dtype == jnp.float32  # the choice of `layers.pool`
   assert _dtypes(updates["batch_stats"]) == {"float32"}
   equations = jax.make_jaxpr(apply)(variables, images).jaxpr.eqns
   convolutions = [e for e in equations if e.primitive.name == "conv_general_dilated"]

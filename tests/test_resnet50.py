@@ -134,7 +134,7 @@ def torchvision_reference():
     calibration = np.random.default_rng(1).standard_normal((4, 3, 64, 64)).astype(np.float32)
     reference.train()(torch.from_numpy(calibration))
   for batch_norm in batch_norms:
-    batch_norm.momentum = 0.1  # PyTorch's default, which models._batch_norm mirrors.
+    batch_norm.momentum = 0.1  # PyTorch's default, which layers.batch_norm mirrors.
   state_dict = {k: v.numpy().copy() for k, v in reference.state_dict().items()}
   return torch, reference.eval(), state_dict
 
