@@ -100,26 +100,31 @@ class NumpyInput(TrainInput):
 
 
 class GrainInput(TrainInput):
-  """A `grain.MapDataset` over steps [start, total), built in `workers` processes (0: one host
-  thread), uint8 images; `DEVICE_PREFETCH` batches placed on the device ahead of the step (JAX
+  """A `grain.MapDataset` over steps [start, total), built by `READ_THREADS` threads in each of
+  `workers` processes (0: in this process), uint8 images; `DEVICE_PREFETCH` batches placed on the device ahead of the step (JAX
   copies asynchronously; flax's `prefetch_to_device` pattern, no thread). The input state is
   grain's iterator state after the batch with the start it counts from."""
 
   saves_state = True
   DEVICE_PREFETCH = 2
+  WORKER_BUFFER = 2  # batches each worker keeps ready
+  # Threads building batches in each process (the decode releases the GIL) and the batches they
+  # keep ahead; grain's defaults (16 threads, 500 elements) would hold 500 batches per process.
+  READ_THREADS = 2
+  READ_BUFFER = 4
 
   def batches(self, start_step, place):
     import grain  # pylint: disable=g-import-not-at-top
     saved = self.restored_state
     start = start_step if saved is None else int(saved["start"])
-    dataset = grain.MapDataset.range(start, self.total_steps).map(self.batch_at).to_iter_dataset()
+    dataset = grain.MapDataset.range(start, self.total_steps).map(self.batch_at).to_iter_dataset(
+        grain.ReadOptions(num_threads=self.READ_THREADS, prefetch_buffer_size=self.READ_BUFFER))
     if self.workers > 0:
       from absl import flags  # pylint: disable=g-import-not-at-top
       if not flags.FLAGS.is_parsed():  # grain reads its flags (outside an absl app: defaults)
         flags.FLAGS.mark_as_parsed()
-      dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.workers))
-    else:
-      dataset = grain.experimental.ThreadPrefetchIterDataset(dataset, prefetch_buffer_size=2)
+      dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(
+          num_workers=self.workers, per_worker_buffer_size=self.WORKER_BUFFER))
     iterator = iter(dataset)
     try:
       if saved is not None:
