@@ -6,6 +6,7 @@ without training: the comparison reports (report.md, comparison.json, PNG plots)
 
     python -m experiments.regenerate_reports                 # all of experiments/results/
     python -m experiments.regenerate_reports --results DIR   # a copy elsewhere
+    python -m experiments.regenerate_reports --export WORKDIR STUDY   # a compare workdir's runs first
 
 A study's runs are committed as `runs/<method>-seed<s>.json` (the run's summary.json) beside
 `<method>-seed<s>.config.json` and, where logged, `.metrics.jsonl` and `.class_history.jsonl`; they
@@ -78,6 +79,22 @@ def link_runs(runs_dir: pathlib.Path, method: str, into: pathlib.Path) -> list[p
   return workdirs
 
 
+def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path) -> list[pathlib.Path]:
+  """The inverse of `link_runs`: each finished run `<workdir>/<method>/seed<s>/` (one with a
+  summary.json) copied as `runs_dir/<method>-seed<s>.{json, config.json, metrics.jsonl,
+  class_history.jsonl}` (no checkpoints). Returns the summaries written."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  written = []
+  runs_dir.mkdir(parents=True, exist_ok=True)
+  for summary in sorted(workdir.glob("*/seed*/summary.json")):
+    run = summary.parent
+    for suffix, name in RUN_FILES.items():
+      if (run / name).exists():
+        shutil.copyfile(run / name, runs_dir / f"{run.parent.name}-{run.name}.{suffix}")
+    written.append(runs_dir / f"{run.parent.name}-{run.name}.json")
+  return written
+
+
 def regenerate_study(results: pathlib.Path, study: Study) -> str:
   from experiments import evaluate  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory() as scratch:
@@ -91,8 +108,14 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--results", default=str(RESULTS), help="the results folder")
   parser.add_argument("--skip_linear_probe", action="store_true")
+  parser.add_argument("--export", nargs=2, metavar=("WORKDIR", "STUDY"),
+                      help="first copy the finished runs of an experiments.compare workdir into "
+                           "<results>/STUDY/runs (then regenerate as usual)")
   args = parser.parse_args(argv)
   results = pathlib.Path(args.results)
+  if args.export:
+    for path in export_runs(pathlib.Path(args.export[0]), results / args.export[1] / "runs"):
+      print(f"exported {path}")
   for study in STUDIES:
     regenerate_study(results, study)
     print(f"{results / study.out}: report.md, comparison.json, plots")

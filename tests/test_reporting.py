@@ -73,3 +73,22 @@ def test_cells_and_headers():
   assert reporting.spread(5) == "mean ± sample std (ddof = 1) over 5 seeds"
   assert reporting.spread([3, 5, 3]) == "mean ± sample std (ddof = 1) over 3–5 seeds"
   assert "sample std (ddof = 1)" in reporting.PAIRED and "a tie is not ahead" in reporting.PAIRED
+
+
+def test_export_runs_is_the_inverse_of_link_runs(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  from experiments import regenerate_reports  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / "work"
+  for method, seed in (("ce", 0), ("ce", 1), ("glmc_rw", 0)):
+    run = workdir / method / f"seed{seed}"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"method": method, "seed": seed}))
+    (run / "config.json").write_text("{}")
+  (workdir / "ce" / "seed2").mkdir()  # unfinished: no summary, not exported
+  written = regenerate_reports.export_runs(workdir, tmp_path / "runs")
+  assert [p.name for p in written] == ["ce-seed0.json", "ce-seed1.json", "glmc_rw-seed0.json"]
+  assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+      "ce-seed0.config.json", "ce-seed0.json", "ce-seed1.config.json", "ce-seed1.json",
+      "glmc_rw-seed0.config.json", "glmc_rw-seed0.json"]
+  linked = regenerate_reports.link_runs(tmp_path / "runs", "ce", tmp_path / "linked")
+  assert [json.loads((w / "summary.json").read_text())["seed"] for w in linked] == [0, 1]
