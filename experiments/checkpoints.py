@@ -105,10 +105,10 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, host_state,
          input_state: dict | None = None) -> None:
   """Writes `host_state` (a `to_checkpoint` copy) with its digest as checkpoint `step`, and the
   input pipeline's position (`input_state`, grain's iterator state) when it has one."""
-  import grain  # pylint: disable=g-import-not-at-top
   items = dict(state=ocp.args.StandardSave(host_state),
                integrity=ocp.args.JsonSave({"sha256": digest(host_state), "step": int(step)}))
-  if input_state is not None:
+  if input_state is not None:  # grain only when its pipeline runs (an accelerator may lack it)
+    import grain  # pylint: disable=g-import-not-at-top
     items["input"] = grain.checkpoint.CheckpointSave(InputState(input_state))
   checkpoint_manager.save(step, args=ocp.args.Composite(**items))
 

@@ -4,6 +4,7 @@ checkpointed with the train state and a resumed run continues exactly, its posit
 
 import functools
 import json
+import pathlib
 import shutil
 
 import chex
@@ -183,3 +184,18 @@ def test_pipeline_config_is_checked():
   with pytest.raises(ConfigError, match="data_workers"):
     validate_config(tiny_config(data_workers=-1))
   assert checkpoints.InputState({"a": 1}).get_state() == b'{"a": 1}'
+
+
+def test_the_numpy_pipeline_runs_without_grain_installed(tmp_path):
+  """The accelerator image has no grain (experiments/reference.sh runs from PYTHONPATH): the default
+  pipeline, checkpoints included, must not import it."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  script = (
+      "import sys; sys.modules['grain'] = None  # `import grain` now raises ImportError\n"
+      "from experiments import train\n"
+      "from tests.test_input_pipeline import tiny_config\n"
+      f"summary = train.train_and_evaluate(tiny_config(), {str(tmp_path / 'run')!r}, max_steps=3)\n"
+      "assert summary['steps'] == 3\n")
+  subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=300,
+                 cwd=pathlib.Path(__file__).resolve().parents[1])

@@ -144,16 +144,35 @@ CIFAR100_FIXTURE = ("--config.dataset=arrayrecord:c100-{split}.array_record",
                     "--config.milelr_switch_epoch=1", "--config.augment=False")
 
 
+# The ViT-B/16 configs keep their model (224 px) and read a random timm-shaped weight file.
+VIT = {"imagenet_vit_probe": "frozen_encoder_from", "imagenet_vit_finetune": "pretrained"}
+
+
+def vit_weights(data_dir: pathlib.Path) -> pathlib.Path:
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+  from tests.test_torch_state_dict import timm_vit_state_dict  # pylint: disable=g-import-not-at-top
+  path = data_dir / "vit_b16.safetensors"
+  if not path.exists():
+    safetensors_numpy.save_file(timm_vit_state_dict(num_classes=1000, image_size=224,
+                                                    patch_size=16, width=768, depth=12,
+                                                    mlp_dim=3072), path)
+  return path
+
+
 def cli_overrides(name, data_dir):
+  tiny = dict(TINY)
+  if name in VIT:  # the config's own model at its own size
+    tiny.update(model="vit_b16", image_size=224, resize=256)
   return [f"--config=experiments/configs/{name}.py", f"--config.data_dir={data_dir}",
-          *(f"--config.{k}={v}" for k, v in TINY.items()), "--config.data_workers=2",
+          *(f"--config.{k}={v}" for k, v in tiny.items()), "--config.data_workers=2",
           "--config.reweight.start_epoch=1", "--config.ldam.drw_epoch=1",
           "--config.parallel=shard_map", "--max_steps=2", "--config.input_pipeline=grain",
-          *(CIFAR100_FIXTURE if name == "cifar100_lt" else ())]
+          *(CIFAR100_FIXTURE if name == "cifar100_lt" else ()),
+          *((f"--config.{VIT[name]}={vit_weights(data_dir)}",) if name in VIT else ())]
 
 
-@pytest.mark.slow  # ≈ 60 s a config on 2 cores: two processes × 4 devices over gloo, grain workers
-@pytest.mark.parametrize("name", sorted([*CONFIGS, "cifar100_lt"]))
+@pytest.mark.slow  # ≈ 60 s a config on 2 cores (ViT-B/16: ≈ 3 min): 2 processes × 4 devices, gloo
+@pytest.mark.parametrize("name", sorted([*CONFIGS, "cifar100_lt", *VIT]))
 def test_two_processes_over_shard_map_equal_one_process(benchmarks, tmp_path, name):
   os.chdir(REPO)
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")
@@ -168,6 +187,9 @@ def test_two_processes_over_shard_map_equal_one_process(benchmarks, tmp_path, na
   assert step_a == step_b == 2
   # Exact in exact arithmetic; the devices' partial sums group differently (tests/test_multiprocess).
   chex.assert_trees_all_close(a["params"], b["params"], rtol=1e-4, atol=1e-5)
+  if name == "imagenet_vit_probe":  # the frozen encoder is the file's, bit for bit, in both
+    chex.assert_trees_all_equal({k: v for k, v in a["params"].items() if k != "head"},
+                                {k: v for k, v in b["params"].items() if k != "head"})
   for process in range(2):  # each process saved its own input position
     saved = json.loads((tmp_path / "two" / "checkpoints" / "2" / "input" /
                         f"process_{process}-of-2.json").read_text())
