@@ -401,7 +401,14 @@ def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, cou
     raw = counts1 ** -0.25
     margins = raw * ldam.max_margin / raw.max()
     shifted = ldam.scale * (z - np.eye(num_classes)[y] * margins)
-    errors, _ = ce_terms(shifted, y, ldam.scale * (np.max(np.abs(z), axis=1) + margins.max()))
+    forming = ldam.scale * (np.max(np.abs(z), axis=1) + margins.max())
+    errors, _ = ce_terms(shifted, y, forming)
+    # Forming s·(z − Δ_y e_y) rounds each effective logit by ≈ ε·|s·z|, and the softmax's gradient
+    # p − e_y moves by p times that: two float32 computations (one device, or eight, whose rows
+    # XLA vectorises differently) may differ by it. Found by the slow sharded twin at logit scale
+    # 316 (s·z ≈ 1.4e4, tied logits): 1.8748 vs 1.8752 for a true 1.875, both within the
+    # reference's tolerance but 14× the former gradient tolerance.
+    amplification = 1.0 + float(np.max(forming, initial=0.0))
     w = (ref_rw.class_balanced_weights(counts1, ldam.drw_beta)[y] if which == "ldam_drw"
          else np.ones(len(y)))
     loss = float(np.sum(w * per_example) / np.sum(w))
