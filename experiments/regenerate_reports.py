@@ -42,6 +42,7 @@ def _from(runs: str, *names: str) -> tuple[tuple[str, str], ...]:
 
 
 _IF_METHODS = ("ce", "class_balanced", "focal", "ldam_drw", "logit_adjust", "ir_macro")
+_PIPELINES = ("ce", "released", "released_rw", "etf_dr", "etf_dr_rw", "glmc", "glmc_rw")
 STUDIES = (
     Study("reweight_cifar10_lt", _from(
         "reweight_cifar10_lt/runs", "ce", "class_balanced", "focal", "ldam_drw", "logit_adjust",
@@ -57,6 +58,11 @@ STUDIES = (
           + _from("combined_cifar10_lt/runs", "mr2") + _from("reweight_cifar10_lt/runs", "ir_macro")
           + _from("combined_cifar10_lt/runs", "mr2_ir_macro")),
     *(Study(folder, _from(f"{folder}/runs", *_IF_METHODS)) for _, folder in IF_SWEEP),
+    # Study 7 (issue 14): the pipelines against CE, and each reweighting against its own pipeline.
+    Study("pipelines_cifar10_lt", _from("pipelines_cifar10_lt/runs", *_PIPELINES)),
+    *(Study(f"pipelines_cifar10_lt/{rw}_vs_{base}", _from("pipelines_cifar10_lt/runs", base, rw))
+      for base, rw in (("released", "released_rw"), ("etf_dr", "etf_dr_rw"),
+                       ("glmc", "glmc_rw"))),
 )
 
 
