@@ -516,12 +516,13 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
       augmented with its own draws (`augment_view`).
     sample: dataset positions an epoch draws from, repeats allowed (JTT's up-sampled training set:
       the epoch grows); default every position once.
-    pair: a paired batch (GLMC's re-balanced partner rows): pair(rng, global batch size, H, W) →
-      {'rows': partner positions [global batch], 'lam': the step's λ, 'box': its CutMix box
-      (y0, y1, x0, x1)}, drawn with rng [seed, epoch, b, 1000] for the global batch (this process
-      takes its rows' partners), adds 'image_b' (augmented like 'image', key [seed, epoch, b,
-      1001]), 'label_b', 'index_b', and 'lam' float32 [B] and 'box' int32 [B, 4] (the step's values
-      on every row).
+    pair: a paired batch (GLMC's re-balanced partner rows, mixup's permuted global batch):
+      pair(rng, global rows, H, W) → {'rows': partner positions [global batch], 'lam': the step's
+      λ, 'box': its CutMix box (y0, y1, x0, x1)}, drawn with rng [seed, epoch, b, 1000] for the
+      global batch (`global rows`: its dataset positions, every process's rows; this process takes
+      its rows' partners), adds 'image_b' (augmented like 'image', key [seed, epoch, b, 1001]),
+      'label_b', 'index_b', and 'lam' float32 [B] and 'box' int32 [B, 4] (the step's values on
+      every row).
     normalized: images as float32 `normalize`d here (the in-memory pipeline), or as the uint8
       pixels, normalised on the device (`normalize(..., xp=jnp)`, the grain pipeline): 4× fewer
       bytes to the device.
@@ -541,28 +542,35 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
   steps = steps_per_epoch(split, batch_size, process_count, sample)
   if not 0 <= start_batch <= steps:
     raise DataError(f"start_batch {start_batch} not in [0, {steps}]")
-  shard = epoch_shard(len(sample), steps * batch_size, seed=seed, epoch=epoch,
-                      process_index=process_index, process_count=process_count)
+  order = epoch_order(len(sample), steps * batch_size * process_count, seed=seed, epoch=epoch)
   for b in range(start_batch, steps):
-    yield train_batch(split, sample[shard[b * batch_size:(b + 1) * batch_size]], key=[seed, epoch, b],
+    rows = sample[global_batch_positions(order, b, batch_size * process_count)]
+    yield train_batch(split, rows[process_index::process_count], key=[seed, epoch, b],
                       augment=augment, process_index=process_index, process_count=process_count,
-                      views=views, augmentation=augmentation, pair=pair, normalized=normalized)
+                      views=views, augmentation=augmentation, pair=pair, normalized=normalized,
+                      global_indices=rows)
 
 
-def epoch_shard(num_examples: int, per_process: int, *, seed: int, epoch: int,
-                process_index: int = 0, process_count: int = 1) -> np.ndarray:
-  """This process's positions (into `sample`, or the split) for one epoch, in batch order: the
-  epoch's permutation cut to per_process · process_count and dealt p, p + P, p + 2P, ..."""
-  order = epoch_permutation(num_examples, seed, epoch)
-  return order[:per_process * process_count][process_index::process_count]
+def epoch_order(num_examples: int, kept: int, *, seed: int, epoch: int) -> np.ndarray:
+  """One epoch's positions (into `sample`, or the split), the permutation cut to `kept` = steps ·
+  global batch: global batch b is the block [b·G, (b + 1)·G), and process p takes its rows p,
+  p + P, p + 2P, ... (`global_batch_positions`)."""
+  return epoch_permutation(num_examples, seed, epoch)[:kept]
+
+
+def global_batch_positions(order: np.ndarray, b: int, global_batch: int) -> np.ndarray:
+  """Global batch b of an epoch's `epoch_order`."""
+  return order[b * global_batch:(b + 1) * global_batch]
 
 
 def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: bool,
                 process_index: int = 0, process_count: int = 1, views: int = 1,
                 augmentation: str = "crop_flip", pair: Callable[..., dict] | None = None,
-                normalized: bool = True) -> dict[str, np.ndarray]:
-  """The training batch of the split's rows `indices` with the draws of `key` ([seed, epoch,
-  batch]); one element of `train_batches` (which documents the arguments and the result)."""
+                normalized: bool = True,
+                global_indices: np.ndarray | None = None) -> dict[str, np.ndarray]:
+  """The training batch of the split's rows `indices` (this process's rows of the global batch
+  `global_indices`) with the draws of `key` ([seed, epoch, batch]); one element of
+  `train_batches` (which documents the arguments and the result)."""
   batch_size = len(indices)
   raw = split.images[indices]
   batch = {"image": _views(split, raw, views, augment, augmentation, key, process_index,
@@ -570,7 +578,9 @@ def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: b
            "label": split.labels[indices], "index": indices.astype(np.int32)}
   if pair is not None:
     # Keys apart from the views' ([seed, epoch, b, v ...], v < 1000).
-    drawn = pair(np.random.default_rng([*key, 1000]), batch_size * process_count,
+    if global_indices is None or len(global_indices) != batch_size * process_count:
+      raise DataError("a paired batch needs the global batch's positions (global_indices)")
+    drawn = pair(np.random.default_rng([*key, 1000]), np.asarray(global_indices),
                  *split.images.shape[1:3])
     partners = np.asarray(drawn["rows"])[process_index::process_count]
     batch.update(image_b=_views(split, split.images[partners], views, augment, augmentation,

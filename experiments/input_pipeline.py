@@ -53,21 +53,23 @@ class BatchAt:
 
   def __call__(self, step: int) -> tuple[int, dict[str, np.ndarray]]:
     epoch, b = divmod(int(step), self.steps_per_epoch)
-    positions = self._positions(epoch)[b * self.batch_size:(b + 1) * self.batch_size]
+    rows = data_lib.global_batch_positions(self._order(epoch), b,
+                                           self.batch_size * self.process_count)
     return int(step), data_lib.train_batch(
-        self.split, positions, key=[self.seed, epoch, b], augment=self.augment,
-        process_index=self.process_index, process_count=self.process_count, views=self.views,
-        augmentation=self.augmentation, pair=self.pair, normalized=self.normalized)
+        self.split, rows[self.process_index::self.process_count], key=[self.seed, epoch, b],
+        augment=self.augment, process_index=self.process_index,
+        process_count=self.process_count, views=self.views, augmentation=self.augmentation,
+        pair=self.pair, normalized=self.normalized, global_indices=rows)
 
-  def _positions(self, epoch: int) -> np.ndarray:
-    """This process's dataset positions of `epoch` in batch order (the last epoch's kept)."""
+  def _order(self, epoch: int) -> np.ndarray:
+    """The dataset positions of `epoch`'s global batches in order (the last epoch's kept)."""
     if epoch not in self._shard:
       size = len(self.split) if self.sample is None else len(self.sample)
-      shard = data_lib.epoch_shard(size, self.steps_per_epoch * self.batch_size, seed=self.seed,
-                                   epoch=epoch, process_index=self.process_index,
-                                   process_count=self.process_count)
+      order = data_lib.epoch_order(
+          size, self.steps_per_epoch * self.batch_size * self.process_count, seed=self.seed,
+          epoch=epoch)
       self._shard.clear()
-      self._shard[epoch] = shard if self.sample is None else self.sample[shard]
+      self._shard[epoch] = order if self.sample is None else self.sample[order]
     return self._shard[epoch]
 
 

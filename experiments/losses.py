@@ -175,9 +175,10 @@ class Loss:
       summary), for an entry that trains on an edited training set (JTT's up-sampled error set).
     mixes: whether it takes mixup batches (`StepInfo.mix`, `config.mixup_alpha` > 0): the loss of
       a mixed row against both of its labels, weighted λ and 1 − λ.
-    pair: (config, train split) → draw(rng, global batch, H, W) → {'rows', 'lam', 'box'}: paired
-      batches (GLMC's re-balanced partner of each row, the step's λ and CutMix box;
-      `data.train_batches(pair=...)`, mixed in the step by `steps.paired_mix`).
+    pair: (config, train split) → draw(rng, global batch rows, H, W) → {'rows', 'lam', 'box'}:
+      paired batches (GLMC's re-balanced partner of each row, the step's λ and CutMix box;
+      `data.train_batches(pair=...)`, mixed in the step by `steps.paired_mix`). Mixup's partners
+      come the same way (`mixup_pair`, for every entry that `mixes`).
   """
   apply: LossApply
   reads: tuple[str, ...] = ()
@@ -564,11 +565,35 @@ def _glmc_model(config, base):
 def _glmc_pair(config, train):
   r = config.glmc.r
 
-  def draw(rng, size, height, width):
-    rows = reweight_jax.glmc_rebalanced_indices(train.labels, train.class_counts, r, size, rng)
+  def draw(rng, global_rows, height, width):
+    rows = reweight_jax.glmc_rebalanced_indices(train.labels, train.class_counts, r,
+                                                len(global_rows), rng)
     lam = float(rng.beta(1.0, 1.0))  # the release's --beta is dead: λ ~ Beta(1, 1)
     return {"rows": rows, "lam": lam, "box": reweight_jax.cutmix_box(lam, height, width, rng)}
   return draw
+
+
+def mixup_pair(alpha: float):
+  """Mixup's partners as a paired batch: one λ ~ Beta(α, α) and one permutation π of the global
+  batch per step, drawn on the host (the step mixes x̃ = λx + (1 − λ)x_π, `steps.train_step`); each
+  process loads its rows' partners, so no image crosses between devices, and the pairs are the
+  same whatever the number of processes or devices. A partner is its example augmented with its
+  own draws (the batch's key [seed, epoch, b, 1001]), not the copy in the other row."""
+  def draw(rng, global_rows, height, width):
+    del height, width
+    lam = float(rng.beta(alpha, alpha))
+    return {"rows": np.asarray(global_rows)[rng.permutation(len(global_rows))], "lam": lam,
+            "box": (0, 0, 0, 0)}
+  return draw
+
+
+def pair_draw(config, train):
+  """The paired-batch draw a run's batches carry: the entry's own (GLMC), mixup's with
+  `config.mixup_alpha` > 0, else None."""
+  entry = get(config.loss)
+  if entry.pair is not None:
+    return entry.pair(config, train)
+  return mixup_pair(float(config.mixup_alpha)) if config.get("mixup_alpha", 0) > 0 else None
 
 
 REGISTRY: dict[str, Loss] = {

@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 
 import reweight_jax
-from _perclass import class_sums
 from _perclass import metrics as perclass_metrics
 from experiments import data as data_lib
 from experiments import losses
@@ -25,7 +24,7 @@ class Task:
   class_counts: tuple[float, ...]
   steps_per_epoch: int
   loss_views: int = 0  # views (of a multi-view batch) the loss sees, the first ones; 0: all
-  mixup_alpha: float = 0.0  # > 0: mixup batches, λ ~ Beta(α, α) and π per step (`mixup`)
+  mixup_alpha: float = 0.0  # > 0: a batch's `image_b` are mixup partners (`mixup`), not GLMC's
   # The channel (mean, std) that uint8 images (the grain pipeline's) are normalised with here.
   normalization: tuple[tuple[float, ...], tuple[float, ...]] = ((0.5,), (0.5,))
 
@@ -38,17 +37,12 @@ def device_images(images, task: Task):
   return images
 
 
-def mixup(images, labels, key, alpha: float, axis_name: str | None):
-  """x̃ = λx + (1 − λ)x_π with one λ ~ Beta(α, α) and one permutation π of the global batch per
-  step (drawn from `key`, the same on every device), the partner rows gathered across devices, so
-  the mixed batch equals one device's on the global batch. Returns (x̃, y_π, λ)."""
-  lam_key, perm_key = jax.random.split(key)
-  lam = jax.random.beta(lam_key, alpha, alpha)
-  (all_images, all_labels), offset = class_sums.global_batch(axis_name, images, labels)
-  partner = jax.random.permutation(perm_key, all_labels.shape[0])[offset + jnp.arange(
-      labels.shape[0])]
-  mixed = lam.astype(images.dtype) * images + (1 - lam).astype(images.dtype) * all_images[partner]
-  return mixed, all_labels[partner], lam
+def mixup(batch):
+  """x̃ = λx + (1 − λ)x_π of a mixup batch: the partner rows x_π come with the batch (`image_b`,
+  `losses.mixup_pair`: one λ and one permutation π of the global batch per step, drawn on the
+  host), so nothing is gathered across devices. Returns (x̃, (y_π, λ))."""
+  lam = batch["lam"][0]
+  return reweight_jax.mix_images(batch["image"], batch["image_b"], lam), (batch["label_b"], lam)
 
 
 def all_finite(tree) -> jax.Array:
@@ -80,16 +74,16 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   The batch as the pipeline gives it: a paired batch (GLMC) is mixed first (`paired_mix`); views
   [B, V, ...] run as one view-major batch of V·B rows, the loss seeing the first `task.loss_views`
   views (all by default; the others shape BatchNorm only); with `task.mixup_alpha` the rows are
-  mixed with a global-batch permutation (`mixup`). The loss reads the model's extra outputs, the
-  rows' dataset positions and the mix from `StepInfo`."""
+  mixed with their partners of a global-batch permutation (`mixup`). The loss reads the model's
+  extra outputs, the rows' dataset positions and the mix from `StepInfo`."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   batch = {**batch, "image": device_images(batch["image"], task)}
   if "image_b" in batch:
     batch["image_b"] = device_images(batch["image_b"], task)
   images, labels, indices = batch["image"], batch["label"], batch.get("index")
   mix = None
-  if "image_b" in batch:
-    images, mix = paired_mix(batch)
+  if "image_b" in batch:  # mixup's permuted global batch, or GLMC's re-balanced partners
+    images, mix = mixup(batch) if task.mixup_alpha > 0 else paired_mix(batch)
   loss_rows = labels.shape[0]
   if images.ndim == 5:  # [B, V, H, W, C] views → the view-major [V·B, H, W, C] batch
     num_views = images.shape[1]
@@ -99,10 +93,6 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     indices = None if indices is None else jnp.tile(indices, num_views)[:loss_rows]
     if mix is not None:
       mix = (jnp.tile(mix[0], num_views)[:loss_rows], mix[1])
-  if task.mixup_alpha > 0:
-    images, labels_b, lam = mixup(images, labels, jax.random.fold_in(dropout_rng, 2),
-                                  task.mixup_alpha, axis_name)
-    mix = (labels_b, lam)
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),

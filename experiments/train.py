@@ -124,7 +124,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   entry = losses.get(config.loss)
   # An entry that trains on an edited training set (JTT): the positions one epoch draws from.
   sample, sample_record = (None, {}) if entry.sampler is None else entry.sampler(config, train)
-  pair = None if entry.pair is None else entry.pair(config, train)  # GLMC's paired batches
+  pair = losses.pair_draw(config, train)  # GLMC's paired batches, mixup's partners
   steps_per_epoch = data_lib.steps_per_epoch(train, process_batch, process_count, sample)
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:

@@ -29,9 +29,9 @@ def digits():
   return data_lib.load_split("digits", "train")
 
 
-def draw_pair(rng, size, height, width):
+def draw_pair(rng, global_rows, height, width):
   """A GLMC-like partner draw (rows, λ, box) from the batch's generator."""
-  return {"rows": rng.integers(0, len(digits()), size), "lam": float(rng.random()),
+  return {"rows": rng.integers(0, len(digits()), len(global_rows)), "lam": float(rng.random()),
           "box": (1, 3, 2, 5)}
 
 
