@@ -335,7 +335,29 @@ def _read_tfds(source, name: str, split: str, i: int) -> dict:
                     f"{_one_line(e)}") from None
 
 
-class TfdsRecords:
+class _ReopenedRecords:
+  """A record reader that pickles without its open source (`_source`) and reopens it (`_open`) in
+  the process that decodes: worker processes receive a path or a spec, never an open reader."""
+  num_records: int
+  _source = None
+
+  def __getstate__(self) -> dict:
+    return {**self.__dict__, "_source": None}
+
+  def __len__(self) -> int:
+    return self.num_records
+
+  @property
+  def source(self):
+    if self._source is None:
+      self._source = self._open()
+    return self._source
+
+  def _open(self):
+    raise NotImplementedError
+
+
+class TfdsRecords(_ReopenedRecords):
   """Record i: the 'image' of example i of a TFDS ArrayRecord data source.
 
   Pickles as its spec (name, split, data_dir, shape, size) without the opened source, which the
@@ -352,16 +374,11 @@ class TfdsRecords:
     self.num_records = num_records
     self._source = source
 
-  def __getstate__(self) -> dict:
-    return {**self.__dict__, "_source": None}
-
-  def __len__(self) -> int:
-    return self.num_records
+  def _open(self):
+    return _open_tfds(self.name, self.split, self.data_dir)
 
   def decode(self, i: int) -> np.ndarray:
-    if self._source is None:
-      self._source = _open_tfds(self.name, self.split, self.data_dir)
-    image = np.asarray(_read_tfds(self._source, self.name, self.split, i)["image"], np.uint8)
+    image = np.asarray(_read_tfds(self.source, self.name, self.split, i)["image"], np.uint8)
     if image.shape != self.image_shape:
       raise DataError(f"example {i} of TFDS {self.name!r} split {self.split!r} has shape "
                       f"{image.shape}, expected {self.image_shape}")
@@ -407,7 +424,7 @@ def _decode_bytes(encoded: bytes, where: str, resize: int, image_size: int) -> n
     raise DataError(f"cannot decode {where}: {_one_line(e)}") from None
 
 
-class ArrayRecordImages:
+class ArrayRecordImages(_ReopenedRecords):
   """Record i of an ArrayRecord file of `write_array_record`: its image bytes after the 4-byte label,
   RGB, `resize_center_crop`-ed to image_size² (an image already image_size² with resize equal to it
   is kept as stored). Pickles as the path; the reader opens in the process that decodes."""
@@ -416,19 +433,13 @@ class ArrayRecordImages:
     self.path, self.num_records = str(path), num_records
     self.image_size, self.resize = image_size, resize
     self.image_shape = (image_size, image_size, 3)
-    self._source = None
 
-  def __getstate__(self) -> dict:
-    return {**self.__dict__, "_source": None}
-
-  def __len__(self) -> int:
-    return self.num_records
+  def _open(self):
+    from array_record.python import array_record_data_source  # pylint: disable=g-import-not-at-top
+    return array_record_data_source.ArrayRecordDataSource(self.path)
 
   def decode(self, i: int) -> np.ndarray:
-    if self._source is None:
-      from array_record.python import array_record_data_source  # pylint: disable=g-import-not-at-top
-      self._source = array_record_data_source.ArrayRecordDataSource(self.path)
-    record = self._source[i]
+    record = self.source[i]
     return _decode_bytes(record[4:], f"record {i} of {self.path}", self.resize, self.image_size)
 
 
