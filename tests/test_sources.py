@@ -289,3 +289,13 @@ def test_array_record_files_written_here_read_as_the_image_list(tree):
     load("arrayrecord:bad-{split}.array_record", "train", root).images[0]
   with pytest.raises(data.DataError, match=r"labels must lie in \[0, 1\)"):
     sources.write_array_record(root / "x.array_record", [b"a"], [1], ["a"])
+
+
+def test_the_conversion_command_writes_every_split(tree, capsys):
+  root, lists = tree
+  out = str(root / "cli" / "lt-{split}.array_record")
+  assert sources.main(["--dataset", sources.IMAGENET_LT, "--data_dir", str(root), "--out", out]) == 0
+  printed = capsys.readouterr().out.split()
+  assert printed == [out.replace("{split}", s) for s in sources.SPLITS]
+  test = load("arrayrecord:" + out, "test", root)
+  np.testing.assert_array_equal(test.labels, lists["test"][1])
