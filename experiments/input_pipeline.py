@@ -5,13 +5,13 @@
            small in-memory data sets (digits, MNIST, CIFAR at 32×32).
   'grain'  a `grain.MapDataset` over the run's steps, each element built in `config.data_workers`
            worker processes (decode of the rows a lazy split reads, augmentation), uint8 pixels sent
-           to the device and normalised there (`steps.device_images`), prefetched onto the device
-           by a host thread; grain's iterator state is saved in the train state's orbax checkpoint
+           to the device and normalised there (`steps.device_images`), placed on the device ahead
+           of the step; grain's iterator state is saved in the train state's orbax checkpoint
            (item 'input', one file per process) and restored with it.
 
 Both build batch g of the run with one function (`BatchAt`): batch b = g mod S of epoch g // S
-(S steps per epoch) is `data.train_batch` of that epoch's shard, a pure function of (seed, epoch,
-b, process). So the two pipelines give the same rows, labels and draws, and a resumed run sees
+(S steps per epoch) is `data.train_batch` of that epoch's global batch b (this process's rows),
+a pure function of (seed, epoch, b, process). So the two pipelines give the same rows, labels and draws, and a resumed run sees
 the batches it would have seen; every batch carries its step, and the trainer refuses a pipeline
 whose position is not the train state's step.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -49,28 +50,27 @@ class BatchAt:
   sample: np.ndarray | None = None
   pair: Callable[..., dict] | None = None
   normalized: bool = True
-  _shard: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   def __call__(self, step: int) -> tuple[int, dict[str, np.ndarray]]:
     epoch, b = divmod(int(step), self.steps_per_epoch)
-    rows = data_lib.global_batch_positions(self._order(epoch), b,
-                                           self.batch_size * self.process_count)
+    size = len(self.split) if self.sample is None else len(self.sample)
+    global_batch = self.batch_size * self.process_count
+    order = _epoch_order(size, self.steps_per_epoch * global_batch, self.seed, epoch)
+    rows = data_lib.global_batch_positions(order, b, global_batch)
+    if self.sample is not None:
+      rows = self.sample[rows]
     return int(step), data_lib.train_batch(
         self.split, rows[self.process_index::self.process_count], key=[self.seed, epoch, b],
         augment=self.augment, process_index=self.process_index,
         process_count=self.process_count, views=self.views, augmentation=self.augmentation,
         pair=self.pair, normalized=self.normalized, global_indices=rows)
 
-  def _order(self, epoch: int) -> np.ndarray:
-    """The dataset positions of `epoch`'s global batches in order (the last epoch's kept)."""
-    if epoch not in self._shard:
-      size = len(self.split) if self.sample is None else len(self.sample)
-      order = data_lib.epoch_order(
-          size, self.steps_per_epoch * self.batch_size * self.process_count, seed=self.seed,
-          epoch=epoch)
-      self._shard.clear()
-      self._shard[epoch] = order if self.sample is None else self.sample[order]
-    return self._shard[epoch]
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(num_examples: int, kept: int, seed: int, epoch: int) -> np.ndarray:
+  """`data.epoch_order`, kept for the few epochs in flight (thread-safe: grain's reading threads
+  share it)."""
+  return data_lib.epoch_order(num_examples, kept, seed=seed, epoch=epoch)
 
 
 class TrainInput:
