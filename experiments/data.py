@@ -8,8 +8,8 @@ batches, augmented (`augment_view`: crop + flip vectorised over the batch, or th
 AutoAugment / Cutout / SimCLR views of `experiments.augment`) with random numbers drawn from (seed,
 epoch, batch), in one or more views per example, with each row's dataset position and, for GLMC, a
 re-balanced partner row. A batch is therefore a pure function of (seed, epoch, batch index,
-process): training resumes mid-epoch exactly by skipping batches, without any iterator state in the
-checkpoint.
+process): training resumes mid-epoch exactly from the step alone (the grain pipeline checkpoints its
+iterator state too and checks it against the step: `experiments.input_pipeline`).
 
 Sources (`load_split`):
   'digits'        scikit-learn's embedded 8x8 digits (no files needed).
