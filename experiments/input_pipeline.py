@@ -78,7 +78,8 @@ class TrainInput:
   (step, placed batch, input state after it); `input_state` is what the checkpoint keeps
   (None: the position is the step itself)."""
 
-  saves_state = False
+  saves_state = False  # whether the checkpoint keeps its position (else the step is it)
+  uint8_to_device = False  # whether images leave as uint8, normalised on the device
 
   def __init__(self, batch_at: BatchAt, total_steps: int, workers: int = 0,
                restored_state: dict | None = None):
@@ -87,9 +88,6 @@ class TrainInput:
 
   def batches(self, start_step: int, place: Callable[[dict], Any]) -> Iterator[tuple]:
     raise NotImplementedError
-
-  def close(self) -> None:
-    pass
 
 
 class NumpyInput(TrainInput):
@@ -108,6 +106,7 @@ class GrainInput(TrainInput):
   grain's iterator state after the batch with the start it counts from."""
 
   saves_state = True
+  uint8_to_device = True
   DEVICE_PREFETCH = 2
   WORKER_BUFFER = 2  # batches each worker keeps ready
   # Threads building batches in each process (the decode releases the GIL) and the batches they
@@ -138,7 +137,7 @@ class GrainInput(TrainInput):
           yield ahead.popleft()
       yield from ahead
     finally:
-      iterator.close()  # stops the worker processes (or the thread)
+      iterator.close()  # stops the worker processes and reading threads
 
 
 REGISTRY = {"numpy": NumpyInput, "grain": GrainInput}
@@ -149,6 +148,6 @@ def make(name: str, batch_at: BatchAt, total_steps: int, *, workers: int = 0,
   """The pipeline `name` ('numpy' or 'grain') over the run's `total_steps` steps."""
   if name not in REGISTRY:
     raise data_lib.DataError(f"input_pipeline: unknown {name!r}; expected one of {PIPELINES}")
-  if name == "numpy" and restored_state is not None:
-    raise data_lib.DataError("input_pipeline 'numpy' keeps no state; got a saved one")
+  if not REGISTRY[name].saves_state and restored_state is not None:
+    raise data_lib.DataError(f"input_pipeline {name!r} keeps no state; got a saved one")
   return REGISTRY[name](batch_at, total_steps, workers, restored_state)

@@ -65,7 +65,8 @@ def probe_step(config, task, learning_rate_fn, state, model, train, process_batc
   time (they name themselves) fail before the workdir is touched."""
   batch = next(data_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
                                       augment=False, views=views, pair=pair,
-                                      normalized=config.input_pipeline == "numpy"))
+                                      normalized=not input_pipeline.REGISTRY[
+                                          config.input_pipeline].uint8_to_device))
   single_device = state.replace(apply_fn=model.clone(axis_name=None).apply)
   step = functools.partial(steps.train_step, loss_fn=losses.make_loss_fn(config), task=task,
                            learning_rate_fn=learning_rate_fn)
@@ -169,10 +170,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     state = encoder_state
   if config.pretrained and manager.latest_step() is None and not config.init_from:
     state = pretrained.with_encoder(state, pretrained_variables)
-  saves_input = config.input_pipeline == "grain"  # grain's iterator state is checkpointed
+  pipeline = input_pipeline.REGISTRY[config.input_pipeline]
   state, input_state = checkpoints.restore_latest(manager, state, input_state=True,
                                                   resume_from_previous=resume_from_previous)
-  input_state = input_state if saves_input else None
+  input_state = input_state if pipeline.saves_state else None
   start_step = int(state.step)
   train_input = input_pipeline.make(
       config.input_pipeline, input_pipeline.BatchAt(
@@ -180,7 +181,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           process_index=process_index, process_count=process_count, views=views,
           augmentation=config.augmentation,
           sample=None if sample is None else data_lib.check_sample(train, sample), pair=pair,
-          normalized=not saves_input),
+          normalized=not pipeline.uint8_to_device),
       int(config.num_epochs * steps_per_epoch), workers=config.data_workers,
       restored_state=input_state)
 
