@@ -19,16 +19,55 @@ from _perclass.checks import take_class_values
 Array = Any
 
 
-def label_log_softmax(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """log softmax(z)_y = (z_y − m) − log Σ_k exp(z_k − m), m = max_k z_k, per example [B].
+def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
+                             temperature: jax.Array | None
+                             ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(log softmax(z / T)_y [B], s = (z − m) / T [B, K], log Σ_k exp(s_k) [B])."""
+  # max_k z_k / T = (max_k z_k) / T for T > 0, so the [B, K] logits are read, not first divided.
+  shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+  if temperature is not None:
+    shifted = shifted / temperature[:, None]
+  log_norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+  return jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0] - log_norm, shifted, log_norm
 
-  The same rounding as `jax.nn.log_softmax` (the label's shifted logit is exact, 0 when it is the
-  maximum), without materialising the [B, K] log-probabilities. Labels must be valid indices
-  (callers pass `index_labels(labels, in_range)` and mask the result).
+
+@jax.custom_jvp
+def _label_log_softmax(logits, labels, temperature):
+  return _label_log_softmax_value(logits, labels, temperature)[0]
+
+
+@_label_log_softmax.defjvp
+def _label_log_softmax_jvp(primals, tangents):
+  """d log softmax(z / T)_y = (dz_y − Σ_k p_k dz_k) / T, p = softmax(z / T); T is a constant.
+
+  Written out so that reverse mode is one fused pass over [B, K] — (1[k = y] − p_k) · ḡ / T — with
+  the label's term as a one-hot select (autodiff of the gather would scatter into a zero [B, K]).
   """
-  shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
-  return (jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0]
-          - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1)))
+  logits, labels, temperature = primals
+  dlogits = tangents[0]
+  value, shifted, log_norm = _label_log_softmax_value(logits, labels, temperature)
+  probs = jnp.exp(shifted - log_norm[:, None])
+  hit = jnp.arange(logits.shape[1], dtype=labels.dtype)[None, :] == labels[:, None]
+  dvalue = jnp.sum(jnp.where(hit, dlogits, 0), axis=-1) - jnp.sum(probs * dlogits, axis=-1)
+  if temperature is not None:
+    dvalue = dvalue / temperature
+  return value, dvalue
+
+
+def label_log_softmax(logits: jax.Array, labels: jax.Array,
+                      temperature: jax.Array | None = None) -> jax.Array:
+  """log softmax(z / T)_y = (z_y − m) / T − log Σ_k exp((z_k − m) / T), m = max_k z_k, per example [B].
+
+  T is an optional per-example temperature [B] > 0 (MR2's γ_y), a constant for differentiation
+  (stop-gradient); without it T = 1. The label's shifted logit is exact (0 when it is the maximum),
+  as in `jax.nn.log_softmax`, and the [B, K] log-probabilities are never materialised. The
+  derivative is written out (`_label_log_softmax_jvp`): forward and reverse mode both work, and a
+  gradient costs one pass over the [B, K] logits after the forward's two (max, then exp-sum).
+  Labels must be valid indices (callers pass `index_labels(labels, in_range)` and mask the result).
+  """
+  if temperature is not None:
+    temperature = jax.lax.stop_gradient(temperature).astype(logits.dtype)
+  return _label_log_softmax(logits, labels, temperature)
 
 
 def check_logits_and_labels(logits: Array, labels: Array, where: Array | None

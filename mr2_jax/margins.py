@@ -75,6 +75,6 @@ def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Arra
   checks.check_batch_dim(logits, labels.shape[0], "logits")
   gamma = checks.check_class_vector(gamma, num_classes, "gamma")
   gamma = jax.lax.stop_gradient(gamma)
-  scaled = logits / checks.take_class_values(gamma, labels, in_range)[:, None].astype(logits.dtype)
-  loss = -label_log_softmax(scaled, checks.index_labels(labels, in_range))
+  loss = -label_log_softmax(logits, checks.index_labels(labels, in_range),
+                            temperature=checks.take_class_values(gamma, labels, in_range))
   return jnp.where(in_range, loss, jnp.nan)

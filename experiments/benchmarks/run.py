@@ -295,21 +295,41 @@ def bench_scaling(quick: bool) -> dict:
 
 def bench_released_form(quick: bool) -> dict:
   """MR2 loss + statistics step (forward + backward), paper form (p = 2) against the released form
-  (p = 5) with integer powers (`mr2_jax.class_stats.abs_pow`), and the released form with the float
-  power it used before (`jnp.abs(x) ** 5.0`, exp/log), interleaved in one run."""
+  (p = 5) with integer powers (`mr2_jax.class_stats.abs_pow`), and the released form as it was
+  before two changes — the float power (`jnp.abs(x) ** 5.0`, exp/log) and the autodiff cross-entropy
+  (z / γ_y formed, the label's gather scattered back) — interleaved in one run."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from mr2_jax import class_stats  # pylint: disable=g-import-not-at-top
+  from mr2_jax import margins  # pylint: disable=g-import-not-at-top
+
+  def autodiff_label_log_softmax(logits, labels, temperature=None):
+    """The label log-softmax before its written-out derivative: z / T formed, then autodiff."""
+    scaled = logits if temperature is None else logits / temperature[:, None]
+    shifted = scaled - jax.lax.stop_gradient(jnp.max(scaled, axis=-1, keepdims=True))
+    return (jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0]
+            - jnp.log(jnp.sum(jnp.exp(shifted), axis=-1)))
 
   @contextlib.contextmanager
-  def float_power():
-    original = class_stats.abs_pow
-    class_stats.abs_pow = lambda x, p: jnp.abs(x) ** p
+  def patched(module, name, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
     try:
       yield
     finally:
-      class_stats.abs_pow = original
+      setattr(module, name, original)
+
+  # Earlier code of the released form, each traced (and compiled) under its patch; once compiled
+  # the patch is not needed to run it.
+  before = {
+      "mr2_released_float_power": (
+          "released, p = 5, float power (before)",
+          lambda: patched(class_stats, "abs_pow", lambda x, p: jnp.abs(x) ** p)),
+      "mr2_released_autodiff_ce": (
+          "released, p = 5, autodiff cross-entropy (before)",
+          lambda: patched(margins, "label_log_softmax", autodiff_label_log_softmax)),
+  }
 
   sizes = [(512, 2048, 1000), (512, 2048, 8142)] + ([] if quick else [(128, 64, 10), (128, 64, 100)])
   rows = []
@@ -320,13 +340,15 @@ def bench_released_form(quick: bool) -> dict:
       fn, args, _ = fns[name]
       calls[name] = lambda fn=fn, args=args: fn(*args)
       jax.block_until_ready(calls[name]())
-    fn, args, _ = _loss_fns(batch, dim, classes, loop=1)[0]["mr2_released"]
-    with float_power():  # traced (and compiled) with `**` now; the patch is not needed to run it
-      jax.block_until_ready(fn(*args))
-    calls["mr2_released_float_power"] = lambda fn=fn, args=args: fn(*args)
+    for name, (_, patch) in before.items():
+      fn, args, _ = _loss_fns(batch, dim, classes, loop=1)[0]["mr2_released"]
+      with patch():
+        jax.block_until_ready(fn(*args))
+      calls[name] = lambda fn=fn, args=args: fn(*args)
     times = interleaved(calls, 3 if quick else 7, 10, jax.block_until_ready)
-    for name, label in (("mr2", "paper, p = 2"), ("mr2_released", "released, p = 5, integer powers"),
-                        ("mr2_released_float_power", "released, p = 5, float power (before)")):
+    labels = {"mr2": "paper, p = 2", "mr2_released": "released, p = 5, integer powers",
+              **{name: label for name, (label, _) in before.items()}}
+    for name, label in labels.items():
       row = {"loss": name, "form": label, "batch": batch, "dim": dim, "classes": classes,
              "per_call": summarize_times(times[name])}
       authors = AUTHORS_MS.get((batch, dim, classes), {}).get("mr2_released")
