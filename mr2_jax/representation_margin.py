@@ -22,6 +22,34 @@ _TILE_SIZES = (4, 8, 16, 32, 64, 128, 256, 512)
 TILED_MIN_WORK = 1 << 22
 
 
+# Feature widths up to which squared distances come from one product of augmented rows.
+_AUGMENTED_MAX_DIM = 16
+
+
+def _sq_distances(left, right):
+  """‖l_i − r_j‖² [..., I, J] for rows [..., I, d] and [..., J, d], in the Gram form
+  ‖l_i‖² + ‖r_j‖² − 2⟨l_i, r_j⟩ (callers centre the rows, so no precision is lost to large norms).
+
+  The loss reads each distance twice (the log-sum-exp's maximum, then its exponentials), and XLA
+  recomputes an element-wise producer inside each consumer; the copies must round alike. The product
+  ⟨l, r⟩ of a dot is computed once, and 2⟨l, r⟩ is exact, so ‖l‖² + ‖r‖² − 2⟨l, r⟩ rounds the same
+  anywhere. But XLA rewrites a dot with a contraction of size 1 (d = 1) into an element-wise multiply,
+  fused into both consumers, where one copy may contract the multiply and subtraction into an FMA
+  and the other not: distances of 10⁹ then differ by ~10², and with τ = 1 exp overflowed (the slow
+  property run: ℓ_s̄ = inf at features of 10⁴, d = 1, under jit only). For d ≤ _AUGMENTED_MAX_DIM the
+  distance is therefore the single product [−2 l, ‖l‖², 1] · [r, 1, ‖r‖²] (a contraction of d + 2,
+  copies of negligible size); wider rows keep the plain form (no [·, d + 2] copy).
+  """
+  sq_left = jnp.sum(jnp.square(left), axis=-1)
+  sq_right = jnp.sum(jnp.square(right), axis=-1)
+  if left.shape[-1] <= _AUGMENTED_MAX_DIM:
+    left = jnp.concatenate([-2.0 * left, sq_left[..., None], jnp.ones_like(sq_left)[..., None]], -1)
+    right = jnp.concatenate([right, jnp.ones_like(sq_right)[..., None], sq_right[..., None]], -1)
+    return jnp.einsum("...id,...jd->...ij", left, right)
+  return (sq_left[..., :, None] + sq_right[..., None, :]
+          - 2.0 * jnp.einsum("...id,...jd->...ij", left, right))
+
+
 def _pair_loss_and_weights(raw_sq_dist, positive, s_bar, temperature):
   """ℓ_s̄ over the last axis, and the pair weights P = τ · ∂ℓ_s̄/∂(squared distance).
 
@@ -96,10 +124,7 @@ def _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions, tempera
   their class key and validity, `anchor_positions` [B] the sorted positions of the local anchors.
   Returns (ℓ_s̄ [B], the pair weights P [B, P], see `_pair_loss_and_weights`).
   """
-  anchors = centred[anchor_positions]
-  sq_norm_anchor = jnp.sum(jnp.square(anchors), axis=-1)
-  sq_norm_all = jnp.sum(jnp.square(centred), axis=-1)
-  raw = sq_norm_anchor[:, None] + sq_norm_all[None, :] - 2.0 * anchors @ centred.T
+  raw = _sq_distances(centred[anchor_positions], centred)
   positive = ((key[anchor_positions][:, None] == key[None, :]) & live[anchor_positions][:, None]
               & live[None, :])
   positive &= anchor_positions[:, None] != jnp.arange(key.shape[0])[None, :]
@@ -131,15 +156,14 @@ def _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature):
   pair in the log-sum-exp (0 for non-positives).
   """
   tile = tiles.shape[1]
-  sq_norm = jnp.sum(jnp.square(tiles), axis=-1)
-  # Gram blocks of each tile with itself and with the next tile; the block with the previous tile is
-  # the transpose of the previous tile's "next" block. Only [n, T, T] products, no [n, 3T, d] copy.
-  own = jnp.einsum("ntd,nsd->nts", tiles, tiles)
-  following = jnp.einsum("ntd,nsd->nts", tiles[:-1], tiles[1:])
+  # Distance blocks of each tile with itself and with the next tile; the block with the previous
+  # tile is the transpose of the previous tile's "next" block. Only [n, T, T] products, no
+  # [n, 3T, d] copy. The blocks past either end are 0 (those window rows are masked).
+  own = _sq_distances(tiles, tiles)
+  following = _sq_distances(tiles[:-1], tiles[1:])
   no_block = jnp.zeros((1, tile, tile), own.dtype)
-  gram = jnp.concatenate([jnp.concatenate([no_block, jnp.swapaxes(following, 1, 2)], axis=0), own,
-                          jnp.concatenate([following, no_block], axis=0)], axis=2)
-  raw = sq_norm[:, :, None] + _windows(sq_norm, 0.0)[:, None, :] - 2.0 * gram
+  raw = jnp.concatenate([jnp.concatenate([no_block, jnp.swapaxes(following, 1, 2)], axis=0), own,
+                         jnp.concatenate([following, no_block], axis=0)], axis=2)
   key_w, live_w = _windows(key_t, _MASKED), _windows(live_t, False)
   # A row meets itself at window column T + t of its own tile: a static [T, 3T] mask.
   itself = jnp.eye(tile, 3 * tile, k=tile, dtype=bool)

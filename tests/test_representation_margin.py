@@ -90,6 +90,30 @@ class RepresentationMarginTest(chex.TestCase):
     expected = ref.representation_margin_loss(features, labels, 0.0, 1.0).mean()
     np.testing.assert_allclose(value, expected, rtol=1e-5)
 
+  @parameterized.parameters(False, True)
+  def test_distances_round_alike_in_every_fusion_for_one_wide_features(self, tiled):
+    """The slow property run's batch (d = 1, features ~10⁴, τ = 1, s̄ ≈ 7.6·10⁷): under jit the
+    outer product became an element-wise multiply fused into both the log-sum-exp's max and its
+    exponentials, the copies rounded ~10² apart and two anchors' ℓ_s̄ overflowed to inf."""
+    from mr2_jax import representation_margin as rm
+    labels = np.array([1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1],
+                      np.int32)
+    features = np.array([
+        -12187.9375, 609.7011, 7610.407, -7949.591, -6542.4546, -4336.335, 905.8149, -2256.4272,
+        4838.1294, -22686.838, 5043.056, 15660.705, 10015.065, -7451.6255, -13235.41, 4484.025,
+        9506.401, 7920.167, 3054.8557, -6522.378, -9881.235, 2157.41, -3531.4324, -22979.797],
+        np.float32)[:, None]
+    order = [18, 4, 21, 10, 11, 2, 22, 6, 23, 3, 20, 8, 0, 16, 12, 19, 13, 7, 5, 17, 14, 9, 1, 15]
+    labels, features = labels[order], features[order]  # the permuted batch that failed
+    s_bar = np.float32(75972432.0)
+    with mock.patch.object(rm, "TILED_MIN_WORK", 0 if tiled else rm.TILED_MIN_WORK):
+      out = jax.jit(lambda f, y, s: mr2_jax.representation_margin_loss(f, y, s, num_classes=2))(
+          features, labels, s_bar)
+    expected = ref.representation_margin_loss(features, labels, s_bar, 1.0)
+    assert np.all(np.isfinite(out)), out
+    # float32 distances of ~10⁹ carry ~10² of rounding, τ = 1: compare relative to the value
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
   def test_s_bar_is_mean_over_seen(self):
     stats = mr2_jax.ClassStats(sq_mean_norm=jnp.zeros(4), mean_sq_deviation=jnp.array([1., 2., 9., 3.]),
                                seen=jnp.array([True, True, False, True]))
