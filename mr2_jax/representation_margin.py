@@ -26,9 +26,10 @@ TILED_MIN_WORK = 1 << 22
 _AUGMENTED_MAX_DIM = 16
 
 
-def _sq_distances(left, right):
+def _sq_distances(left, right, sq_left, sq_right):
   """‖l_i − r_j‖² [..., I, J] for rows [..., I, d] and [..., J, d], in the Gram form
-  ‖l_i‖² + ‖r_j‖² − 2⟨l_i, r_j⟩ (callers centre the rows, so no precision is lost to large norms).
+  ‖l_i‖² + ‖r_j‖² − 2⟨l_i, r_j⟩ with the rows' squared norms given (callers centre the rows, so no
+  precision is lost to large norms).
 
   The loss reads each distance twice (the log-sum-exp's maximum, then its exponentials), and XLA
   recomputes an element-wise producer inside each consumer; the copies must round alike. The product
@@ -40,8 +41,6 @@ def _sq_distances(left, right):
   distance is therefore the single product [−2 l, ‖l‖², 1] · [r, 1, ‖r‖²] (a contraction of d + 2,
   copies of negligible size); wider rows keep the plain form (no [·, d + 2] copy).
   """
-  sq_left = jnp.sum(jnp.square(left), axis=-1)
-  sq_right = jnp.sum(jnp.square(right), axis=-1)
   if left.shape[-1] <= _AUGMENTED_MAX_DIM:
     left = jnp.concatenate([-2.0 * left, sq_left[..., None], jnp.ones_like(sq_left)[..., None]], -1)
     right = jnp.concatenate([right, jnp.ones_like(sq_right)[..., None], sq_right[..., None]], -1)
@@ -124,7 +123,8 @@ def _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions, tempera
   their class key and validity, `anchor_positions` [B] the sorted positions of the local anchors.
   Returns (ℓ_s̄ [B], the pair weights P [B, P], see `_pair_loss_and_weights`).
   """
-  raw = _sq_distances(centred[anchor_positions], centred)
+  sq_norm = jnp.sum(jnp.square(centred), axis=-1)
+  raw = _sq_distances(centred[anchor_positions], centred, sq_norm[anchor_positions], sq_norm)
   positive = ((key[anchor_positions][:, None] == key[None, :]) & live[anchor_positions][:, None]
               & live[None, :])
   positive &= anchor_positions[:, None] != jnp.arange(key.shape[0])[None, :]
@@ -159,8 +159,9 @@ def _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature):
   # Distance blocks of each tile with itself and with the next tile; the block with the previous
   # tile is the transpose of the previous tile's "next" block. Only [n, T, T] products, no
   # [n, 3T, d] copy. The blocks past either end are 0 (those window rows are masked).
-  own = _sq_distances(tiles, tiles)
-  following = _sq_distances(tiles[:-1], tiles[1:])
+  sq_norm = jnp.sum(jnp.square(tiles), axis=-1)
+  own = _sq_distances(tiles, tiles, sq_norm, sq_norm)
+  following = _sq_distances(tiles[:-1], tiles[1:], sq_norm[:-1], sq_norm[1:])
   no_block = jnp.zeros((1, tile, tile), own.dtype)
   raw = jnp.concatenate([jnp.concatenate([no_block, jnp.swapaxes(following, 1, 2)], axis=0), own,
                          jnp.concatenate([following, no_block], axis=0)], axis=2)
