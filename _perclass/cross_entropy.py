@@ -47,7 +47,7 @@ def _label_log_softmax_jvp(primals, tangents):
   dlogits = tangents[0]
   value, shifted, log_norm = _label_log_softmax_value(logits, labels, temperature)
   probs = jnp.exp(shifted - log_norm[:, None])
-  hit = jnp.arange(logits.shape[1], dtype=labels.dtype)[None, :] == labels[:, None]
+  hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
   dvalue = jnp.sum(jnp.where(hit, dlogits, 0), axis=-1) - jnp.sum(probs * dlogits, axis=-1)
   if temperature is not None:
     dvalue = dvalue / temperature

@@ -85,3 +85,13 @@ def test_gradient_has_no_scatter():
       logits)
   assert "scatter" not in str(jaxpr)  # the printed jaxpr includes the nested ones
   assert "gather" in str(jax.make_jaxpr(lambda z: label_log_softmax(z, labels))(logits))
+
+
+def test_narrow_label_dtype_with_more_classes_than_it_counts():
+  """uint8 labels (as CIFAR arrays store them) with K = 300 > 256: the one-hot of the gradient must
+  not wrap around the label dtype."""
+  logits, labels, temperature = draw(7, batch=16, classes=300)
+  labels = (labels % 256).astype(np.uint8)
+  grad = jax.grad(lambda z: jnp.sum(label_log_softmax(z, labels, temperature)))(logits)
+  _, expected = reference(logits, labels.astype(np.int64), temperature)
+  np.testing.assert_allclose(grad, expected, rtol=0, atol=1e-5 / temperature.min())
