@@ -11,9 +11,9 @@
 
 Both build batch g of the run with one function (`BatchAt`): batch b = g mod S of epoch g // S
 (S steps per epoch) is `data.train_batch` of that epoch's global batch b (this process's rows),
-a pure function of (seed, epoch, b, process). So the two pipelines give the same rows, labels and draws, and a resumed run sees
-the batches it would have seen; every batch carries its step, and the trainer refuses a pipeline
-whose position is not the train state's step.
+a pure function of (seed, epoch, b, process). So the two pipelines give the same rows, labels and
+draws, and a resumed run sees the batches it would have seen; every batch carries its step, and
+the trainer refuses a pipeline whose position is not the train state's step.
 """
 
 from __future__ import annotations

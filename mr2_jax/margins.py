@@ -74,7 +74,7 @@ def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Arra
   in_range = checks.check_labels(labels, num_classes, "labels")
   checks.check_batch_dim(logits, labels.shape[0], "logits")
   gamma = checks.check_class_vector(gamma, num_classes, "gamma")
-  gamma = jax.lax.stop_gradient(gamma)
+  # γ_y is the temperature of `label_log_softmax`, which holds it constant (stop-gradient).
   loss = -label_log_softmax(logits, checks.index_labels(labels, in_range),
                             temperature=checks.take_class_values(gamma, labels, in_range))
   return jnp.where(in_range, loss, jnp.nan)
