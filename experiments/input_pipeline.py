@@ -21,6 +21,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -124,8 +127,10 @@ class GrainInput(TrainInput):
       from absl import flags  # pylint: disable=g-import-not-at-top
       if not flags.FLAGS.is_parsed():  # grain reads its flags (outside an absl app: defaults)
         flags.FLAGS.mark_as_parsed()
-      dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(
-          num_workers=self.workers, per_worker_buffer_size=self.WORKER_BUFFER))
+      dataset = dataset.mp_prefetch(
+          grain.MultiprocessingOptions(num_workers=self.workers,
+                                       per_worker_buffer_size=self.WORKER_BUFFER),
+          worker_init_fn=functools.partial(exit_with_parent, os.getpid()))
     iterator = iter(dataset)
     try:
       if saved is not None:
@@ -138,6 +143,25 @@ class GrainInput(TrainInput):
       yield from ahead
     finally:
       iterator.close()  # stops the worker processes and reading threads
+
+
+PARENT_POLL_SECONDS = 0.5
+
+
+def exit_with_parent(parent_pid: int, worker_index: int = 0, worker_count: int = 0) -> None:
+  """grain's `worker_init_fn`: a daemon thread that ends this worker process once `parent_pid` (the
+  trainer) is gone. grain stops its workers when the iterator is closed, but a trainer killed
+  outright (SIGKILL, the OOM killer) closes nothing, and its workers (and multiprocessing's resource
+  tracker, which they keep open) would run on as orphans, holding memory. Polls `os.getppid()`:
+  a process whose parent died is re-parented, so its parent pid changes."""
+  del worker_index, worker_count
+
+  def watch():
+    while os.getppid() == parent_pid:
+      time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)  # pylint: disable=protected-access
+
+  threading.Thread(target=watch, name="exit_with_parent", daemon=True).start()
 
 
 REGISTRY = {"numpy": NumpyInput, "grain": GrainInput}

@@ -199,3 +199,55 @@ def test_the_numpy_pipeline_runs_without_grain_installed(tmp_path):
       "assert summary['steps'] == 3\n")
   subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=300,
                  cwd=pathlib.Path(__file__).resolve().parents[1])
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
+  except FileNotFoundError:
+    return False
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+def test_grain_workers_exit_when_the_trainer_is_killed(tmp_path):
+  """A trainer killed outright (SIGKILL, the OOM killer) closes no iterator: its grain workers must
+  not run on as orphans (they did, holding memory, until `exit_with_parent`)."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  script = (
+      "import glob, os, time\n"
+      "from experiments import input_pipeline\n"
+      "from tests.test_input_pipeline import batch_at\n"
+      "if __name__ == '__main__':\n"
+      "  at, spe = batch_at()\n"
+      "  batches = input_pipeline.make('grain', at, 10 * spe, workers=2).batches(0, lambda b: b)\n"
+      "  next(batches)\n"
+      "  children = set()\n"
+      "  for path in glob.glob(f'/proc/{os.getpid()}/task/*/children'):\n"
+      "    children.update(open(path).read().split())\n"
+      "  print(' '.join(sorted(children)), flush=True)\n"
+      "  time.sleep(300)\n")
+  (tmp_path / "trainer.py").write_text(script)
+  trainer = subprocess.Popen(
+      [sys.executable, str(tmp_path / "trainer.py")], stdout=subprocess.PIPE, text=True,
+      cwd=pathlib.Path(__file__).resolve().parents[1],
+      env=dict(__import__("os").environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1])))
+  try:
+    children = [int(pid) for pid in trainer.stdout.readline().split()]
+    workers = [pid for pid in children
+               if "spawn_main" in open(f"/proc/{pid}/cmdline").read().replace("\0", " ")]
+    assert len(workers) == 2, children  # the test sees the workers it means to watch
+    assert all(_alive(pid) for pid in workers)
+  finally:
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+  deadline = time.monotonic() + 20 * input_pipeline.PARENT_POLL_SECONDS + 10
+  while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  survivors = [pid for pid in children if _alive(pid)]
+  for pid in survivors:  # leave no orphan behind, whatever the result
+    __import__("os").kill(pid, signal.SIGKILL)
+  assert not survivors, f"processes of the killed trainer still running: {survivors}"
