@@ -85,13 +85,16 @@ def check_stats_inputs(features: Array, labels: Array, num_classes: int,
 
 
 def _reference_rows(features: jax.Array, valid: Array, slots: class_sums.ClassSlots,
-                    axis_name: str | None) -> jax.Array:
-  """One row of each slot's class [S, d], the same on every device: the class's first valid row of
-  the global batch (device order, then row order). Empty slots get zeros.
+                    axis_name: str | None) -> tuple[jax.Array, jax.Array]:
+  """The reference row of each slot [S, d] and of each local row's slot [B, d]: the class's first
+  valid row of the global batch (device order, then row order), the same on every device. Empty
+  slots get zeros.
 
-  Under `axis_name` the owner of each slot's row is found with a `pmin` of global row positions
-  (S int32) and the row is broadcast by a `psum` to which only the owner adds a non-zero: x + 0 = x,
-  so every device holds the owner's row bit for bit, the row a single device would pick.
+  On one device both are gathers from `features` (the per-row one straight from it, not through the
+  slots' rows: one pass over [B, d] fewer). Under `axis_name` the owner of each slot's row is found
+  with a `pmin` of global row positions (S int32) and the row is broadcast by a `psum` to which only
+  the owner adds a non-zero: x + 0 = x, so every device holds the owner's row bit for bit, the row a
+  single device would pick.
   """
   batch, num_slots = features.shape[0], slots.classes.shape[0]
   offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * batch
@@ -103,10 +106,12 @@ def _reference_rows(features: jax.Array, valid: Array, slots: class_sums.ClassSl
     first = jax.lax.pmin(first, axis_name)
   local = first - offset
   mine = (first != unused) & (local >= 0) & (local < batch)
-  rows = jnp.where(mine[:, None], features[jnp.clip(local, 0, batch - 1)], 0.0)
-  if axis_name is not None:
-    rows = jax.lax.psum(rows, axis_name)
-  return rows
+  local = jnp.clip(local, 0, batch - 1)
+  rows = jnp.where(mine[:, None], features[local], 0.0)
+  if axis_name is None:
+    return rows, features[local[slots.slot]]
+  rows = jax.lax.psum(rows, axis_name)
+  return rows, rows[slots.slot]
 
 
 def batch_class_moments(features: Array, labels: Array, valid: Array, num_classes: int, *,
@@ -129,8 +134,8 @@ def batch_class_moments(features: Array, labels: Array, valid: Array, num_classe
     (slots, class_means [S, d], a [S], v [S]); slots with no example have zeros.
   """
   slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
-  reference = _reference_rows(features, valid, slots, axis_name)
-  shifted = jnp.where(valid[:, None], features - reference[slots.slot], 0.0)
+  reference, row_reference = _reference_rows(features, valid, slots, axis_name)
+  shifted = jnp.where(valid[:, None], features - row_reference, 0.0)
   sums = class_sums.slot_sum(shifted, slots, axis_name=axis_name)
   counts = jnp.maximum(slots.counts, 1.0)[:, None].astype(features.dtype)
   offsets = sums / counts
