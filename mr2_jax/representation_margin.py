@@ -7,7 +7,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from mr2_jax import class_stats as class_stats_lib
 from _perclass import checks
@@ -206,43 +205,6 @@ def _tile_gradient(tiles, weights, cotangent, temperature):
   return grad
 
 
-# Tiles up to this size take their gradient in the band form (`_band_gradient`). Measured at B 512,
-# d 2048 (ℓ_s̄ forward + backward, medians): T = 4 1.3× and T = 8 1.0–1.3× faster than the products,
-# T = 16 1.5× slower.
-_BAND_MAX_TILE = 8
-
-
-def _band_gradient(centred, weights, cotangent, temperature, tile):
-  """∂(Σ_i ḡ_i ℓ_i)/∂u for the class-sorted rows [P, d], from the tiles' pair weights [P / T, T, 3T],
-  as a band: ∂/∂u_r = 2 Σ_{o = −T..T} M_{r, r+o} (u_r − u_{r+o}), M = G + Gᵀ, G_ij = ḡ_i P_ij / τ.
-
-  The same gradient as `_tile_gradient` (same-class rows lie within T positions of each other in
-  sorted order, so M is zero past the band), taken as one element-wise pass over the rows and their
-  2T shifted copies instead of three batched [T, T] × [T, d] products; the differences u_r − u_{r+o}
-  are formed directly, as in the definition. Used for small tiles (T ≤ _BAND_MAX_TILE), where those
-  products are many and tiny.
-  """
-  rows = centred.shape[0]
-  g = (cotangent.reshape(-1, tile)[:, :, None] * weights / temperature).astype(centred.dtype)
-  # Row t of a tile meets window column c at sorted offset o = c − T − t: G in band coordinates,
-  # column k = o + T (0 … 2T), is window column k + t.
-  columns = np.arange(2 * tile + 1)[None, :] + np.arange(tile)[:, None]  # [T, 2T + 1]
-  band = jnp.take_along_axis(g, jnp.asarray(columns)[None], axis=2).reshape(rows, 2 * tile + 1)
-  # Row r + o of `centred` is row r + T + o of `padded`, and likewise for the band: slices, which
-  # XLA fuses into the one element-wise pass.
-  padded = jnp.pad(centred, ((tile, tile), (0, 0)))
-  padded_band = jnp.pad(band, ((tile, tile), (0, 0)))
-  grad = jnp.zeros_like(centred)
-  for k in range(2 * tile + 1):
-    offset = k - tile
-    if offset == 0:
-      continue  # a row is not its own positive
-    # M_{r, r+o} = G_{r, r+o} + G_{r+o, r}; the second is row r + o's entry at offset −o.
-    coupling = band[:, k] + padded_band[tile + offset:tile + offset + rows, 2 * tile - k]
-    grad = grad + coupling[:, None] * (centred - padded[tile + offset:tile + offset + rows])
-  return 2.0 * grad
-
-
 
 
 class _Branch(NamedTuple):
@@ -284,9 +246,6 @@ class _Branch(NamedTuple):
     n = rows // self.tile
     sorted_cotangent = jnp.zeros((rows,), cotangent.dtype).at[anchor_positions].set(
         cotangent, unique_indices=True)
-    if self.tile <= _BAND_MAX_TILE:
-      return _band_gradient(centred, weights.reshape(n, self.tile, 3 * self.tile),
-                            sorted_cotangent, self.temperature, self.tile)
     grad = _tile_gradient(centred.reshape(n, self.tile, -1),
                           weights.reshape(n, self.tile, 3 * self.tile),
                           sorted_cotangent.reshape(n, self.tile), self.temperature)
@@ -360,8 +319,8 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
 
   Cost: positives are same-class pairs, so the global batch is sorted by class and the squared
   distances are computed in tiles of T rows against the tile before, the tile itself and the tile
-  after (2·T·B_global·d multiply-adds; the hand-written gradient 3·T·B_global·d, or for T ≤ 8 a band
-  of 2·T·B_global·d in one element-wise pass, and no recomputed forward pass), with T the smallest of 4, 8, 16, … that covers the largest class
+  after (2·T·B_global·d multiply-adds; the hand-written gradient 3·T·B_global·d and no recomputed
+  forward pass), with T the smallest of 4, 8, 16, … that covers the largest class
   of the batch (largest count − 1 ≤ T). When no tile is smaller than a quarter of the local batch, or
   the dense local-anchors × global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense
   product is used. Both are exact; the choice is made at run time (`lax.switch`) from the batch's
