@@ -296,8 +296,9 @@ def bench_scaling(quick: bool) -> dict:
 def bench_released_form(quick: bool) -> dict:
   """MR2 loss + statistics step (forward + backward), paper form (p = 2) against the released form
   (p = 5) with integer powers (`mr2_jax.class_stats.abs_pow`), and the released form as it was
-  before two changes — the float power (`jnp.abs(x) ** 5.0`, exp/log) and the autodiff cross-entropy
-  (z / γ_y formed, the label's gather scattered back) — interleaved in one run."""
+  before each of three changes — the float power (`jnp.abs(x) ** 5.0`, exp/log), the autodiff
+  cross-entropy (z / γ_y formed, the label's gather scattered back) and the statistics' per-row
+  reference rows gathered through the slots' rows — interleaved in one run."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -320,6 +321,13 @@ def bench_released_form(quick: bool) -> dict:
     finally:
       setattr(module, name, original)
 
+  reference_rows = class_stats._reference_rows  # pylint: disable=protected-access
+
+  def reference_rows_through_slots(features, valid, slots, axis_name):
+    """The statistics' reference rows as before: each row's read from its slot's gathered row."""
+    rows, _ = reference_rows(features, valid, slots, axis_name)
+    return rows, rows[slots.slot]
+
   # Earlier code of the released form, each traced (and compiled) under its patch; once compiled
   # the patch is not needed to run it.
   before = {
@@ -329,6 +337,9 @@ def bench_released_form(quick: bool) -> dict:
       "mr2_released_autodiff_ce": (
           "released, p = 5, autodiff cross-entropy (before)",
           lambda: patched(margins, "label_log_softmax", autodiff_label_log_softmax)),
+      "mr2_released_slot_reference": (
+          "released, p = 5, reference rows through the slots (before)",
+          lambda: patched(class_stats, "_reference_rows", reference_rows_through_slots)),
   }
 
   sizes = [(512, 2048, 1000), (512, 2048, 8142)] + ([] if quick else [(128, 64, 10), (128, 64, 100)])
