@@ -22,7 +22,8 @@ import sys
 import time
 
 FILES = ("tests/test_properties_losses.py", "tests/test_properties_stats.py",
-         "tests/test_properties_comparisons.py")
+         "tests/test_properties_comparisons.py", "tests/test_reweight_etf_dr.py",
+         "tests/test_reweight_glmc.py")
 
 
 def collect(expression: str | None) -> list[str]:
@@ -33,8 +34,17 @@ def collect(expression: str | None) -> list[str]:
   return [line.strip() for line in out.splitlines() if "::" in line]
 
 
+def display_name(test_id: str) -> str:
+  """The test's name; for a test outside tests/test_properties_*.py (whose names may repeat across
+  files) `<file stem>.<test name>`."""
+  path, name = test_id.split("::", 1)
+  if not os.path.basename(path).startswith("test_properties_"):
+    name = os.path.splitext(os.path.basename(path))[0] + "." + name
+  return name
+
+
 def log_path(out: str, test_id: str) -> str:
-  return os.path.join(out, re.sub(r"[^A-Za-z0-9_.+=-]+", "_", test_id.split("::", 1)[1]) + ".log")
+  return os.path.join(out, re.sub(r"[^A-Za-z0-9_.+=-]+", "_", display_name(test_id)) + ".log")
 
 
 def finished(path: str) -> bool:
@@ -71,7 +81,7 @@ def summarize(out: str, test_ids: list[str]) -> str:
   for test_id in test_ids:
     path = log_path(out, test_id)
     if not finished(path):
-      rows.append(f"| `{test_id.split('::', 1)[1]}` | – | – | – | – | – | not run |")
+      rows.append(f"| `{display_name(test_id)}` | – | – | – | – | – | not run |")
       continue
     text = open(path).read()
     counts = [tuple(map(int, m)) for m in STATS.findall(text)]
@@ -79,7 +89,7 @@ def summarize(out: str, test_ids: list[str]) -> str:
     wall = re.search(r"wall_seconds=(\d+)", text)
     commit = re.search(r"^commit=(\S+)", text, re.M)
     result = "passed" if re.search(r"\b1 passed\b", text) else "FAILED"
-    rows.append(f"| `{test_id.split('::', 1)[1]}` | {commit.group(1) if commit else '?'} | "
+    rows.append(f"| `{display_name(test_id)}` | {commit.group(1) if commit else '?'} | "
                 f"{passing} | {failing} | {invalid} | "
                 f"{wall.group(1) if wall else '?'} | {result} |")
   return "\n".join(rows) + "\n"
