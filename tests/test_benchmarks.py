@@ -62,6 +62,14 @@ def test_markdown_has_every_section():
   for title in ("Overhead", "Scaling", "Neural-Collapse", "Compile time", "CPU gap"):
     assert f"### {title}" in markdown
   assert "| mr2 | 128 | 64 | 10 | 2.00 (1.00–3.00) | 2.00 (1.00–3.00) | 3 | 1.5× / 1.5× |" in markdown
+  results["machine"]["speed_probe"] = {"numpy_matmul_gflops": 120.4, "copy_gb_per_s": 14.46}
+  assert "Speed probe: NumPy matmul 120 GFLOP/s, copy 14.5 GB/s." in run.to_markdown(results)
+
+
+def test_machine_speed_probe_reads_positive_rates():
+  probe = run.machine_speed(repeats=2)
+  assert set(probe) == {"numpy_matmul_gflops", "copy_gb_per_s"}
+  assert all(0 < v < 1e5 for v in probe.values())
 
 
 def test_input_throughput_reads_its_imagenet_sized_jpegs_at_224(tmp_path):

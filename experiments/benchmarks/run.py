@@ -92,6 +92,30 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int,
   return times
 
 
+def machine_speed(repeats: int = 15) -> dict[str, float]:
+  """A code-independent probe of how fast this (shared, virtual) machine runs right now: NumPy's
+  [1024, 1024] float32 matmul (GFLOP/s) and a 64 MB array copy (GB/s), medians of `repeats`.
+
+  The same code has run 2–2.5× slower on this machine in the evening than early in the morning;
+  absolute times from different runs compare only alongside this probe (ratios within a run, which
+  interleave their methods, need no probe).
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
+  big = np.ones(16 << 20, np.float32)
+  out = np.empty_like(big)
+  matmul, copy = [], []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    a @ a
+    matmul.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    np.copyto(out, big)
+    copy.append(time.perf_counter() - start)
+  return {"numpy_matmul_gflops": 2 * 1024 ** 3 / float(np.median(matmul)) / 1e9,
+          "copy_gb_per_s": 2 * big.nbytes / float(np.median(copy)) / 1e9}
+
+
 def machine_info() -> dict[str, Any]:
   import jaxlib  # pylint: disable=g-import-not-at-top
   import flax  # pylint: disable=g-import-not-at-top
@@ -106,7 +130,8 @@ def machine_info() -> dict[str, Any]:
     pass
   return {**train.runtime_info(), "cpu": cpu, "cores": os.cpu_count(),
           "python": platform.python_version(), "jaxlib": jaxlib.__version__,
-          "flax": flax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+          "flax": flax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+          "speed_probe": machine_speed()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -645,7 +670,12 @@ def _range(row) -> str:
 def to_markdown(results: dict) -> str:
   lines = [f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores; "
            f"JAX {results['machine']['jax']}, flax {results['machine']['flax']}; "
-           f"XLA_FLAGS=`{results['machine']['xla_flags']}`; {results['machine']['date']}.", ""]
+           f"XLA_FLAGS=`{results['machine']['xla_flags']}`; {results['machine']['date']}."]
+  probe = results["machine"].get("speed_probe")
+  if probe:  # absolute times of different runs compare only alongside it (`machine_speed`)
+    lines[0] += (f" Speed probe: NumPy matmul {probe['numpy_matmul_gflops']:.0f} GFLOP/s, "
+                 f"copy {probe['copy_gb_per_s']:.1f} GB/s.")
+  lines.append("")
   if "overhead" in results:
     lines += ["### Overhead (ResNet-32 train step, batch 128)", "",
               "| method | step ms, median (min–max) | × CE (medians) | × CE per round, min–max |",
