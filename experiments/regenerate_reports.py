@@ -63,6 +63,8 @@ STUDIES = (
     *(Study(f"pipelines_cifar10_lt/{rw}_vs_{base}", _from("pipelines_cifar10_lt/runs", base, rw))
       for base, rw in (("released", "released_rw"), ("etf_dr", "etf_dr_rw"),
                        ("glmc", "glmc_rw"))),
+    # Issue 17.1 (full CIFAR-10-LT, ResNet-32, short recipe): the methods with finished runs so far.
+    Study("cifar10_lt_short", _from("cifar10_lt_short/runs", "ce", "inverse_reweight")),
 )
 
 
