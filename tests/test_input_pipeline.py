@@ -4,6 +4,7 @@ checkpointed with the train state and a resumed run continues exactly, its posit
 
 import functools
 import json
+import os
 import pathlib
 import shutil
 
@@ -234,7 +235,7 @@ def test_grain_workers_exit_when_the_trainer_is_killed(tmp_path):
   trainer = subprocess.Popen(
       [sys.executable, str(tmp_path / "trainer.py")], stdout=subprocess.PIPE, text=True,
       cwd=pathlib.Path(__file__).resolve().parents[1],
-      env=dict(__import__("os").environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1])))
+      env=dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1])))
   try:
     children = [int(pid) for pid in trainer.stdout.readline().split()]
     workers = [pid for pid in children
@@ -249,5 +250,5 @@ def test_grain_workers_exit_when_the_trainer_is_killed(tmp_path):
     time.sleep(0.1)
   survivors = [pid for pid in children if _alive(pid)]
   for pid in survivors:  # leave no orphan behind, whatever the result
-    __import__("os").kill(pid, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
   assert not survivors, f"processes of the killed trainer still running: {survivors}"
