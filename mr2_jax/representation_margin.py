@@ -70,50 +70,54 @@ def _pair_loss_and_weights(raw_sq_dist, positive, s_bar, temperature):
 class ClassOrder(NamedTuple):
   """The global batch sorted by class: what every branch of ℓ_s̄ reads besides the features.
 
-  `order` sorts the rows by key (stable), `inverse` undoes it; `key` is, in sorted order, the label
-  of a valid row and `_MASKED` for a masked one (masked rows sort last and match nothing); `first[r]`
-  is the sorted position of the first row of sorted row r's class (its reference row).
+  `order` sorts the rows (stable) so that the rows with a positive — valid rows whose class has
+  another valid row in the batch — come first, by class, and the others (singletons, masked rows)
+  after them; `inverse` undoes it. In sorted order, `key` is the label of a row with a positive and
+  `_MASKED` for the others (they match nothing), and `first[r]` is the sorted position of the first
+  row of sorted row r's class (its reference row; the class's first row in batch order). `active`
+  counts the rows with a positive: sorted rows from `active` on have neither loss nor gradient.
   """
   key: jax.Array      # int32 [B_global], in sorted order
   order: jax.Array    # int32 [B_global]
   inverse: jax.Array  # int32 [B_global]
   first: jax.Array    # int32 [B_global], in sorted positions
+  active: jax.Array   # int32 scalar
 
 
 _MASKED = jnp.iinfo(jnp.int32).max
 
 
-def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
-  """Sorts the global batch by class; returns (ClassOrder, the largest class count)."""
-  rows = labels.shape[0]
-  key = jnp.where(valid, labels, _MASKED).astype(jnp.int32)
-  order = jnp.argsort(key, stable=True).astype(jnp.int32)
+def _runs(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """For a sorted key: each position's run start and run length (positions of equal keys)."""
+  rows = key.shape[0]
   position = jnp.arange(rows, dtype=jnp.int32)
-  inverse = jnp.zeros((rows,), jnp.int32).at[order].set(position, unique_indices=True)
-  key = key[order]
-  starts = jnp.concatenate([jnp.ones((1,), bool), key[1:] != key[:-1]])
+  change = key[1:] != key[:-1]
+  starts = jnp.concatenate([jnp.ones((1,), bool), change])
+  ends = jnp.concatenate([change, jnp.ones((1,), bool)])
   first = jax.lax.cummax(jnp.where(starts, position, 0))
-  run_length = position - first + 1
-  largest = jnp.max(jnp.where(key != _MASKED, run_length, 0), initial=0)
-  return ClassOrder(key, order, inverse, first), largest
+  last = jax.lax.cummin(jnp.where(ends, position, rows - 1), reverse=True)
+  return first, last - first + 1
 
 
-@jax.custom_vjp
-def _permute_rows(x, order, inverse):
-  """x[order] for a permutation `order`; its transpose is the gather x̄[inverse] (not a scatter-add)."""
-  del inverse
-  return x[order]
-
-
-def _permute_rows_fwd(x, order, inverse):
-  return x[order], inverse
-
-
-def _permute_rows_bwd(inverse, cotangent):
-  return cotangent[inverse], None, None
-
-
-_permute_rows.defvjp(_permute_rows_fwd, _permute_rows_bwd)
+def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
+  """Sorts the global batch by class, rows without a positive last; returns (ClassOrder, the
+  largest class count)."""
+  rows = labels.shape[0]
+  position = jnp.arange(rows, dtype=jnp.int32)
+  by_label = jnp.argsort(jnp.where(valid, labels, _MASKED).astype(jnp.int32),
+                         stable=True).astype(jnp.int32)
+  label_key = jnp.where(valid, labels, _MASKED).astype(jnp.int32)[by_label]
+  _, count = _runs(label_key)
+  in_class = label_key != _MASKED
+  largest = jnp.max(jnp.where(in_class, count, 0), initial=0)
+  paired = in_class & (count > 1)
+  # A stable partition of the label-sorted rows: each class stays contiguous and in batch order.
+  regroup = jnp.argsort(~paired, stable=True).astype(jnp.int32)
+  order = by_label[regroup]
+  key = jnp.where(paired, label_key, _MASKED)[regroup]
+  inverse = jnp.zeros((rows,), jnp.int32).at[order].set(position, unique_indices=True)
+  first, _ = _runs(key)
+  return ClassOrder(key, order, inverse, first, jnp.sum(paired, dtype=jnp.int32)), largest
 
 
 def _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions, temperature):
@@ -208,19 +212,33 @@ def _tile_gradient(tiles, weights, cotangent, temperature):
 
 
 class _Branch(NamedTuple):
-  """One form of ℓ_s̄ on the class-sorted batch: `tile` T for the tiled form, None for the dense one.
+  """One form of ℓ_s̄ on the first `rows` rows of the class-sorted batch: tiles of `tile` rows, or
+  the dense form (`tile` None, every row).
 
-  `forward` returns the local anchors' losses and the pair weights (flattened, zero-padded to
-  `size` so that every branch of the switch saves the same residual); `backward` maps the losses'
-  cotangent to the centred rows' from those weights, without a recomputed forward pass.
+  Rows from `ClassOrder.active` on have no positive, so a branch whose `rows` covers the active
+  rows is exact; when K ≫ B most rows are such singletons and only the first few rows are read.
+  `forward` sorts and centres its rows, and returns the local anchors' losses and the pair weights
+  (flattened, zero-padded to `size` so that every branch of the switch saves the same residual);
+  `backward` maps the losses' cotangent to the (unsorted) rows' from those weights, without a
+  recomputed forward pass (only the [rows, d] centring is recomputed).
   """
+  rows: int
   tile: int | None
   temperature: float
 
-  def weights_size(self, rows: int, batch: int) -> int:
-    return batch * rows if self.tile is None else rows * 3 * self.tile
+  def weights_size(self, batch: int) -> int:
+    return batch * self.rows if self.tile is None else self.rows * 3 * self.tile
 
-  def forward(self, size, centred, key, live, s_bar, anchor_positions):
+  def centred(self, features, order, live, first):
+    """The first `rows` class-sorted rows, each minus its class's reference row (zero if not live)."""
+    rows = order[:self.rows]
+    reference = order[jnp.minimum(first[:self.rows], self.rows - 1)]
+    return jnp.where(live[:self.rows, None], features[rows] - features[reference], 0.0)
+
+  def forward(self, size, features, order, inverse, key, live, first, s_bar, anchor_positions):
+    del inverse
+    centred = self.centred(features, order, live, first)
+    key, live = key[:self.rows], live[:self.rows]
     if self.tile is None:
       loss, weights = _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions,
                                               self.temperature)
@@ -228,59 +246,97 @@ class _Branch(NamedTuple):
       # Every row against the rows of its class only: exact when every class has at most T + 1
       # rows, since all same-class partners of a row then lie within T positions of it in sorted
       # order, hence in its own or an adjacent tile.
-      n = centred.shape[0] // self.tile
+      n = self.rows // self.tile
       sorted_loss, weights = _tile_loss_and_weights(
           centred.reshape(n, self.tile, -1), key.reshape(n, self.tile),
           live.reshape(n, self.tile), s_bar, self.temperature)
-      loss = sorted_loss.reshape(-1)[anchor_positions]
+      inside = anchor_positions < self.rows
+      loss = jnp.where(inside, sorted_loss.reshape(-1)[
+          jnp.minimum(anchor_positions, self.rows - 1)], 0.0)
     weights = weights.reshape(-1)
     return loss, jnp.pad(weights, (0, size - weights.shape[0]))
 
-  def backward(self, centred, key, live, s_bar, anchor_positions, weights, cotangent):
-    del key, live, s_bar
-    rows, batch = centred.shape[0], anchor_positions.shape[0]
-    weights = weights[:self.weights_size(rows, batch)]
+  def backward(self, features, order, inverse, key, live, first, s_bar, anchor_positions, weights,
+               cotangent):
+    del key, s_bar
+    centred = self.centred(features, order, live, first)
+    batch = anchor_positions.shape[0]
+    weights = weights[:self.weights_size(batch)]
     if self.tile is None:
-      return _dense_gradient(centred, anchor_positions, weights.reshape(batch, rows), cotangent,
-                             self.temperature)
-    n = rows // self.tile
-    sorted_cotangent = jnp.zeros((rows,), cotangent.dtype).at[anchor_positions].set(
-        cotangent, unique_indices=True)
-    grad = _tile_gradient(centred.reshape(n, self.tile, -1),
-                          weights.reshape(n, self.tile, 3 * self.tile),
-                          sorted_cotangent.reshape(n, self.tile), self.temperature)
-    return grad.reshape(rows, -1)
+      grad = _dense_gradient(centred, anchor_positions, weights.reshape(batch, self.rows),
+                             cotangent, self.temperature)
+    else:
+      n = self.rows // self.tile
+      sorted_cotangent = jnp.zeros((self.rows,), cotangent.dtype).at[anchor_positions].set(
+          cotangent, mode="drop", unique_indices=True)
+      grad = _tile_gradient(centred.reshape(n, self.tile, -1),
+                            weights.reshape(n, self.tile, 3 * self.tile),
+                            sorted_cotangent.reshape(n, self.tile), self.temperature)
+      grad = grad.reshape(self.rows, -1)
+    # The reference rows are constants (stop-gradient): ∂u_r/∂φ_r = I for a live sorted row r, and
+    # the sort's transpose is the gather by `inverse` (rows sorted past `rows` get 0).
+    grad = jnp.where(live[:self.rows, None], grad, 0.0)
+    inside = inverse < self.rows
+    return jnp.where(inside[:, None], grad[jnp.minimum(inverse, self.rows - 1)], 0.0)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _switch(branches, index, centred, *rest):
+def _switch(branches, index, features, *rest):
   """ℓ_s̄ of the local anchors by the branch `index` (a `lax.switch` over `_Branch.forward`).
 
   Its gradient runs only the chosen branch's hand-written backward pass, from the pair weights the
   forward pass saved. Differentiating `lax.switch` directly makes every branch return zero-filled
   copies of every other branch's residuals, and re-running the chosen branch under `jax.vjp`
   repeats its forward pass; here the one saved residual is the weights, zero-padded to the
-  largest branch's size (≤ B·P floats). The sorting and centring stay outside the switch.
-  Cotangents flow to `centred` only.
+  largest branch's size (≤ B·P floats). `rest` = (order, inverse, key, live, first, s_bar,
+  anchor_positions) of `ClassOrder`, padded. Cotangents flow to `features` only.
   """
-  return _switch_fwd(branches, index, centred, *rest)[0]
+  return _switch_fwd(branches, index, features, *rest)[0]
 
 
-def _switch_fwd(branches, index, centred, *rest):
-  rows, batch = centred.shape[0], rest[-1].shape[0]
-  size = max(b.weights_size(rows, batch) for b in branches)
+def _switch_fwd(branches, index, features, *rest):
+  batch = rest[-1].shape[0]
+  size = max(b.weights_size(batch) for b in branches)
   loss, weights = jax.lax.switch(index, [functools.partial(b.forward, size) for b in branches],
-                                 centred, *rest)
-  return loss, (index, centred, rest, weights)
+                                 features, *rest)
+  return loss, (index, features, rest, weights)
 
 
 def _switch_bwd(branches, residuals, cotangent):
-  index, centred, rest, weights = residuals
-  grad = jax.lax.switch(index, [b.backward for b in branches], centred, *rest, weights, cotangent)
+  index, features, rest, weights = residuals
+  grad = jax.lax.switch(index, [b.backward for b in branches], features, *rest, weights, cotangent)
   return (None, grad) + (None,) * len(rest)
 
 
 _switch.defvjp(_switch_fwd, _switch_bwd)
+
+
+def _branches(rows: int, batch: int, dim: int, temperature: float) -> tuple[_Branch, ...]:
+  """The forms of ℓ_s̄ for a global batch of `rows` (a local batch of `batch`): tiles T of 4, 8, …
+  with 4·T ≤ B over the first P/8, P/4, P/2 or all P (padded) sorted rows, then the dense form,
+  last. Only the dense form when its product (B·P·d) is below `TILED_MIN_WORK`."""
+  if batch * rows * dim < TILED_MIN_WORK:
+    return (_Branch(rows, None, temperature),)
+  tiles = tuple(t for t in _TILE_SIZES if 4 * t <= batch)
+  padded = rows + (-rows % tiles[-1] if tiles else 0)
+  branches = []
+  for size in (padded // 8, padded // 4, padded // 2, padded):
+    branches += [_Branch(size, t, temperature) for t in tiles if 4 * t <= size and size % t == 0]
+  return tuple(branches) + (_Branch(padded, None, temperature),)
+
+
+def _choose(branches: tuple[_Branch, ...], active: jax.Array, largest: jax.Array) -> jax.Array:
+  """The cheapest exact branch: the fewest rows × tile among the tiled branches that cover the
+  active rows (rows ≥ active) and the largest class (largest − 1 ≤ T); else the dense form (last)."""
+  tiled = branches[:-1]
+  if not tiled:
+    return jnp.int32(0)
+  rows = jnp.asarray([b.rows for b in tiled], jnp.int32)
+  tile = jnp.asarray([b.tile for b in tiled], jnp.int32)
+  cost = jnp.asarray([b.rows * b.tile for b in tiled], jnp.int32)
+  exact = (rows >= active) & (tile >= largest - 1)
+  best = jnp.argmin(jnp.where(exact, cost, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
+  return jnp.where(jnp.any(exact), best, len(tiled)).astype(jnp.int32)
 
 
 def mean_class_deviation(stats: ClassStats) -> jax.Array:
@@ -319,12 +375,14 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
 
   Cost: positives are same-class pairs, so the global batch is sorted by class and the squared
   distances are computed in tiles of T rows against the tile before, the tile itself and the tile
-  after (2·T·B_global·d multiply-adds; the hand-written gradient 3·T·B_global·d and no recomputed
-  forward pass), with T the smallest of 4, 8, 16, … that covers the largest class
-  of the batch (largest count − 1 ≤ T). When no tile is smaller than a quarter of the local batch, or
-  the dense local-anchors × global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense
-  product is used. Both are exact; the choice is made at run time (`lax.switch`) from the batch's
-  class counts.
+  after (2·T·R·d multiply-adds; the hand-written gradient 3·T·R·d and no recomputed forward pass),
+  with T the smallest of 4, 8, 16, … that covers the largest class of the batch (largest count − 1
+  ≤ T). A row whose class has no other row in the batch has no positive (loss 0, gradient 0): such
+  rows are sorted last and only the first R of P/8, P/4, P/2 or P global rows that hold every row
+  with a positive are read — when K ≫ B (ImageNet-size label sets) most rows are such singletons.
+  When no tile is smaller than a quarter of the local batch, or the dense local-anchors ×
+  global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense product is used. All are
+  exact; the choice is made at run time (`lax.switch`) from the batch's class counts.
 
   Returns:
     float [B] per-anchor losses (the caller reduces them).
@@ -348,23 +406,18 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
       axis_name, features, labels, valid)
   classes, largest = class_order(all_labels, all_valid)
   rows = all_features.shape[0]
-  dense_work = batch * rows * all_features.shape[1]
-  tiles = (tuple(t for t in _TILE_SIZES if 4 * t <= batch) if dense_work >= TILED_MIN_WORK
-           else ())
-  # Sorting and centring, shared by every branch (outside the switch): rows in class order, each
-  # centred on its class's first sorted row, padded to a multiple of the largest tile.
-  ordered = _permute_rows(all_features, classes.order, classes.inverse)
-  live = classes.key != _MASKED  # the valid rows, in sorted order
-  centred = jnp.where(live[:, None], ordered - jax.lax.stop_gradient(ordered)[classes.first], 0.0)
-  pad = -rows % (tiles[-1] if tiles else 1)
-  centred = jnp.pad(centred, ((0, pad), (0, 0)))
+  branches = _branches(rows, batch, all_features.shape[1], temperature)
+  # Sorted positions past the global batch (padding to a multiple of the largest tile) read row 0,
+  # masked: not live, matching nothing.
+  pad = max(b.rows for b in branches) - rows
+  order = jnp.pad(classes.order, (0, pad))
   key = jnp.pad(classes.key, (0, pad), constant_values=_MASKED)
-  live = jnp.pad(live, (0, pad))
+  live = key != _MASKED
+  first = jnp.concatenate([classes.first, jnp.arange(rows, rows + pad, dtype=jnp.int32)])
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
-  # The smallest tile T with (largest class count − 1) ≤ T, else the dense form. Exact either way.
-  branch = jnp.sum(jnp.asarray(tiles, jnp.int32) < largest - 1).astype(jnp.int32)
-  branches = tuple(_Branch(t, temperature) for t in tiles) + (_Branch(None, temperature),)
-  loss = _switch(branches, branch, centred, key, live, s_bar, anchor_positions)
+  branch = _choose(branches, classes.active, largest)
+  loss = _switch(branches, branch, all_features, order, classes.inverse, key, live, first, s_bar,
+                 anchor_positions)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
   return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))

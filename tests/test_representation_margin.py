@@ -172,6 +172,7 @@ class TiledTest(chex.TestCase):
       ("tile16_exact", (15, 17, 17, 15)),
       ("dense_just_over_16", (15, 18, 18, 13)),
       ("singletons_and_pairs", (2,) * 20 + (1,) * 24),
+      ("mostly_singletons", (2,) * 6 + (1,) * 52),  # 12 rows with a positive: the first 16 read
       ("one_class", (64,)),
   )
   def test_matches_reference(self, counts):
@@ -203,25 +204,60 @@ class TiledTest(chex.TestCase):
     from mr2_jax import representation_margin as rm
     labels = jnp.asarray(_labels_with_counts((9, 9, 9, 9, 9, 9, 9, 1), seed=3))
     features = jnp.asarray(np.random.default_rng(3).normal(size=(64, 7)), jnp.float32)
-    valid = jnp.ones(64, bool)
-    classes, largest = rm.class_order(labels, valid)
+    classes, largest = rm.class_order(labels, jnp.ones(64, bool))
     self.assertEqual(int(largest), 9)
-    centred = features[classes.order] - features[classes.order][classes.first]
-    args = (classes.key, valid, jnp.float32(0.5), classes.inverse)
+    self.assertEqual(int(classes.active), 63)  # the class of 1 has no positive
+    self._assert_branches_agree(features, classes, [(64, 8), (64, None)])
 
-    def loss(branch, f):  # each branch alone, with its hand-written backward pass
-      tile = None if branch == "dense" else 8
-      out = rm._switch((rm._Branch(tile, 1.0),), jnp.int32(0), f, *args)
+  def _assert_branches_agree(self, features, classes, branches):
+    """Value and gradient of each (rows, tile) branch alone, with its hand-written backward pass,
+    equal those of the last one."""
+    from mr2_jax import representation_margin as rm
+    args = (classes.order, classes.inverse, classes.key, classes.key != rm._MASKED, classes.first,
+            jnp.float32(0.5), classes.inverse)
+
+    def loss(branch, f):
+      out = rm._switch((rm._Branch(*branch, 1.0),), jnp.int32(0), f, *args)
       return jnp.sum(out ** 2)
 
     value_and_grad = (jax.jit(loss, static_argnums=0),
                       jax.jit(jax.grad(loss, argnums=1), static_argnums=0))
     for f in value_and_grad:
-      dense = np.asarray(f("dense", centred))
-      # float32 sums in another order: the error scales with the largest terms (gradients here
-      # reach ~2e3, so an entry of ~5 can be off by ~1e-4 in float32), not with each entry.
-      np.testing.assert_allclose(f("tiled", centred), dense, rtol=2e-5,
-                                 atol=1e-6 * np.max(np.abs(dense)))
+      expected = np.asarray(f(branches[-1], features))
+      self.assertGreater(float(np.max(np.abs(expected))), 0.0)
+      for branch in branches[:-1]:
+        # float32 sums in another order: the error scales with the largest terms (gradients here
+        # reach ~2e3, so an entry of ~5 can be off by ~1e-4 in float32), not with each entry.
+        np.testing.assert_allclose(f(branch, features), expected, rtol=2e-5,
+                                   atol=1e-6 * np.max(np.abs(expected)), err_msg=str(branch))
+
+  def test_rows_without_a_positive_are_skipped(self):
+    # 6 pairs and a class of 3 among 49 singletons (K ≫ B): the 15 rows with a positive sort first
+    # and the cheapest exact branch reads only the first 16 sorted rows (T = 4); it equals the
+    # full-batch tiled and dense branches in value and gradient, and the reference.
+    from mr2_jax import representation_margin as rm
+    counts = (2,) * 6 + (3,) + (1,) * 49
+    labels = jnp.asarray(_labels_with_counts(counts, seed=7))
+    rng = np.random.default_rng(7)
+    features = jnp.asarray(rng.normal(size=(64, 6)) + 3 * rng.normal(size=(len(counts), 6))[
+        np.asarray(labels)], jnp.float32)
+    classes, largest = rm.class_order(labels, jnp.ones(64, bool))
+    self.assertEqual((int(classes.active), int(largest)), (15, 3))
+    np.testing.assert_array_equal(np.asarray(classes.key)[15:], rm._MASKED)
+    branches = rm._branches(64, 64, 6, 1.0)
+    self.assertEqual([(b.rows, b.tile) for b in branches],
+                     [(16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (64, 16), (64, None)])
+    self.assertEqual(int(rm._choose(branches, classes.active, largest)), 0)
+    self._assert_branches_agree(features, classes, [(16, 4), (32, 8), (64, 4), (64, None)])
+    out = jax.jit(lambda f, y: mr2_jax.representation_margin_loss(
+        f, y, 0.5, num_classes=len(counts)))(features, labels)
+    np.testing.assert_allclose(
+        out, ref.representation_margin_loss(np.asarray(features), np.asarray(labels), 0.5, 1.0),
+        rtol=RTOL, atol=1e-6)
+    # One row more with a positive than the bucket holds: the next bucket.
+    self.assertEqual(int(rm._choose(branches, jnp.int32(17), largest)), 1)
+    # A class too large for any tile: the dense form.
+    self.assertEqual(int(rm._choose(branches, classes.active, jnp.int32(18))), len(branches) - 1)
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(
@@ -229,6 +265,7 @@ class TiledTest(chex.TestCase):
       ("tile16", (7, 13, 13, 13, 13, 5), False, 16),
       ("dense_past_the_tiles", (10, 27, 27), False, None),
       ("dense_small_work", (7, 13, 13, 13, 13, 5), True, None),
+      ("tile4_first_rows", (2,) * 5 + (3,) * 2 + (1,) * 48, False, 4),  # singletons skipped
   )
   def test_hand_written_gradient_matches_float64_analytic_gradient(self, counts, small_work, tile):
     # Each branch's hand-written VJP against the gradient written from the spec's formula in
@@ -275,9 +312,14 @@ class TiledTest(chex.TestCase):
     valid = jnp.asarray([True, True, True, True, False, True, True])
     classes, largest = rm.class_order(labels, valid)
     order = np.asarray(classes.order)
-    np.testing.assert_array_equal(order, [3, 1, 5, 6, 0, 2, 4])  # stable; the masked row last
+    # Stable; the rows with a positive first (classes 1 and 3), then the singletons of classes 0 and
+    # 2 and the masked row, which match nothing.
+    np.testing.assert_array_equal(order, [1, 5, 0, 2, 3, 6, 4])
     np.testing.assert_array_equal(np.asarray(classes.inverse)[order], np.arange(7))
-    np.testing.assert_array_equal(classes.first, [0, 1, 1, 3, 4, 4, 6])
+    masked = rm._MASKED
+    np.testing.assert_array_equal(classes.key, [1, 1, 3, 3, masked, masked, masked])
+    np.testing.assert_array_equal(classes.first, [0, 0, 2, 2, 4, 4, 4])
+    self.assertEqual(int(classes.active), 4)
     self.assertEqual(int(largest), 2)  # the masked row of class 3 does not count
 
   def test_pmap_global_batch_equals_reference(self):
