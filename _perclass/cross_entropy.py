@@ -19,16 +19,40 @@ from _perclass.checks import take_class_values
 Array = Any
 
 
+def _scaled(logits: jax.Array, shift: jax.Array, temperature: jax.Array | None) -> jax.Array:
+  """(z − c) / T [B, K] for a per-example shift c [B] (T = 1 when None)."""
+  shifted = logits - shift[:, None]
+  return shifted if temperature is None else shifted / temperature[:, None]
+
+
 def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
                              temperature: jax.Array | None
                              ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(log softmax(z / T)_y [B], s = (z − m) / T [B, K], log Σ_k exp(s_k) [B])."""
-  # max_k z_k / T = (max_k z_k) / T for T > 0, so the [B, K] logits are read, not first divided.
-  shifted = logits - jnp.max(logits, axis=-1, keepdims=True)
+  """(log softmax(z / T)_y [B], the shift c [B], log Σ_k exp((z_k − c) / T) [B]).
+
+  log softmax(z / T)_y = (z_y − c) / T − log Σ_k exp((z_k − c) / T) for any c. With c = z_y the
+  label's term is exactly 1 and the value is −log1p(Σ_{k≠y} exp((z_k − z_y) / T)): one pass over
+  the [B, K] logits, and no term can underflow the sum. A term overflows only where some logit
+  exceeds the label's by ~88·T; then (a `lax.cond` on the [B] sums) c = max_k z_k, the usual
+  two-pass form (max, then exp-sum).
+  """
+  label_logit = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
+  hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
+  rest = jnp.sum(jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature))), axis=-1)
+
+  def by_label(_):
+    return label_logit, jnp.log1p(rest)
+
+  def by_max(_):
+    # max_k z_k / T = (max_k z_k) / T for T > 0, so the [B, K] logits are read, not first divided.
+    top = jnp.max(logits, axis=-1)
+    return top, jnp.log(jnp.sum(jnp.exp(_scaled(logits, top, temperature)), axis=-1))
+
+  shift, log_norm = jax.lax.cond(jnp.any(rest == jnp.inf), by_max, by_label, None)
+  label_term = label_logit - shift
   if temperature is not None:
-    shifted = shifted / temperature[:, None]
-  log_norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
-  return jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0] - log_norm, shifted, log_norm
+    label_term = label_term / temperature
+  return label_term - log_norm, shift, log_norm
 
 
 @jax.custom_jvp
@@ -45,8 +69,8 @@ def _label_log_softmax_jvp(primals, tangents):
   """
   logits, labels, temperature = primals
   dlogits = tangents[0]
-  value, shifted, log_norm = _label_log_softmax_value(logits, labels, temperature)
-  probs = jnp.exp(shifted - log_norm[:, None])
+  value, shift, log_norm = _label_log_softmax_value(logits, labels, temperature)
+  probs = jnp.exp(_scaled(logits, shift, temperature) - log_norm[:, None])
   hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
   dvalue = jnp.sum(jnp.where(hit, dlogits, 0), axis=-1) - jnp.sum(probs * dlogits, axis=-1)
   if temperature is not None:
@@ -56,13 +80,15 @@ def _label_log_softmax_jvp(primals, tangents):
 
 def label_log_softmax(logits: jax.Array, labels: jax.Array,
                       temperature: jax.Array | None = None) -> jax.Array:
-  """log softmax(z / T)_y = (z_y − m) / T − log Σ_k exp((z_k − m) / T), m = max_k z_k, per example [B].
+  """log softmax(z / T)_y = −log Σ_k exp((z_k − z_y) / T) per example [B].
 
   T is an optional per-example temperature [B] > 0 (MR2's γ_y), a constant for differentiation
-  (stop-gradient); without it T = 1. The label's shifted logit is exact (0 when it is the maximum),
-  as in `jax.nn.log_softmax`, and the [B, K] log-probabilities are never materialised. The
-  derivative is written out (`_label_log_softmax_jvp`): forward and reverse mode both work, and a
-  gradient costs one pass over the [B, K] logits after the forward's two (max, then exp-sum).
+  (stop-gradient); without it T = 1. The sum is shifted by the label's own logit, so the label's
+  term is exactly 1 and the forward pass reads the [B, K] logits once; only when a term would
+  overflow (a logit ~88·T above the label's) is it shifted by the row maximum instead, as in
+  `jax.nn.log_softmax` (see `_label_log_softmax_value`). The [B, K] log-probabilities are never
+  materialised. The derivative is written out (`_label_log_softmax_jvp`): forward and reverse mode
+  both work, and a gradient costs one more pass over the [B, K] logits.
   Labels must be valid indices (callers pass `index_labels(labels, in_range)` and mask the result).
   """
   if temperature is not None:

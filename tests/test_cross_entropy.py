@@ -77,6 +77,42 @@ def test_minus_infinity_logits_get_no_gradient():
   assert grad[0, 1] == 0.0 and grad[1, 2] == 0.0
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_row_that_would_overflow_takes_the_max_shift(jit):
+  """Shifted by the label's logit, exp((z_k − z_y) / T) overflows where a logit is ~88·T above the
+  label's: then (any row) the batch is shifted by the row maxima instead, and value and gradient
+  still match float64."""
+  logits, labels, temperature = draw(8, batch=16, classes=50)
+  logits[3, (labels[3] + 1) % 50] = logits[3, labels[3]] + 100.0 * temperature[3]
+  f = lambda z: label_log_softmax(z, labels, temperature)
+  grad_f = jax.grad(lambda z: jnp.sum(f(z)))
+  if jit:
+    f, grad_f = jax.jit(f), jax.jit(grad_f)
+  value, grad = f(jnp.asarray(logits)), grad_f(jnp.asarray(logits))
+  expected, expected_grad = reference(logits, labels, temperature)
+  assert np.all(np.isfinite(value)) and np.all(np.isfinite(grad))
+  atol = 4 * np.finfo(np.float32).eps * (np.abs(logits).max() / temperature.min() + 1)
+  np.testing.assert_allclose(value, expected, rtol=0, atol=atol)
+  assert value[3] < -99.0
+  np.testing.assert_allclose(grad, expected_grad, rtol=0, atol=1e-5 / temperature.min())
+
+
+def test_confident_rows_keep_their_small_losses():
+  """A label logit 30 above the rest: −log softmax_y ≈ Σ_{k≠y} e^{−30} ≈ 5e-11, which log(1 + ·) in
+  float32 rounds to 0; the label-shifted form's log1p keeps it to float32 precision."""
+  logits = np.random.default_rng(9).normal(size=(8, 517)).astype(np.float32)
+  labels = np.arange(8, dtype=np.int32)
+  logits[np.arange(8), labels] = 30.0 + logits.max()
+  value = np.asarray(label_log_softmax(jnp.asarray(logits), labels))
+  # float64, written with log1p too: log(Σ_k ·) of `reference` is itself off by ~1e-16 absolute here.
+  z = logits.astype(np.float64)
+  others = np.exp(z - z[np.arange(8), labels][:, None])
+  others[np.arange(8), labels] = 0.0
+  expected = -np.log1p(others.sum(axis=1))
+  assert np.all(expected < -1e-12) and np.all(expected > -1e-9)
+  np.testing.assert_allclose(value, expected, rtol=1e-5)
+
+
 def test_gradient_has_no_scatter():
   """The label's term is a one-hot select in the gradient: autodiff of the gather would scatter-add
   into a zero [B, K] array, a second pass over the logits."""
