@@ -6,6 +6,8 @@ other, and `_perclass` imports neither. Users import the public names from `mr2_
 
 Modules:
   class_sums     class slots and exact, psum-able per-class sums and counts.
+  class_order    the batch sorted by class, rows without a partner last; prefix sizes for the
+                 per-class work (MR2's ℓ_s̄ and class statistics when K > B).
   checks         argument checks (errors name the argument), the traced-check switch, the one
                  out-of-range label guard (`index_labels`, `take_class_values`).
   cross_entropy  the label's log-softmax and the plain per-example cross-entropy.

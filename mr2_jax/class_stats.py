@@ -8,12 +8,14 @@ classes absent from the batch keep their values. Computed without gradient.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 
+from _perclass import class_order as class_order_lib
 from _perclass import class_sums
 from _perclass import checks
 
@@ -116,7 +118,7 @@ def _reference_rows(features: jax.Array, valid: Array, slots: class_sums.ClassSl
 
 def batch_class_moments(features: Array, labels: Array, valid: Array, num_classes: int, *,
                         p: float = 2.0, axis_name: str | None = None):
-  """Global-batch class means and the spec's (a_k, v_k), per slot (see `class_sums`).
+  """Global-batch class moments, the spec's (a_k, v_k), per slot (see `class_sums`).
 
   Two passes, both reduced as sums and counts, on rows shifted by a reference row r_k of their own
   class (`_reference_rows`: the class's first row of the global batch, the same on every device):
@@ -130,9 +132,20 @@ def batch_class_moments(features: Array, labels: Array, valid: Array, num_classe
   class's own spread: a collapsed class has u = 0 and v_k = 0 exactly. Each slot's result depends
   only on its own class's rows, so a non-finite row cannot change another class.
 
+  On one device with more classes than rows (K > B, ImageNet-size label sets) the same sums are
+  taken over the class-sorted batch instead (`_sorted_moments`): a class seen once has m_k = φ_i,
+  a_k = ‖φ_i‖_p² and v_k = 0 with no sum at all, and only the rows with a partner are summed.
+
   Returns:
-    (slots, class_means [S, d], a [S], v [S]); slots with no example have zeros.
+    (slots, a [S], v [S]); slots with no example have zeros.
   """
+  if axis_name is None and num_classes > labels.shape[0]:
+    return _sorted_moments(features, labels, valid, num_classes, p)
+  return _slot_moments(features, labels, valid, num_classes, p, axis_name)
+
+
+def _slot_moments(features, labels, valid, num_classes, p, axis_name):
+  """`batch_class_moments` by slot sums (`class_sums`), psum-reduced under `axis_name`."""
   slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
   reference, row_reference = _reference_rows(features, valid, slots, axis_name)
   shifted = jnp.where(valid[:, None], features - row_reference, 0.0)
@@ -143,7 +156,62 @@ def batch_class_moments(features: Array, labels: Array, valid: Array, num_classe
   deviation = lp_sq_norm(shifted - offsets[slots.slot], p)
   deviation = jnp.where(valid, deviation, 0.0)
   dev_sums = class_sums.slot_sum(deviation, slots, axis_name=axis_name)
-  return slots, class_means, lp_sq_norm(class_means, p), dev_sums / counts[:, 0]
+  return slots, lp_sq_norm(class_means, p), dev_sums / counts[:, 0]
+
+
+def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.ClassOrder, p: float
+                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(a, v, n) at each class's first sorted position among the first `size` sorted rows (0
+  elsewhere), padded to [B]: `batch_class_moments`' shifted sums over the classes with a partner,
+  which all lie in that prefix. Runs of `size` rows hold at most size / 2 such classes."""
+  batch = features.shape[0]
+  position = jnp.arange(size, dtype=jnp.int32)
+  live = order.key[:size] != class_order_lib.MASKED
+  start = order.first[:size]
+  starts = live & (start == position)
+  runs = size // 2
+  run = jnp.where(live, jnp.cumsum(starts, dtype=jnp.int32) - 1, runs)  # `runs`: dropped
+  rows = order.order[:size]
+  reference = features[order.order[jnp.minimum(start, size - 1)]]
+  shifted = jnp.where(live[:, None], features[rows] - reference, 0.0)
+  sums = jax.ops.segment_sum(shifted, run, num_segments=runs, mode="drop")
+  counts = jax.ops.segment_sum(live.astype(features.dtype), run, num_segments=runs, mode="drop")
+  safe_counts = jnp.maximum(counts, 1.0)
+  offsets = sums / safe_counts[:, None]
+  own_run = jnp.minimum(run, runs - 1)
+  deviation = jnp.where(live, lp_sq_norm(shifted - offsets[own_run], p), 0.0)
+  v = jax.ops.segment_sum(deviation, run, num_segments=runs, mode="drop") / safe_counts
+  # Each run's reference row is its first row's: the row at the run's first sorted position.
+  run_start = jax.ops.segment_min(position, run, num_segments=runs, mode="drop")
+  run_reference = features[order.order[jnp.clip(run_start, 0, size - 1)]]
+  a = lp_sq_norm(run_reference + offsets, p)
+
+  def at_starts(per_run):
+    return jnp.pad(jnp.where(starts, per_run[own_run], 0.0), (0, batch - size))
+
+  return at_starts(a), at_starts(v), at_starts(counts)
+
+
+def _sorted_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int,
+                    p: float) -> tuple[class_sums.ClassSlots, jax.Array, jax.Array]:
+  """`batch_class_moments` on one device for K > B, over the class-sorted batch
+  (`_perclass.class_order`): one slot per sorted position, holding its class when the position is
+  the class's first. A singleton class gets a_k = ‖φ_i‖_p², v_k = 0 (the shifted sums' values
+  exactly: u_i = 0, m_k = r_k = φ_i); the classes with a partner are summed by the branch of a
+  `lax.switch` that reads only the smallest prefix of P/8, P/4, P/2 or P sorted rows holding them
+  (each class's rows in batch order, as the slot sums add them)."""
+  order, _ = class_order_lib.class_order(labels, valid)
+  sizes = tuple(s for s in class_order_lib.prefix_sizes(labels.shape[0]) if s >= 2)
+  a, v, counts = jax.lax.switch(
+      class_order_lib.smallest_prefix(sizes, order.active),
+      [functools.partial(_prefix_moments, size, p=p) for size in sizes], features, order)
+  single = valid[order.order] & (order.key == class_order_lib.MASKED)
+  a = jnp.where(single, lp_sq_norm(features, p)[order.order], a)
+  counts = jnp.where(single, 1.0, counts)
+  classes = jnp.where(counts > 0, labels[order.order], num_classes).astype(jnp.int32)
+  own = order.inverse
+  slot = jnp.where(order.key[own] != class_order_lib.MASKED, order.first[own], own)
+  return class_sums.ClassSlots(classes, counts, slot), a, v
 
 
 REDUCTIONS = ("exact", "per_device")
@@ -154,7 +222,7 @@ def _per_device_moments(features, labels, valid, num_classes, p, axis_name):
 
   Only 3·K scalars cross devices. Returns (slots over all K classes, a [K], v [K]).
   """
-  local_slots, _, local_a, local_v = batch_class_moments(features, labels, valid, num_classes, p=p)
+  local_slots, local_a, local_v = batch_class_moments(features, labels, valid, num_classes, p=p)
   local_n = local_slots.counts
   target = jnp.where(local_n > 0, local_slots.classes, num_classes)
   moments = jnp.stack([local_n * local_a, local_n * local_v, local_n], axis=-1)
@@ -211,7 +279,7 @@ def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, dec
     slots, batch_a, batch_v = _per_device_moments(features, labels, valid, stats.num_classes, p,
                                                   axis_name)
   else:
-    slots, _, batch_a, batch_v = batch_class_moments(
+    slots, batch_a, batch_v = batch_class_moments(
         features, labels, valid, stats.num_classes, p=p, axis_name=axis_name)
   present = slots.counts > 0
   seen_before = class_sums.gather_from_classes(stats.seen, slots)

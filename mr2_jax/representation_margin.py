@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from mr2_jax import class_stats as class_stats_lib
 from _perclass import checks
+from _perclass import class_order as class_order_lib
 from _perclass import class_sums
 from mr2_jax.class_stats import ClassStats
 
@@ -67,57 +68,10 @@ def _pair_loss_and_weights(raw_sq_dist, positive, s_bar, temperature):
   return shift + jnp.log(total), terms / total[..., None]
 
 
-class ClassOrder(NamedTuple):
-  """The global batch sorted by class: what every branch of ℓ_s̄ reads besides the features.
-
-  `order` sorts the rows (stable) so that the rows with a positive — valid rows whose class has
-  another valid row in the batch — come first, by class, and the others (singletons, masked rows)
-  after them; `inverse` undoes it. In sorted order, `key` is the label of a row with a positive and
-  `_MASKED` for the others (they match nothing), and `first[r]` is the sorted position of the first
-  row of sorted row r's class (its reference row; the class's first row in batch order). `active`
-  counts the rows with a positive: sorted rows from `active` on have neither loss nor gradient.
-  """
-  key: jax.Array      # int32 [B_global], in sorted order
-  order: jax.Array    # int32 [B_global]
-  inverse: jax.Array  # int32 [B_global]
-  first: jax.Array    # int32 [B_global], in sorted positions
-  active: jax.Array   # int32 scalar
-
-
-_MASKED = jnp.iinfo(jnp.int32).max
-
-
-def _runs(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """For a sorted key: each position's run start and run length (positions of equal keys)."""
-  rows = key.shape[0]
-  position = jnp.arange(rows, dtype=jnp.int32)
-  change = key[1:] != key[:-1]
-  starts = jnp.concatenate([jnp.ones((1,), bool), change])
-  ends = jnp.concatenate([change, jnp.ones((1,), bool)])
-  first = jax.lax.cummax(jnp.where(starts, position, 0))
-  last = jax.lax.cummin(jnp.where(ends, position, rows - 1), reverse=True)
-  return first, last - first + 1
-
-
-def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
-  """Sorts the global batch by class, rows without a positive last; returns (ClassOrder, the
-  largest class count)."""
-  rows = labels.shape[0]
-  position = jnp.arange(rows, dtype=jnp.int32)
-  by_label = jnp.argsort(jnp.where(valid, labels, _MASKED).astype(jnp.int32),
-                         stable=True).astype(jnp.int32)
-  label_key = jnp.where(valid, labels, _MASKED).astype(jnp.int32)[by_label]
-  _, count = _runs(label_key)
-  in_class = label_key != _MASKED
-  largest = jnp.max(jnp.where(in_class, count, 0), initial=0)
-  paired = in_class & (count > 1)
-  # A stable partition of the label-sorted rows: each class stays contiguous and in batch order.
-  regroup = jnp.argsort(~paired, stable=True).astype(jnp.int32)
-  order = by_label[regroup]
-  key = jnp.where(paired, label_key, _MASKED)[regroup]
-  inverse = jnp.zeros((rows,), jnp.int32).at[order].set(position, unique_indices=True)
-  first, _ = _runs(key)
-  return ClassOrder(key, order, inverse, first, jnp.sum(paired, dtype=jnp.int32)), largest
+# The class order and its sort key live in the shared per-class core; the names stay here too.
+ClassOrder = class_order_lib.ClassOrder
+class_order = class_order_lib.class_order
+_MASKED = class_order_lib.MASKED
 
 
 def _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions, temperature):
@@ -320,7 +274,7 @@ def _branches(rows: int, batch: int, dim: int, temperature: float) -> tuple[_Bra
   tiles = tuple(t for t in _TILE_SIZES if 4 * t <= batch)
   padded = rows + (-rows % tiles[-1] if tiles else 0)
   branches = []
-  for size in (padded // 8, padded // 4, padded // 2, padded):
+  for size in class_order_lib.prefix_sizes(padded):
     branches += [_Branch(size, t, temperature) for t in tiles if 4 * t <= size and size % t == 0]
   return tuple(branches) + (_Branch(padded, None, temperature),)
 

@@ -4,9 +4,11 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 import mr2_jax
+from _perclass import class_sums
 from tests import cases
 from tests.reference import numpy_mr2 as ref
 
@@ -173,3 +175,56 @@ def test_integral_p_uses_integer_powers_with_the_same_value():
     x64 = x.astype(np.float64)
     expected = np.sum(np.abs(x64) ** p, axis=-1) ** (2 / p)
     np.testing.assert_allclose(np.asarray(cs.lp_sq_norm(x, p)), expected, rtol=2e-6)
+
+
+def _labels_with_counts(counts, num_classes, seed):
+  """Labels with the given class counts, classes drawn from [0, K), rows shuffled."""
+  rng = np.random.default_rng(seed)
+  classes = rng.choice(num_classes, size=len(counts), replace=False)
+  return rng.permutation(np.repeat(classes, counts)).astype(np.int32)
+
+
+@pytest.mark.parametrize("counts, prefix", [  # every 7th row masked
+    ((1,) * 64, 8),                          # all singletons: the P/8 prefix, nothing summed
+    ((2,) * 4 + (1,) * 56, 8),               # pairs among singletons (4 rows with a partner): P/8
+    ((3,) * 3 + (2,) * 1 + (1,) * 51, 15),   # 10 of 62 rows: P/4 (P/8 = 7 rows)
+    ((2,) * 16 + (1,) * 32, 32),             # 20 of 64: P/2
+    ((5,) * 12 + (4,), 64),                  # every valid row has a partner: all P
+    ((64,), 64),                             # one class
+])
+@pytest.mark.parametrize("p", [2.0, 5.0])
+def test_sorted_moments_equal_the_slot_sums_bit_for_bit(counts, prefix, p):
+  """K > B on one device: the class-sorted moments (singletons without a sum, the rows with a
+  partner summed in the smallest prefix that holds them) are the slot sums' values bit for bit,
+  with masked rows, a common offset of 1e4 and spreads from 1e-3 to 10."""
+  from mr2_jax import class_stats
+  from _perclass import class_order
+  num_classes = 1000
+  labels = _labels_with_counts(counts, num_classes, seed=len(counts))
+  rng = np.random.default_rng(prefix)
+  batch = labels.shape[0]
+  spread = 10.0 ** rng.uniform(-3, 1, size=(num_classes, 1))[labels]
+  features = (1e4 + rng.normal(size=(num_classes, 6))[labels] + spread * rng.normal(size=(batch, 6))
+              ).astype(np.float32)
+  valid = jnp.asarray(np.arange(batch) % 7 != 3)
+  order, _ = class_order.class_order(jnp.asarray(labels), valid)
+
+  def per_class(slots, a, v):
+    state = class_stats.init_class_stats(num_classes)
+    present = slots.counts > 0
+    return [np.asarray(class_sums.scatter_to_classes(x, values, slots, present))
+            for x, values in ((state.sq_mean_norm, a), (state.mean_sq_deviation, v),
+                              (state.sq_mean_norm, slots.counts))]
+
+  sorted_moments = jax.jit(class_stats._sorted_moments, static_argnums=(3, 4))
+  slot_moments = jax.jit(class_stats._slot_moments, static_argnums=(3, 4, 5))
+  got = per_class(*sorted_moments(jnp.asarray(features), jnp.asarray(labels), valid, num_classes, p))
+  want = per_class(*slot_moments(jnp.asarray(features), jnp.asarray(labels), valid, num_classes, p,
+                                 None))
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(g, w)
+  # The valid rows' classes are the present ones, and a collapsed-free class has v > 0.
+  np.testing.assert_array_equal(np.nonzero(want[2])[0], np.unique(labels[np.asarray(valid)]))
+  sizes = class_order.prefix_sizes(batch)
+  assert sizes[int(class_order.smallest_prefix(sizes, order.active))] == prefix
+  assert np.all(got[1][np.bincount(labels[np.asarray(valid)], minlength=num_classes) > 1] > 0)

@@ -1,0 +1,50 @@
+"""_perclass.class_order: the class-sorted batch with the rows without a partner last, and the
+prefix sizes the per-class work is bucketed into."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from _perclass import class_order
+
+
+def test_runs():
+  first, length = class_order.runs(jnp.asarray([2, 2, 5, 7, 7, 7]))
+  np.testing.assert_array_equal(first, [0, 0, 2, 3, 3, 3])
+  np.testing.assert_array_equal(length, [2, 2, 1, 3, 3, 3])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=40), st.data())
+def test_class_order_against_numpy(labels, data):
+  """Stable; rows with a partner first by class, then singletons and masked rows in label order;
+  `first`, `active`, `inverse` and the largest count as written from their definitions."""
+  labels = np.asarray(labels, np.int32)
+  valid = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(labels),
+                                        max_size=len(labels))))
+  order, largest = class_order.class_order(jnp.asarray(labels), jnp.asarray(valid))
+  counts = np.bincount(labels[valid], minlength=10)
+  paired = valid & (counts[labels] > 1)
+  key = np.where(valid, labels, np.iinfo(np.int32).max)
+  expected = sorted(range(len(labels)), key=lambda i: (not paired[i], key[i], i))
+  np.testing.assert_array_equal(order.order, expected)
+  np.testing.assert_array_equal(np.asarray(order.inverse)[expected], np.arange(len(labels)))
+  sorted_key = np.where(paired, labels, class_order.MASKED)[expected]
+  np.testing.assert_array_equal(order.key, sorted_key)
+  np.testing.assert_array_equal(order.first, [np.argmax(sorted_key == k) for k in sorted_key])
+  assert int(order.active) == int(paired.sum())
+  assert int(largest) == int(counts.max(initial=0))
+
+
+@pytest.mark.parametrize("rows, sizes", [(512, (64, 128, 256, 512)), (62, (7, 15, 31, 62)),
+                                         (4, (1, 2, 4)), (1, (1,))])
+def test_prefix_sizes(rows, sizes):
+  assert class_order.prefix_sizes(rows) == sizes
+
+
+def test_smallest_prefix_holds_the_active_rows():
+  sizes = (64, 128, 256, 512)
+  for active, index in ((0, 0), (64, 0), (65, 1), (193, 2), (256, 2), (257, 3), (512, 3)):
+    assert int(class_order.smallest_prefix(sizes, jnp.int32(active))) == index
