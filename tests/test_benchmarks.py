@@ -79,3 +79,27 @@ def test_input_throughput_reads_its_imagenet_sized_jpegs_at_224(tmp_path):
   split = data.load_split("imagenet_lt", "train", tmp_path)
   assert len(split) == 3 and split.images.shape == (3, 224, 224, 3)
   assert split.images[np.array([2])].std() > 10  # decoded pixels, not a blank
+
+
+def test_released_form_variants_are_each_a_different_program_with_the_same_result():
+  """Each "(before)" variant of the released-form benchmark must still change the compiled step
+  (a patch whose target the code no longer calls would time the current code under an old name)
+  and compute the same loss, statistics and gradients. K > B and ℓ_s̄ tiled (its work threshold
+  lowered), so that every patched path — the class-sorted statistics, the prefix — is taken."""
+  from unittest import mock
+  from mr2_jax import representation_margin
+  with mock.patch.object(representation_margin, "TILED_MIN_WORK", 0):
+    variants = run.released_form_variants(64, 24, 200)
+  _, current, args = variants["mr2_released"]
+  expected = jax.tree.leaves(current(*args))
+  texts = {name: fn.as_text() for name, (_, fn, _) in variants.items()}
+  assert set(variants) == {"mr2", "mr2_released", "mr2_released_float_power",
+                           "mr2_released_autodiff_ce", "mr2_released_two_pass_ce",
+                           "mr2_released_slot_sums", "mr2_released_all_rows"}
+  for name, (_, fn, fn_args) in variants.items():
+    if name == "mr2_released":
+      continue
+    assert texts[name] != texts["mr2_released"], name
+    if name != "mr2":
+      for got, want in zip(jax.tree.leaves(fn(*fn_args)), expected):
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6, err_msg=name)

@@ -318,15 +318,23 @@ def bench_scaling(quick: bool) -> dict:
   return {"rows": rows, "loop_iterations": loop}
 
 
-def bench_released_form(quick: bool) -> dict:
-  """MR2 loss + statistics step (forward + backward), paper form (p = 2) against the released form
+def released_form_variants(batch: int, dim: int, classes: int) -> dict:
+  """MR2 loss + statistics steps (forward + backward): the paper form (p = 2), the released form
   (p = 5) with integer powers (`mr2_jax.class_stats.abs_pow`), and the released form as it was
-  before each of three changes — the float power (`jnp.abs(x) ** 5.0`, exp/log), the autodiff
-  cross-entropy (z / γ_y formed, the label's gather scattered back) and the statistics' per-row
-  reference rows gathered through the slots' rows — interleaved in one run."""
+  before each of five changes — the float power (`jnp.abs(x) ** 5.0`, exp/log), the autodiff
+  cross-entropy (z / γ_y formed, the label's gather scattered back), the two-pass cross-entropy
+  (shifted by the row maximum: max, then exp-sum), the statistics by slot sums over every row, and
+  ℓ_s̄ and the statistics on all rows instead of the prefix holding the rows with a partner —
+  each compiled (the earlier ones under their patch) for one random batch.
+
+  Returns:
+    {name: (label, compiled step, its arguments)}.
+  """
   import contextlib  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from _perclass import class_order  # pylint: disable=g-import-not-at-top
+  from _perclass import cross_entropy  # pylint: disable=g-import-not-at-top
   from mr2_jax import class_stats  # pylint: disable=g-import-not-at-top
   from mr2_jax import margins  # pylint: disable=g-import-not-at-top
 
@@ -346,12 +354,18 @@ def bench_released_form(quick: bool) -> dict:
     finally:
       setattr(module, name, original)
 
-  reference_rows = class_stats._reference_rows  # pylint: disable=protected-access
+  def two_pass_value(logits, labels, temperature):
+    """The label log-softmax's value shifted by the row maximum (before 2026-12-01, 23:00)."""
+    top = jnp.max(logits, axis=-1)
+    shifted = logits - top[:, None]
+    if temperature is not None:
+      shifted = shifted / temperature[:, None]
+    log_norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
+    return jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0] - log_norm, top, log_norm
 
-  def reference_rows_through_slots(features, valid, slots, axis_name):
-    """The statistics' reference rows as before: each row's read from its slot's gathered row."""
-    rows, _ = reference_rows(features, valid, slots, axis_name)
-    return rows, rows[slots.slot]
+  def slot_moments(features, labels, valid, num_classes, p):
+    """The statistics by slot sums over every row, as for K ≤ B (and before 2026-12-01, 23:10)."""
+    return class_stats._slot_moments(features, labels, valid, num_classes, p, None)  # pylint: disable=protected-access
 
   # Earlier code of the released form, each traced (and compiled) under its patch; once compiled
   # the patch is not needed to run it.
@@ -362,29 +376,42 @@ def bench_released_form(quick: bool) -> dict:
       "mr2_released_autodiff_ce": (
           "released, p = 5, autodiff cross-entropy (before)",
           lambda: patched(margins, "label_log_softmax", autodiff_label_log_softmax)),
-      "mr2_released_slot_reference": (
-          "released, p = 5, reference rows through the slots (before)",
-          lambda: patched(class_stats, "_reference_rows", reference_rows_through_slots)),
+      "mr2_released_two_pass_ce": (
+          "released, p = 5, two-pass cross-entropy (before)",
+          lambda: patched(cross_entropy, "_label_log_softmax_value", two_pass_value)),
+      "mr2_released_slot_sums": (
+          "released, p = 5, statistics by slot sums (before)",
+          lambda: patched(class_stats, "_sorted_moments", slot_moments)),
+      "mr2_released_all_rows": (
+          "released, p = 5, ℓ_s̄ and statistics on all rows, no prefix (before)",
+          lambda: patched(class_order, "prefix_sizes", lambda rows: (rows,))),
   }
 
+  fns, _ = _loss_fns(batch, dim, classes, loop=1)
+  labels = {"mr2": "paper, p = 2", "mr2_released": "released, p = 5, integer powers"}
+  variants = {}
+  for name, label in labels.items():
+    fn, args, _ = fns[name]
+    variants[name] = (label, fn.lower(*args).compile(), args)
+  for name, (label, patch) in before.items():
+    fn, args, _ = _loss_fns(batch, dim, classes, loop=1)[0]["mr2_released"]
+    with patch():
+      variants[name] = (label, fn.lower(*args).compile(), args)
+  return variants
+
+
+def bench_released_form(quick: bool) -> dict:
+  """The steps of `released_form_variants`, interleaved in one run, per call."""
+  import jax  # pylint: disable=g-import-not-at-top
   sizes = [(512, 2048, 1000), (512, 2048, 8142)] + ([] if quick else [(128, 64, 10), (128, 64, 100)])
   rows = []
   for batch, dim, classes in sizes:
-    fns, _ = _loss_fns(batch, dim, classes, loop=1)
-    calls = {}
-    for name in ("mr2", "mr2_released"):
-      fn, args, _ = fns[name]
-      calls[name] = lambda fn=fn, args=args: fn(*args)
-      jax.block_until_ready(calls[name]())
-    for name, (_, patch) in before.items():
-      fn, args, _ = _loss_fns(batch, dim, classes, loop=1)[0]["mr2_released"]
-      with patch():
-        jax.block_until_ready(fn(*args))
-      calls[name] = lambda fn=fn, args=args: fn(*args)
+    variants = released_form_variants(batch, dim, classes)
+    calls = {name: (lambda fn=fn, args=args: fn(*args)) for name, (_, fn, args) in variants.items()}
+    for call in calls.values():
+      jax.block_until_ready(call())
     times = interleaved(calls, 3 if quick else 7, 10, jax.block_until_ready)
-    labels = {"mr2": "paper, p = 2", "mr2_released": "released, p = 5, integer powers",
-              **{name: label for name, (label, _) in before.items()}}
-    for name, label in labels.items():
+    for name, (label, _, _) in variants.items():
       row = {"loss": name, "form": label, "batch": batch, "dim": dim, "classes": classes,
              "per_call": summarize_times(times[name])}
       authors = AUTHORS_MS.get((batch, dim, classes), {}).get("mr2_released")
