@@ -202,9 +202,12 @@ def _sorted_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, nu
   (each class's rows in batch order, as the slot sums add them)."""
   order, _ = class_order_lib.class_order(labels, valid)
   sizes = tuple(s for s in class_order_lib.prefix_sizes(labels.shape[0]) if s >= 2)
-  a, v, counts = jax.lax.switch(
-      class_order_lib.smallest_prefix(sizes, order.active),
-      [functools.partial(_prefix_moments, size, p=p) for size in sizes], features, order)
+  if sizes:
+    a, v, counts = jax.lax.switch(
+        class_order_lib.smallest_prefix(sizes, order.active),
+        [functools.partial(_prefix_moments, size, p=p) for size in sizes], features, order)
+  else:  # one row: no class has a partner
+    a = v = counts = jnp.zeros(labels.shape, features.dtype)
   single = valid[order.order] & (order.key == class_order_lib.MASKED)
   a = jnp.where(single, lp_sq_norm(features, p)[order.order], a)
   counts = jnp.where(single, 1.0, counts)

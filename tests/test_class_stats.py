@@ -228,3 +228,27 @@ def test_sorted_moments_equal_the_slot_sums_bit_for_bit(counts, prefix, p):
   sizes = class_order.prefix_sizes(batch)
   assert sizes[int(class_order.smallest_prefix(sizes, order.active))] == prefix
   assert np.all(got[1][np.bincount(labels[np.asarray(valid)], minlength=num_classes) > 1] > 0)
+
+
+@pytest.mark.parametrize("labels, valid", [([3], [True]), ([3], [False]), ([3, 3], [True, True]),
+                                           ([3, 7], [True, True]), ([4, 4, 1], [True, False, True])])
+def test_sorted_moments_on_batches_of_one_to_three_rows(labels, valid):
+  """K > B for the smallest batches (one row: no prefix to sum at all): the slot sums' values."""
+  from mr2_jax import class_stats
+  features = jnp.asarray(np.random.default_rng(len(labels)).normal(size=(len(labels), 5)),
+                         jnp.float32)
+  labels, valid = jnp.asarray(labels, jnp.int32), jnp.asarray(valid)
+  state = class_stats.init_class_stats(10)
+
+  def per_class(slots, *values):
+    present = slots.counts > 0
+    return [np.asarray(class_sums.scatter_to_classes(state.sq_mean_norm, x, slots, present))
+            for x in (*values, slots.counts)]
+
+  for p in (2.0, 5.0):
+    got = per_class(*class_stats._sorted_moments(features, labels, valid, 10, p))
+    want = per_class(*class_stats._slot_moments(features, labels, valid, 10, p, None))
+    for g, w in zip(got, want):
+      np.testing.assert_array_equal(g, w)
+    stats = mr2_jax.update_class_stats(state, features, labels, where=valid, p=p)
+    np.testing.assert_array_equal(stats.seen, np.isin(np.arange(10), np.asarray(labels)[valid]))
