@@ -360,8 +360,8 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   s_bar = jax.lax.stop_gradient(s_bar)
 
   batch = labels.shape[0]
-  # Positives come from the global batch. Only this all-gather crosses devices: the class means
-  # used for centring are computed here from the gathered rows (no psum), and gradients flow back
+  # Positives come from the global batch. Only this all-gather crosses devices: the reference rows
+  # used for centring are read here from the gathered rows (no psum), and gradients flow back
   # through the gather to the device that owns each row.
   (all_features, all_labels, all_valid), anchor_offset = class_sums.global_batch(
       axis_name, features, labels, valid)
