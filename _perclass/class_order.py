@@ -70,6 +70,28 @@ def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
   return ClassOrder(key, order, inverse, first, jnp.sum(paired, dtype=jnp.int32)), largest
 
 
+def padded(order: ClassOrder, rows: int) -> ClassOrder:
+  """`order` extended to `rows` sorted positions: the extra positions read row 0, match nothing
+  (key `MASKED`) and are their own reference (`first`)."""
+  pad = rows - order.order.shape[0]
+  return order._replace(
+      order=jnp.pad(order.order, (0, pad)),
+      key=jnp.pad(order.key, (0, pad), constant_values=MASKED),
+      first=jnp.concatenate([order.first, jnp.arange(order.first.shape[0], rows, dtype=jnp.int32)]))
+
+
+def centred_prefix(features: jax.Array, order: ClassOrder, size: int
+                   ) -> tuple[jax.Array, jax.Array]:
+  """(u [size, d], live [size]): the first `size` class-sorted rows, each minus its class's
+  reference row (the class's first sorted row: its first row in batch order), and whether the row
+  has a partner; rows without one are 0. All the rows with a partner lie in a prefix of `active`
+  rows, so a `size` ≥ active sees every class that has one."""
+  live = order.key[:size] != MASKED
+  rows = order.order[:size]
+  reference = order.order[jnp.minimum(order.first[:size], size - 1)]
+  return jnp.where(live[:, None], features[rows] - features[reference], 0.0), live
+
+
 def prefix_sizes(rows: int) -> tuple[int, ...]:
   """The static prefix sizes P/8, P/4, P/2 and P of `rows` = P (rounded down, the empty ones
   dropped), ascending."""

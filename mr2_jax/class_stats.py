@@ -166,14 +166,10 @@ def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.Class
   which all lie in that prefix. Runs of `size` rows hold at most size / 2 such classes."""
   batch = features.shape[0]
   position = jnp.arange(size, dtype=jnp.int32)
-  live = order.key[:size] != class_order_lib.MASKED
-  start = order.first[:size]
-  starts = live & (start == position)
+  shifted, live = class_order_lib.centred_prefix(features, order, size)
+  starts = live & (order.first[:size] == position)
   runs = size // 2
   run = jnp.where(live, jnp.cumsum(starts, dtype=jnp.int32) - 1, runs)  # `runs`: dropped
-  rows = order.order[:size]
-  reference = features[order.order[jnp.minimum(start, size - 1)]]
-  shifted = jnp.where(live[:, None], features[rows] - reference, 0.0)
   sums = jax.ops.segment_sum(shifted, run, num_segments=runs, mode="drop")
   counts = jax.ops.segment_sum(live.astype(features.dtype), run, num_segments=runs, mode="drop")
   safe_counts = jnp.maximum(counts, 1.0)

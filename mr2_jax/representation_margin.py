@@ -68,12 +68,6 @@ def _pair_loss_and_weights(raw_sq_dist, positive, s_bar, temperature):
   return shift + jnp.log(total), terms / total[..., None]
 
 
-# The class order and its sort key live in the shared per-class core; the names stay here too.
-ClassOrder = class_order_lib.ClassOrder
-class_order = class_order_lib.class_order
-_MASKED = class_order_lib.MASKED
-
-
 def _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions, temperature):
   """Local anchors against every row of the class-sorted global batch: [B, P] distances.
 
@@ -123,7 +117,7 @@ def _tile_loss_and_weights(tiles, key_t, live_t, s_bar, temperature):
   no_block = jnp.zeros((1, tile, tile), own.dtype)
   raw = jnp.concatenate([jnp.concatenate([no_block, jnp.swapaxes(following, 1, 2)], axis=0), own,
                          jnp.concatenate([following, no_block], axis=0)], axis=2)
-  key_w, live_w = _windows(key_t, _MASKED), _windows(live_t, False)
+  key_w, live_w = _windows(key_t, class_order_lib.MASKED), _windows(live_t, False)
   # A row meets itself at window column T + t of its own tile: a static [T, 3T] mask.
   itself = jnp.eye(tile, 3 * tile, k=tile, dtype=bool)
   positive = ((key_t[:, :, None] == key_w[:, None, :]) & live_t[:, :, None] & live_w[:, None, :]
@@ -183,16 +177,9 @@ class _Branch(NamedTuple):
   def weights_size(self, batch: int) -> int:
     return batch * self.rows if self.tile is None else self.rows * 3 * self.tile
 
-  def centred(self, features, order, live, first):
-    """The first `rows` class-sorted rows, each minus its class's reference row (zero if not live)."""
-    rows = order[:self.rows]
-    reference = order[jnp.minimum(first[:self.rows], self.rows - 1)]
-    return jnp.where(live[:self.rows, None], features[rows] - features[reference], 0.0)
-
-  def forward(self, size, features, order, inverse, key, live, first, s_bar, anchor_positions):
-    del inverse
-    centred = self.centred(features, order, live, first)
-    key, live = key[:self.rows], live[:self.rows]
+  def forward(self, size, features, order, s_bar, anchor_positions):
+    centred, live = class_order_lib.centred_prefix(features, order, self.rows)
+    key = order.key[:self.rows]
     if self.tile is None:
       loss, weights = _dense_loss_and_weights(centred, key, live, s_bar, anchor_positions,
                                               self.temperature)
@@ -210,10 +197,9 @@ class _Branch(NamedTuple):
     weights = weights.reshape(-1)
     return loss, jnp.pad(weights, (0, size - weights.shape[0]))
 
-  def backward(self, features, order, inverse, key, live, first, s_bar, anchor_positions, weights,
-               cotangent):
-    del key, s_bar
-    centred = self.centred(features, order, live, first)
+  def backward(self, features, order, s_bar, anchor_positions, weights, cotangent):
+    del s_bar
+    centred, live = class_order_lib.centred_prefix(features, order, self.rows)
     batch = anchor_positions.shape[0]
     weights = weights[:self.weights_size(batch)]
     if self.tile is None:
@@ -229,9 +215,9 @@ class _Branch(NamedTuple):
       grad = grad.reshape(self.rows, -1)
     # The reference rows are constants (stop-gradient): ∂u_r/∂φ_r = I for a live sorted row r, and
     # the sort's transpose is the gather by `inverse` (rows sorted past `rows` get 0).
-    grad = jnp.where(live[:self.rows, None], grad, 0.0)
-    inside = inverse < self.rows
-    return jnp.where(inside[:, None], grad[jnp.minimum(inverse, self.rows - 1)], 0.0)
+    grad = jnp.where(live[:, None], grad, 0.0)
+    inside = order.inverse < self.rows
+    return jnp.where(inside[:, None], grad[jnp.minimum(order.inverse, self.rows - 1)], 0.0)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -242,8 +228,8 @@ def _switch(branches, index, features, *rest):
   forward pass saved. Differentiating `lax.switch` directly makes every branch return zero-filled
   copies of every other branch's residuals, and re-running the chosen branch under `jax.vjp`
   repeats its forward pass; here the one saved residual is the weights, zero-padded to the
-  largest branch's size (≤ B·P floats). `rest` = (order, inverse, key, live, first, s_bar,
-  anchor_positions) of `ClassOrder`, padded. Cotangents flow to `features` only.
+  largest branch's size (≤ B·P floats). `rest` = (the `ClassOrder` padded to the largest branch's
+  rows, s̄, the local anchors' sorted positions). Cotangents flow to `features` only.
   """
   return _switch_fwd(branches, index, features, *rest)[0]
 
@@ -365,19 +351,12 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   # through the gather to the device that owns each row.
   (all_features, all_labels, all_valid), anchor_offset = class_sums.global_batch(
       axis_name, features, labels, valid)
-  classes, largest = class_order(all_labels, all_valid)
-  rows = all_features.shape[0]
-  branches = _branches(rows, batch, all_features.shape[1], temperature)
-  # Sorted positions past the global batch (padding to a multiple of the largest tile) read row 0,
-  # masked: not live, matching nothing.
-  pad = max(b.rows for b in branches) - rows
-  order = jnp.pad(classes.order, (0, pad))
-  key = jnp.pad(classes.key, (0, pad), constant_values=_MASKED)
-  live = key != _MASKED
-  first = jnp.concatenate([classes.first, jnp.arange(rows, rows + pad, dtype=jnp.int32)])
+  classes, largest = class_order_lib.class_order(all_labels, all_valid)
+  branches = _branches(all_features.shape[0], batch, all_features.shape[1], temperature)
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
-  branch = _choose(branches, classes.active, largest)
-  loss = _switch(branches, branch, all_features, order, classes.inverse, key, live, first, s_bar,
+  # Padded to a multiple of the largest tile: the extra sorted positions match nothing.
+  order = class_order_lib.padded(classes, max(b.rows for b in branches))
+  loss = _switch(branches, _choose(branches, classes.active, largest), all_features, order, s_bar,
                  anchor_positions)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))

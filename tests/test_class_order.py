@@ -48,3 +48,22 @@ def test_smallest_prefix_holds_the_active_rows():
   sizes = (64, 128, 256, 512)
   for active, index in ((0, 0), (64, 0), (65, 1), (193, 2), (256, 2), (257, 3), (512, 3)):
     assert int(class_order.smallest_prefix(sizes, jnp.int32(active))) == index
+
+
+def test_centred_prefix_and_padding():
+  """Rows minus their class's first row (batch order), zero without a partner; padded positions
+  read row 0 and match nothing."""
+  labels = jnp.asarray([4, 2, 4, 9, 4], jnp.int32)
+  features = jnp.asarray(np.arange(10.0).reshape(5, 2) ** 2, jnp.float32)
+  order, _ = class_order.class_order(labels, jnp.ones(5, bool))
+  order = class_order.padded(order, 8)
+  np.testing.assert_array_equal(order.order, [0, 2, 4, 1, 3, 0, 0, 0])
+  np.testing.assert_array_equal(order.first, [0, 0, 0, 3, 3, 5, 6, 7])
+  centred, live = class_order.centred_prefix(features, order, 8)
+  np.testing.assert_array_equal(live, [True] * 3 + [False] * 5)
+  f = np.asarray(features)
+  np.testing.assert_array_equal(centred[:3], f[[0, 2, 4]] - f[0])
+  np.testing.assert_array_equal(centred[3:], 0.0)
+  small, small_live = class_order.centred_prefix(features, order, 2)
+  np.testing.assert_array_equal(small, centred[:2])
+  np.testing.assert_array_equal(small_live, [True, True])

@@ -10,6 +10,7 @@ import numpy as np
 from absl.testing import parameterized
 
 import mr2_jax
+from _perclass import class_order
 from tests import cases
 from tests.reference import numpy_mr2 as ref
 
@@ -204,7 +205,7 @@ class TiledTest(chex.TestCase):
     from mr2_jax import representation_margin as rm
     labels = jnp.asarray(_labels_with_counts((9, 9, 9, 9, 9, 9, 9, 1), seed=3))
     features = jnp.asarray(np.random.default_rng(3).normal(size=(64, 7)), jnp.float32)
-    classes, largest = rm.class_order(labels, jnp.ones(64, bool))
+    classes, largest = class_order.class_order(labels, jnp.ones(64, bool))
     self.assertEqual(int(largest), 9)
     self.assertEqual(int(classes.active), 63)  # the class of 1 has no positive
     self._assert_branches_agree(features, classes, [(64, 8), (64, None)])
@@ -213,8 +214,7 @@ class TiledTest(chex.TestCase):
     """Value and gradient of each (rows, tile) branch alone, with its hand-written backward pass,
     equal those of the last one."""
     from mr2_jax import representation_margin as rm
-    args = (classes.order, classes.inverse, classes.key, classes.key != rm._MASKED, classes.first,
-            jnp.float32(0.5), classes.inverse)
+    args = (classes, jnp.float32(0.5), classes.inverse)
 
     def loss(branch, f):
       out = rm._switch((rm._Branch(*branch, 1.0),), jnp.int32(0), f, *args)
@@ -241,9 +241,9 @@ class TiledTest(chex.TestCase):
     rng = np.random.default_rng(7)
     features = jnp.asarray(rng.normal(size=(64, 6)) + 3 * rng.normal(size=(len(counts), 6))[
         np.asarray(labels)], jnp.float32)
-    classes, largest = rm.class_order(labels, jnp.ones(64, bool))
+    classes, largest = class_order.class_order(labels, jnp.ones(64, bool))
     self.assertEqual((int(classes.active), int(largest)), (15, 3))
-    np.testing.assert_array_equal(np.asarray(classes.key)[15:], rm._MASKED)
+    np.testing.assert_array_equal(np.asarray(classes.key)[15:], class_order.MASKED)
     branches = rm._branches(64, 64, 6, 1.0)
     self.assertEqual([(b.rows, b.tile) for b in branches],
                      [(16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (64, 16), (64, None)])
@@ -310,13 +310,13 @@ class TiledTest(chex.TestCase):
     from mr2_jax import representation_margin as rm
     labels = jnp.asarray([3, 1, 3, 0, 3, 1, 2], jnp.int32)
     valid = jnp.asarray([True, True, True, True, False, True, True])
-    classes, largest = rm.class_order(labels, valid)
+    classes, largest = class_order.class_order(labels, valid)
     order = np.asarray(classes.order)
     # Stable; the rows with a positive first (classes 1 and 3), then the singletons of classes 0 and
     # 2 and the masked row, which match nothing.
     np.testing.assert_array_equal(order, [1, 5, 0, 2, 3, 6, 4])
     np.testing.assert_array_equal(np.asarray(classes.inverse)[order], np.arange(7))
-    masked = rm._MASKED
+    masked = class_order.MASKED
     np.testing.assert_array_equal(classes.key, [1, 1, 3, 3, masked, masked, masked])
     np.testing.assert_array_equal(classes.first, [0, 0, 2, 2, 4, 4, 4])
     self.assertEqual(int(classes.active), 4)
