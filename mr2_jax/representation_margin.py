@@ -17,7 +17,9 @@ from mr2_jax.class_stats import ClassStats
 Array = Any
 
 
-_TILE_SIZES = (4, 8, 16, 32, 64, 128, 256, 512)
+_TILE_SIZES = (8, 16, 32, 64, 128, 256, 512)
+# Classes of at most this many + 1 rows (K ≫ B) use the band form (`_Band`) instead of tiles.
+_BAND_SHIFTS = 4
 # Below this many multiply-adds (B·B_global·d) the dense product is cheaper than sorting, tiling and
 # switching (measured: B = 128, d = 64 runs 0.32 ms per call tiled, less dense).
 TILED_MIN_WORK = 1 << 22
@@ -159,6 +161,86 @@ def _tile_gradient(tiles, weights, cotangent, temperature):
 
 
 
+class _Band(NamedTuple):
+  """ℓ_s̄ on the first `rows` rows of the class-sorted batch when no class has more than `shifts` + 1
+  rows: each class is a run of ≤ `shifts` + 1 consecutive sorted rows, so every positive pair is
+  (r, r + s) for some s ≤ `shifts`.
+
+  The squared distance of each such pair is taken from the difference of the two rows, ‖φ_r −
+  φ_{r+s}‖² (`shifts` passes over [rows, d], no product, no centring: the difference is as exact
+  as the rows), and the backward pass is one element-wise pass,
+      ∂/∂φ_r = 2 Σ_s [c_s(r) (φ_r − φ_{r+s}) − c_s(r − s) (φ_{r−s} − φ_r)],
+  c_s(r) = ḡ_r P_{r,r+s}/τ + ḡ_{r+s} P_{r+s,r}/τ. When K ≫ B the classes are small (B = 512 over
+  K = 1000: rarely more than 5 rows), where tiles of 4 rows spent their time in tiny batched
+  products. The pair weights P are [rows, 2·shifts]: partners r + 1 … r + S, then r − 1 … r − S.
+  """
+  rows: int
+  shifts: int
+  temperature: float
+
+  @property
+  def reach(self) -> int:
+    return self.shifts
+
+  def weights_size(self, batch: int) -> int:
+    del batch
+    return self.rows * 2 * self.shifts
+
+  def _pairs(self, order):
+    """[S, rows] masks: sorted rows r and r + s (s = 1 … S) are a positive pair."""
+    key = jnp.pad(order.key[:self.rows], (0, self.shifts), constant_values=class_order_lib.MASKED)
+    live = key[:self.rows] != class_order_lib.MASKED
+    return jnp.stack([live & (key[:self.rows] == key[s:s + self.rows])
+                      for s in range(1, self.shifts + 1)])
+
+  def forward(self, size, features, order, s_bar, anchor_positions):
+    rows, shifts = self.rows, self.shifts
+    index = jnp.pad(order.order[:rows], (0, shifts))  # past `rows`: row 0, unpaired
+    partners = jnp.stack([index[s:s + rows] for s in range(1, shifts + 1)], axis=1)  # [rows, S]
+    pair = self._pairs(order)
+    # Gathered straight from `features` (slices of one gathered copy were copied again, per shift).
+    distance = jnp.sum(jnp.square(features[index[:rows]][:, None] - features[partners]), -1).T
+    # One materialised copy: the log-sum-exp reads each distance twice and the copies must agree
+    # (see `_sq_distances`).
+    distance = jax.lax.optimization_barrier(distance)
+
+    def earlier(x):  # pair (r − s, r), seen from r
+      return jnp.stack([jnp.pad(x[s - 1], (s, 0))[:rows] for s in range(1, shifts + 1)])
+
+    sorted_loss, weights = _pair_loss_and_weights(
+        jnp.concatenate([distance, earlier(distance)]).T, jnp.concatenate([pair, earlier(pair)]).T,
+        s_bar, self.temperature)
+    inside = anchor_positions < rows
+    loss = jnp.where(inside, sorted_loss[jnp.minimum(anchor_positions, rows - 1)], 0.0)
+    weights = weights.reshape(-1)
+    return loss, jnp.pad(weights, (0, size - weights.shape[0]))
+
+  def backward(self, features, order, s_bar, anchor_positions, weights, cotangent):
+    del s_bar
+    rows, shifts = self.rows, self.shifts
+    sorted_rows = features[jnp.pad(order.order[:rows], (shifts, shifts))]  # rows −S … rows + S − 1
+    own = sorted_rows[shifts:shifts + rows]
+    pair = self._pairs(order)
+    sorted_cotangent = jnp.zeros((rows,), cotangent.dtype).at[anchor_positions].set(
+        cotangent, mode="drop", unique_indices=True)
+    g = (sorted_cotangent[:, None] * weights[:self.weights_size(0)].reshape(rows, 2 * shifts)
+         / self.temperature).astype(features.dtype)
+    grad = jnp.zeros_like(own)
+    for s in range(1, shifts + 1):
+      # c_s(r): pair (r, r + s) as anchor r's partner r + s and anchor r + s's partner r.
+      c = g[:, s - 1] + jnp.pad(g[s:, shifts + s - 1], (0, s))
+      later = jnp.where(pair[s - 1][:, None], c[:, None] * (own - sorted_rows[shifts + s:][:rows]),
+                        0.0)
+      c_earlier, pair_earlier = jnp.pad(c, (s, 0))[:rows], jnp.pad(pair[s - 1], (s, 0))[:rows]
+      before = jnp.where(pair_earlier[:, None],
+                         c_earlier[:, None] * (sorted_rows[shifts - s:][:rows] - own), 0.0)
+      grad = grad + later - before
+    grad = 2.0 * grad
+    # The sort's transpose is the gather by `inverse` (rows sorted past `rows` get 0).
+    inside = order.inverse < rows
+    return jnp.where(inside[:, None], grad[jnp.minimum(order.inverse, rows - 1)], 0.0)
+
+
 class _Branch(NamedTuple):
   """One form of ℓ_s̄ on the first `rows` rows of the class-sorted batch: tiles of `tile` rows, or
   the dense form (`tile` None, every row).
@@ -173,6 +255,11 @@ class _Branch(NamedTuple):
   rows: int
   tile: int | None
   temperature: float
+
+  @property
+  def reach(self) -> int | None:
+    """The largest class − 1 this branch is exact for (None: any)."""
+    return self.tile
 
   def weights_size(self, batch: int) -> int:
     return batch * self.rows if self.tile is None else self.rows * 3 * self.tile
@@ -251,38 +338,42 @@ def _switch_bwd(branches, residuals, cotangent):
 _switch.defvjp(_switch_fwd, _switch_bwd)
 
 
-def _branches(rows: int, batch: int, dim: int, temperature: float) -> tuple[_Branch, ...]:
-  """The forms of ℓ_s̄ for a global batch of `rows` (a local batch of `batch`): tiles T of 4 or 8
-  over the first P/8, P/4 or P/2 sorted rows (4·T ≤ prefix), tiles of 4, 8, … with 4·T ≤ B over
-  all P (padded) rows, then the dense form, last. Only the dense form when its product (B·P·d) is
-  below `TILED_MIN_WORK`.
+def _branches(rows: int, batch: int, dim: int, temperature: float
+              ) -> tuple[_Band | _Branch, ...]:
+  """The forms of ℓ_s̄ for a global batch of `rows` (a local batch of `batch`): over the first P/8,
+  P/4 or P/2 sorted rows, the band of `_BAND_SHIFTS` and tiles of 8 (4·T ≤ prefix); over all P
+  (padded) rows, the band, tiles of 8, 16, … with 4·T ≤ B, then the dense form, last. Only the dense
+  form when its product (B·P·d) is below `TILED_MIN_WORK`.
 
   Each branch adds its forward and backward pass to the compiled step (≈ 1.3 s of XLA:CPU compile
   time each at B = 512, d = 2048), so the shorter prefixes — the K ≫ B regime, where classes are
-  small — get only the two smallest tiles: 13 branches there, not 19."""
+  small — get only the band and the smallest tile."""
   if batch * rows * dim < TILED_MIN_WORK:
     return (_Branch(rows, None, temperature),)
   tiles = tuple(t for t in _TILE_SIZES if 4 * t <= batch)
   padded = rows + (-rows % tiles[-1] if tiles else 0)
   branches = []
   for size in class_order_lib.prefix_sizes(padded):
-    sized = tiles if size == padded else tiles[:2]
+    if size > _BAND_SHIFTS:
+      branches.append(_Band(size, _BAND_SHIFTS, temperature))
+    sized = tiles if size == padded else tiles[:1]
     branches += [_Branch(size, t, temperature) for t in sized if 4 * t <= size and size % t == 0]
   return tuple(branches) + (_Branch(padded, None, temperature),)
 
 
-def _choose(branches: tuple[_Branch, ...], active: jax.Array, largest: jax.Array) -> jax.Array:
-  """The cheapest exact branch: the fewest rows × tile among the tiled branches that cover the
-  active rows (rows ≥ active) and the largest class (largest − 1 ≤ T); else the dense form (last)."""
-  tiled = branches[:-1]
-  if not tiled:
+def _choose(branches: tuple[_Band | _Branch, ...], active: jax.Array, largest: jax.Array
+            ) -> jax.Array:
+  """The cheapest exact branch: the fewest rows × reach (band shifts or tile rows) among the
+  branches that cover the active rows (rows ≥ active) and the largest class (largest − 1 ≤ reach);
+  else the dense form (last). A band comes before a tile of the same cost."""
+  banded = branches[:-1]
+  if not banded:
     return jnp.int32(0)
-  rows = jnp.asarray([b.rows for b in tiled], jnp.int32)
-  tile = jnp.asarray([b.tile for b in tiled], jnp.int32)
-  cost = jnp.asarray([b.rows * b.tile for b in tiled], jnp.int32)
-  exact = (rows >= active) & (tile >= largest - 1)
-  best = jnp.argmin(jnp.where(exact, cost, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
-  return jnp.where(jnp.any(exact), best, len(tiled)).astype(jnp.int32)
+  rows = jnp.asarray([b.rows for b in banded], jnp.int32)
+  reach = jnp.asarray([b.reach for b in banded], jnp.int32)
+  exact = (rows >= active) & (reach >= largest - 1)
+  best = jnp.argmin(jnp.where(exact, rows * reach, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
+  return jnp.where(jnp.any(exact), best, len(banded)).astype(jnp.int32)
 
 
 def mean_class_deviation(stats: ClassStats) -> jax.Array:
@@ -303,10 +394,11 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
 
   Positives are the other examples of the anchor's class in the (global) batch; an anchor with no
   positive gives 0. Computed as a log-sum-exp that includes the implicit 0 term, so neither the value
-  nor the gradient overflows for large feature norms. Distances are taken between features centred on
-  a (stop-gradient) reference row of their class, its first row in class-sorted order: pairs are
-  same-class, so the value is unchanged, and the Gram-matrix form ‖u‖² + ‖v‖² − 2⟨u, v⟩ does not
-  lose precision to large norms. φ is not detached.
+  nor the gradient overflows for large feature norms. In the tiled and dense forms distances are
+  taken between features centred on a (stop-gradient) reference row of their class, its first row in
+  class-sorted order: pairs are same-class, so the value is unchanged, and the Gram-matrix form
+  ‖u‖² + ‖v‖² − 2⟨u, v⟩ does not lose precision to large norms (the band form takes row differences).
+  φ is not detached.
 
   Args:
     features: float [B, d] features φ (local batch).
@@ -319,14 +411,16 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
     num_classes: K, to range-check labels against [0, K); when None, labels need only be ≥ 0
       (positives are matched by label equality, so K is not otherwise needed).
 
-  Cost: positives are same-class pairs, so the global batch is sorted by class and the squared
-  distances are computed in tiles of T rows against the tile before, the tile itself and the tile
+  Cost: positives are same-class pairs, so the global batch is sorted by class. When no class has
+  more than 5 rows (K ≫ B: ImageNet-size label sets) each row meets only the 4 rows after and before
+  it in sorted order (`_Band`: distances from row differences, 4 passes over the rows). Larger
+  classes are computed in tiles of T rows against the tile before, the tile itself and the tile
   after (2·T·R·d multiply-adds; the hand-written gradient 3·T·R·d and no recomputed forward pass),
-  with T the smallest of 4, 8, 16, … that covers the largest class of the batch (largest count − 1
+  with T the smallest of 8, 16, … that covers the largest class of the batch (largest count − 1
   ≤ T). A row whose class has no other row in the batch has no positive (loss 0, gradient 0): such
   rows are sorted last and only the first R of P/8, P/4, P/2 or P global rows that hold every row
-  with a positive are read (tiles of 4 or 8 only below P; see `_branches`) — when K ≫ B
-  (ImageNet-size label sets) most rows are such singletons.
+  with a positive are read (the band or tiles of 8 only below P; see `_branches`) — when K ≫ B
+  most rows are such singletons.
   When no tile is smaller than a quarter of the local batch, or the dense local-anchors ×
   global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense product is used. All are
   exact; the choice is made at run time (`lax.switch`) from the batch's class counts.

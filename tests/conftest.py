@@ -68,12 +68,12 @@ SHARDED_KEPT = "test_registry_entry_sharded of ce, mr2, inverse_reweight, group_
 MOVED_TO_SLOW = {
     # representation margin's tiled form: the default run keeps the exact and the one-class tiles
     # and the shard_map test; the property tests force the tiled form too (mr2[tiled]).
-    "TiledTest::test_matches_reference_dense_just_over_16": "tile4_exact, one_class",
-    "TiledTest::test_matches_reference_tile8_just_over_4": "tile4_exact, one_class",
-    "TiledTest::test_matches_reference_tile16_exact": "tile4_exact, one_class",
-    "TiledTest::test_matches_reference_tile16_just_over_8": "tile4_exact, one_class",
-    "TiledTest::test_matches_reference_tile8_exact": "tile4_exact, one_class",
-    "TiledTest::test_matches_reference_singletons_and_pairs": "tile4_exact, one_class",
+    "TiledTest::test_matches_reference_dense_just_over_16": "band4_exact, one_class",
+    "TiledTest::test_matches_reference_tile8_just_over_4": "band4_exact, one_class",
+    "TiledTest::test_matches_reference_tile16_exact": "band4_exact, one_class",
+    "TiledTest::test_matches_reference_tile16_just_over_8": "band4_exact, one_class",
+    "TiledTest::test_matches_reference_tile8_exact": "band4_exact, one_class",
+    "TiledTest::test_matches_reference_singletons_and_pairs": "band4_exact, one_class",
     "TiledTest::test_hand_written_gradient_matches_float64_analytic_gradient_dense_small_work":
         "…_dense_past_the_tiles",
     # the same numerics eagerly and under jit: the default run keeps the jitted cases.

@@ -149,8 +149,8 @@ def _labels_with_counts(counts, seed=0):
 class TiledTest(chex.TestCase):
   """The class-sorted tiled form (batch ≥ 32) at every switch boundary, against the reference.
 
-  With a local batch of 64 the candidate tiles are 4, 8 and 16: a largest class of 5 rows uses T = 4,
-  6 rows T = 8, 9 rows T = 8 (9 − 1 ≤ 8), 10 rows T = 16, 17 rows T = 16, 18 rows the dense form. A tile one too small would
+  With a local batch of 64 the candidates are the band of 4 shifts and tiles of 8 and 16: a largest
+  class of 5 rows uses the band (5 − 1 ≤ 4), 6 rows T = 8, 9 rows T = 8 (9 − 1 ≤ 8), 10 rows T = 16, 17 rows T = 16, 18 rows the dense form. A tile one too small would
   miss partners that lie two tiles apart and change the value (checked: choosing the tile with
   `count − 2` instead of `count − 1` fails these cases). The work threshold below which the dense
   form is always used is lowered to 0 here, so that these small cases take the tiled form.
@@ -166,7 +166,7 @@ class TiledTest(chex.TestCase):
   @parameterized.named_parameters(
       # Classes are sorted in label order; the leading class of 7 (15) rows makes the next class start
       # at the last row of a tile, so its partners span the most tiles.
-      ("tile4_exact", (3,) + (5,) * 12 + (1,)),
+      ("band4_exact", (3,) + (5,) * 12 + (1,)),
       ("tile8_just_over_4", (3,) + (6,) * 10 + (1,)),
       ("tile8_exact", (7, 9, 9, 9, 9, 9, 9, 3)),
       ("tile16_just_over_8", (7, 10, 10, 10, 10, 10, 7)),
@@ -208,16 +208,18 @@ class TiledTest(chex.TestCase):
     classes, largest = class_order.class_order(labels, jnp.ones(64, bool))
     self.assertEqual(int(largest), 9)
     self.assertEqual(int(classes.active), 63)  # the class of 1 has no positive
-    self._assert_branches_agree(features, classes, [(64, 8), (64, None)])
+    self._assert_branches_agree(features, classes, [rm._Branch(64, 8, 1.0),
+                                                    rm._Branch(64, None, 1.0)])
 
   def _assert_branches_agree(self, features, classes, branches):
-    """Value and gradient of each (rows, tile) branch alone, with its hand-written backward pass,
-    equal those of the last one."""
+    """Value and gradient of each branch (`_Band` or `_Branch`) alone, with its hand-written
+    backward pass, equal those of the last one."""
     from mr2_jax import representation_margin as rm
-    args = (classes, jnp.float32(0.5), classes.inverse)
+    args = (class_order.padded(classes, max(b.rows for b in branches)), jnp.float32(0.5),
+            classes.inverse)
 
     def loss(branch, f):
-      out = rm._switch((rm._Branch(*branch, 1.0),), jnp.int32(0), f, *args)
+      out = rm._switch((branch,), jnp.int32(0), f, *args)
       return jnp.sum(out ** 2)
 
     value_and_grad = (jax.jit(loss, static_argnums=0),
@@ -233,8 +235,9 @@ class TiledTest(chex.TestCase):
 
   def test_rows_without_a_positive_are_skipped(self):
     # 6 pairs and a class of 3 among 49 singletons (K ≫ B): the 15 rows with a positive sort first
-    # and the cheapest exact branch reads only the first 16 sorted rows (T = 4); it equals the
-    # full-batch tiled and dense branches in value and gradient, and the reference.
+    # and the cheapest exact branch reads only the first 16 sorted rows (the band of 4 shifts); it
+    # equals the longer bands, the tiles (of 8, and of 4 as before the band) and the dense branch
+    # in value and gradient, and the reference.
     from mr2_jax import representation_margin as rm
     counts = (2,) * 6 + (3,) + (1,) * 49
     labels = jnp.asarray(_labels_with_counts(counts, seed=7))
@@ -245,17 +248,26 @@ class TiledTest(chex.TestCase):
     self.assertEqual((int(classes.active), int(largest)), (15, 3))
     np.testing.assert_array_equal(np.asarray(classes.key)[15:], class_order.MASKED)
     branches = rm._branches(64, 64, 6, 1.0)
-    self.assertEqual([(b.rows, b.tile) for b in branches],
-                     [(16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (64, 16), (64, None)])
-    self.assertEqual(int(rm._choose(branches, classes.active, largest)), 0)
-    self._assert_branches_agree(features, classes, [(16, 4), (32, 8), (64, 4), (64, None)])
+    band, tile = rm._Band, rm._Branch
+    self.assertEqual(branches, (band(8, 4, 1.0), band(16, 4, 1.0), band(32, 4, 1.0),
+                                tile(32, 8, 1.0), band(64, 4, 1.0), tile(64, 8, 1.0),
+                                tile(64, 16, 1.0), tile(64, None, 1.0)))
+    self.assertEqual(int(rm._choose(branches, classes.active, largest)), 1)
+    self._assert_branches_agree(features, classes, [
+        band(16, 4, 1.0), band(32, 4, 1.0), tile(32, 8, 1.0), band(64, 4, 1.0), tile(16, 4, 1.0),
+        tile(64, None, 1.0)])
+    # A band one shift short of the largest class (3 rows: partners 2 apart) misses pairs.
+    with self.assertRaises(AssertionError):
+      self._assert_branches_agree(features, classes, [band(16, 1, 1.0), tile(64, None, 1.0)])
     out = jax.jit(lambda f, y: mr2_jax.representation_margin_loss(
         f, y, 0.5, num_classes=len(counts)))(features, labels)
     np.testing.assert_allclose(
         out, ref.representation_margin_loss(np.asarray(features), np.asarray(labels), 0.5, 1.0),
         rtol=RTOL, atol=1e-6)
     # One row more with a positive than the bucket holds: the next bucket.
-    self.assertEqual(int(rm._choose(branches, jnp.int32(17), largest)), 1)
+    self.assertEqual(int(rm._choose(branches, jnp.int32(17), largest)), 2)
+    # A class of 6 rows: past the band, the tile of 8.
+    self.assertEqual(int(rm._choose(branches, classes.active, jnp.int32(6))), 3)
     # A class too large for any tile: the dense form.
     self.assertEqual(int(rm._choose(branches, classes.active, jnp.int32(18))), len(branches) - 1)
 
@@ -265,7 +277,7 @@ class TiledTest(chex.TestCase):
       ("tile16", (7, 13, 13, 13, 13, 5), False, 16),
       ("dense_past_the_tiles", (10, 27, 27), False, None),
       ("dense_small_work", (7, 13, 13, 13, 13, 5), True, None),
-      ("tile4_first_rows", (2,) * 5 + (3,) * 2 + (1,) * 48, False, 4),  # singletons skipped
+      ("band4_first_rows", (2,) * 5 + (3,) * 2 + (1,) * 48, False, "band"),  # singletons skipped
   )
   def test_hand_written_gradient_matches_float64_analytic_gradient(self, counts, small_work, tile):
     # Each branch's hand-written VJP against the gradient written from the spec's formula in
@@ -283,7 +295,7 @@ class TiledTest(chex.TestCase):
     where = np.arange(64) % 5 != 2
     largest = np.max(np.bincount(labels[where]))
     self.assertEqual(tile, None if largest - 1 > 16 or small_work else
-                     4 if largest - 1 <= 4 else 8 if largest - 1 <= 8 else 16)  # the branch meant
+                     "band" if largest - 1 <= 4 else 8 if largest - 1 <= 8 else 16)  # the branch meant
     weights = rng.uniform(0.5, 2.0, size=64)
     s_bar, tau = 1.5, 3.0
     grad = self.variant(jax.grad(lambda f: jnp.sum(jnp.asarray(weights, jnp.float32)

@@ -95,7 +95,7 @@ def main() -> None:
       if event.get("ph") == "X" and "dur" in event:
         total[event["name"]] += event["dur"] / 20 / 1000
     print("released step, profiler trace, ms per step by event (nested events overlap):")
-    for name, ms in total.most_common(20):
+    for name, ms in total.most_common(45):
       print(f"  {ms:8.3f}  {name[:100]}")
 
 
