@@ -80,16 +80,23 @@ def padded(order: ClassOrder, rows: int) -> ClassOrder:
       first=jnp.concatenate([order.first, jnp.arange(order.first.shape[0], rows, dtype=jnp.int32)]))
 
 
-def centred_prefix(features: jax.Array, order: ClassOrder, size: int
-                   ) -> tuple[jax.Array, jax.Array]:
+def centred_prefix(features: jax.Array, order: ClassOrder, size: int, *,
+                   zero_unpaired: bool = True) -> tuple[jax.Array, jax.Array]:
   """(u [size, d], live [size]): the first `size` class-sorted rows, each minus its class's
   reference row (the class's first sorted row: its first row in batch order), and whether the row
-  has a partner; rows without one are 0. All the rows with a partner lie in a prefix of `active`
-  rows, so a `size` ≥ active sees every class that has one."""
+  has a partner. All the rows with a partner lie in a prefix of `active` rows, so a `size` ≥ active
+  sees every class that has one.
+
+  Rows without a partner are 0 when `zero_unpaired` (a caller that multiplies them by a zero
+  weight, where a non-finite row would give NaN); otherwise they hold any finite or non-finite
+  value, for callers that drop them by index (one pass over [size, d] fewer)."""
   live = order.key[:size] != MASKED
-  rows = order.order[:size]
-  reference = order.order[jnp.minimum(order.first[:size], size - 1)]
-  return jnp.where(live[:, None], features[rows] - features[reference], 0.0), live
+  rows = features[order.order[:size]]
+  # The reference lies in the prefix (a class's rows are contiguous); gathered from the sorted rows.
+  centred = rows - rows[jnp.minimum(order.first[:size], size - 1)]
+  if zero_unpaired:
+    centred = jnp.where(live[:, None], centred, 0.0)
+  return centred, live
 
 
 def prefix_sizes(rows: int) -> tuple[int, ...]:

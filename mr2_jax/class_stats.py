@@ -166,7 +166,8 @@ def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.Class
   which all lie in that prefix. Runs of `size` rows hold at most size / 2 such classes."""
   batch = features.shape[0]
   position = jnp.arange(size, dtype=jnp.int32)
-  shifted, live = class_order_lib.centred_prefix(features, order, size)
+  # Rows without a partner are dropped by index (`run` = runs) and masked (`live`), not zeroed.
+  shifted, live = class_order_lib.centred_prefix(features, order, size, zero_unpaired=False)
   starts = live & (order.first[:size] == position)
   runs = size // 2
   run = jnp.where(live, jnp.cumsum(starts, dtype=jnp.int32) - 1, runs)  # `runs`: dropped

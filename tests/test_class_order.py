@@ -67,3 +67,17 @@ def test_centred_prefix_and_padding():
   small, small_live = class_order.centred_prefix(features, order, 2)
   np.testing.assert_array_equal(small, centred[:2])
   np.testing.assert_array_equal(small_live, [True, True])
+
+
+def test_centred_prefix_unpaired_rows_zeroed_or_left():
+  """`zero_unpaired=False` leaves the unpaired rows as they fall (here a NaN singleton) and the
+  paired rows bit for bit as with zeroing."""
+  labels = jnp.asarray([4, 2, 4, 9, 4], jnp.int32)
+  features = np.arange(10.0, dtype=np.float32).reshape(5, 2) ** 2
+  features[3] = np.nan  # class 9, a singleton
+  order, _ = class_order.class_order(labels, jnp.ones(5, bool))
+  zeroed, live = class_order.centred_prefix(jnp.asarray(features), order, 5)
+  left, _ = class_order.centred_prefix(jnp.asarray(features), order, 5, zero_unpaired=False)
+  np.testing.assert_array_equal(np.asarray(left)[np.asarray(live)], np.asarray(zeroed)[np.asarray(live)])
+  np.testing.assert_array_equal(zeroed[3:], 0.0)
+  assert np.isnan(np.asarray(left)[3:]).any()
