@@ -58,15 +58,35 @@ def abs_pow(x: Array, p: float) -> jax.Array:
   return jnp.abs(x) ** p
 
 
-def lp_sq_norm(x: Array, p: float) -> jax.Array:
-  """‖x‖_p² = (Σ_j |x_j|^p)^{2/p} over the last axis; for p = 2, Σ_j x_j² exactly."""
-  if p == 2.0:
-    return jnp.sum(jnp.square(x), axis=-1)
-  # Scale by max|x| first so |x|^p cannot overflow in f32 for large p or large features.
+# Σ_j |x_j|^p in float32 is taken as it is when it lies in [_LP_DIRECT_MIN, ∞): its terms below
+# float32's normal range (< 1.2e-38 each, perhaps flushed to 0) then move it by < d·1.2e-18 relative.
+_LP_DIRECT_MIN = 1e-20
+
+
+def _scaled_lp_sq_norm(x: jax.Array, p: float) -> jax.Array:
+  """‖x‖_p² as (m · (Σ_j |x_j / m|^p)^{1/p})², m = max_j |x_j|: no overflow or underflow whatever
+  the scale of x (two passes over x)."""
   scale = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
   safe_scale = jnp.where(scale > 0, scale, 1.0)
   norm = safe_scale[..., 0] * jnp.sum(abs_pow(x / safe_scale, p), axis=-1) ** (1.0 / p)
   return jnp.square(norm)
+
+
+def lp_sq_norm(x: Array, p: float) -> jax.Array:
+  """‖x‖_p² = (Σ_j |x_j|^p)^{2/p} over the last axis; for p = 2, Σ_j x_j² exactly.
+
+  For p ≠ 2 the sum is taken in one pass; a row whose sum overflows, is not finite, or is below
+  `_LP_DIRECT_MIN` (a zero row, or |x| so small that |x|^p leaves float32's normal range) gets the
+  scaled form instead (`_scaled_lp_sq_norm`, computed under a `lax.cond` only when such a row
+  exists). Each row's value depends on that row alone.
+  """
+  if p == 2.0:
+    return jnp.sum(jnp.square(x), axis=-1)
+  direct = jnp.sum(abs_pow(x, p), axis=-1)
+  fine = jnp.isfinite(direct) & (direct >= _LP_DIRECT_MIN)
+  value = jnp.where(fine, direct, 1.0) ** (2.0 / p)
+  return jax.lax.cond(jnp.all(fine), lambda: value,
+                      lambda: jnp.where(fine, value, _scaled_lp_sq_norm(x, p)))
 
 
 def check_stats_inputs(features: Array, labels: Array, num_classes: int,

@@ -121,6 +121,22 @@ class LpNormTest(parameterized.TestCase):
     x = np.full((2, 4), 1e8, np.float32)
     chex.assert_tree_all_finite(mr2_jax.lp_sq_norm(x, 5.0))
 
+  @parameterized.parameters(5.0, 3.5)
+  def test_rows_past_float32_range_are_rescaled_row_by_row(self, p):
+    # One-pass sums for ordinary rows; a row whose Σ|x|^p overflows (1e8), leaves the normal range
+    # (1e-9: |x|^5 ≈ 1e-45) or is 0 gets the max-scaled form. Each row's value is the same with or
+    # without such rows beside it (the ordinary rows bit for bit), and every row matches float64.
+    rng = np.random.default_rng(3)
+    ordinary = rng.normal(size=(3, 16)).astype(np.float32)
+    special = np.stack([np.full(16, 1e8), rng.normal(size=16) * 1e-9, np.zeros(16),
+                        np.r_[1e-9 * np.ones(15), 2.0]]).astype(np.float32)
+    x = np.concatenate([ordinary, special])
+    lp = jax.jit(lambda v: mr2_jax.lp_sq_norm(v, p))
+    together, alone = np.asarray(lp(x)), np.asarray(lp(ordinary))
+    np.testing.assert_array_equal(together[:3], alone)
+    np.testing.assert_allclose(together, ref.lp_sq_norm(x.astype(np.float64), p), rtol=2e-6)
+    self.assertEqual(together[5], 0.0)
+
 
 class PerDeviceReductionTest(parameterized.TestCase):
   """reduction='per_device': count-weighted means of per-device (a_k, v_k), 3·K scalars reduced."""
@@ -193,10 +209,12 @@ def _labels_with_counts(counts, num_classes, seed):
     ((64,), 64),                             # one class
 ])
 @pytest.mark.parametrize("p", [2.0, 5.0])
-def test_sorted_moments_equal_the_slot_sums_bit_for_bit(counts, prefix, p):
+def test_sorted_moments_equal_the_slot_sums(counts, prefix, p):
   """K > B on one device: the class-sorted moments (singletons without a sum, the rows with a
-  partner summed in the smallest prefix that holds them) are the slot sums' values bit for bit,
-  with masked rows, a common offset of 1e4 and spreads from 1e-3 to 10."""
+  partner summed in the smallest prefix that holds them) are the slot sums' values, with masked
+  rows, a common offset of 1e4 and spreads from 1e-3 to 10: bit for bit for p = 2; for p = 5 to
+  within 2 ulp (the one-pass Σ|x|^p of `lp_sq_norm` is fused differently in the two programs, and
+  XLA may contract its multiply-adds differently: 1 ulp apart in 2 of 1,000 values here)."""
   from mr2_jax import class_stats
   from _perclass import class_order
   num_classes = 1000
@@ -222,7 +240,10 @@ def test_sorted_moments_equal_the_slot_sums_bit_for_bit(counts, prefix, p):
   want = per_class(*slot_moments(jnp.asarray(features), jnp.asarray(labels), valid, num_classes, p,
                                  None))
   for g, w in zip(got, want):
-    np.testing.assert_array_equal(g, w)
+    if p == 2.0:
+      np.testing.assert_array_equal(g, w)
+    else:
+      np.testing.assert_allclose(g, w, rtol=2.5e-7, atol=0)
   # The valid rows' classes are the present ones, and a collapsed-free class has v > 0.
   np.testing.assert_array_equal(np.nonzero(want[2])[0], np.unique(labels[np.asarray(valid)]))
   sizes = class_order.prefix_sizes(batch)
