@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from _perclass import checks
+
 Array = Any
 
 
@@ -93,6 +95,22 @@ def class_slots(labels: Array, valid: Array, num_classes: int, *,
       (all_labels < num_classes).astype(jnp.float32), inverse, num_segments=global_batch)
   slot = jax.lax.dynamic_slice_in_dim(inverse, offset, batch)
   return ClassSlots(classes.astype(jnp.int32), counts, slot)
+
+
+def example_class_counts(labels: Array, valid: Array, num_classes: int, *,
+                         axis_name: str | None = None) -> jax.Array:
+  """n_{y_i} [B]: the number of valid examples of each local example's class in the (global) batch.
+
+  On one device a count per class (K floats, one scatter-add, one gather: no sort even when K > B);
+  under `axis_name` the slots' psum-reduced counts (`class_slots`). `valid` must exclude
+  out-of-range labels; an example that is not valid gets NaN (callers mask it).
+  """
+  if axis_name is not None:
+    slots = class_slots(labels, valid, num_classes, axis_name=axis_name)
+    return jnp.where(valid, slots.counts[slots.slot], jnp.nan)
+  masked_labels = jnp.where(valid, labels, num_classes).astype(jnp.int32)
+  counts = jnp.zeros((num_classes,), jnp.float32).at[masked_labels].add(1.0, mode="drop")
+  return checks.take_class_values(counts, labels, valid)
 
 
 def slot_sum(values: Array, slots: ClassSlots, *, axis_name: str | None = None) -> jax.Array:

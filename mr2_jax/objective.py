@@ -163,8 +163,8 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
     rep_weight = mask
   else:
     valid = (mask > 0) & (labels >= 0) & (labels < num_classes)
-    slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
-    per_anchor = 1.0 / jnp.maximum(slots.counts[slots.slot], 1.0)
+    per_anchor = 1.0 / jnp.maximum(
+        class_sums.example_class_counts(labels, valid, num_classes, axis_name=axis_name), 1.0)
     rep_weight = jnp.where(valid, per_anchor, 0.0) * num_valid * dim / (10.0 * num_classes)
   rep_sum = jnp.sum(rep_weight * rep)
 
