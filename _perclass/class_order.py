@@ -61,13 +61,18 @@ def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
   in_class = label_key != MASKED
   largest = jnp.max(jnp.where(in_class, count, 0), initial=0)
   paired = in_class & (count > 1)
-  # A stable partition of the label-sorted rows: each class stays contiguous and in batch order.
-  regroup = jnp.argsort(~paired, stable=True).astype(jnp.int32)
+  # A stable partition of the label-sorted rows (each class stays contiguous and in batch order):
+  # the paired rows to 0 … active − 1 and the others after them, by running counts (a scatter,
+  # not a second sort: XLA:CPU sorts 512 keys in ~0.1 ms).
+  active = jnp.sum(paired, dtype=jnp.int32)
+  destination = jnp.where(paired, jnp.cumsum(paired, dtype=jnp.int32) - 1,
+                          active + jnp.cumsum(~paired, dtype=jnp.int32) - 1)
+  regroup = jnp.zeros((rows,), jnp.int32).at[destination].set(position, unique_indices=True)
   order = by_label[regroup]
   key = jnp.where(paired, label_key, MASKED)[regroup]
   inverse = jnp.zeros((rows,), jnp.int32).at[order].set(position, unique_indices=True)
   first, _ = runs(key)
-  return ClassOrder(key, order, inverse, first, jnp.sum(paired, dtype=jnp.int32)), largest
+  return ClassOrder(key, order, inverse, first, active), largest
 
 
 def padded(order: ClassOrder, rows: int) -> ClassOrder:
