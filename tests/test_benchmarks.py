@@ -103,3 +103,16 @@ def test_released_form_variants_are_each_a_different_program_with_the_same_resul
     if name != "mr2":
       for got, want in zip(jax.tree.leaves(fn(*fn_args)), expected):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6, err_msg=name)
+
+
+def test_steal_share_from_two_proc_stat_snapshots(tmp_path):
+  """Stolen share = Δsteal / Δ(user … steal), from /proc/stat's first line."""
+  from experiments.benchmarks import run
+  stat = tmp_path / "stat"
+  stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
+  start = run.cpu_ticks(str(stat))
+  assert start == (35, 1000)
+  stat.write_text("cpu  160 0 70 900 10 0 5 95 0 0\n")  # +60 user, +20 system, +100 idle, +60 steal
+  assert run.steal_share(start, str(stat)) == 60 / 240
+  assert run.cpu_ticks(str(tmp_path / "missing")) is None
+  assert run.steal_share(None, str(stat)) is None

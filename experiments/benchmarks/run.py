@@ -92,6 +92,29 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int,
   return times
 
 
+def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:
+  """(steal, total) jiffies of all CPUs from /proc/stat, or None where there is none.
+
+  Steal is the time the hypervisor ran other guests while this machine had work: on this shared
+  virtual machine it is what makes one run's step times 1.5–2× another's. A timed block records
+  the share of its CPU time that was stolen (`steal_share`).
+  """
+  try:
+    with open(path) as f:
+      fields = [int(x) for x in f.readline().split()[1:]]
+  except OSError:
+    return None
+  return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(start: tuple[int, int] | None, path: str = "/proc/stat") -> float | None:
+  """The stolen share of the CPU time since `start` (`cpu_ticks()`), or None."""
+  end = cpu_ticks(path)
+  if start is None or end is None or end[1] == start[1]:
+    return None
+  return (end[0] - start[0]) / (end[1] - start[1])
+
+
 def machine_speed(repeats: int = 15) -> dict[str, float]:
   """A code-independent probe of how fast this (shared, virtual) machine runs right now: NumPy's
   [1024, 1024] float32 matmul (GFLOP/s) and a 64 MB array copy (GB/s), medians of `repeats`.
@@ -410,10 +433,12 @@ def bench_released_form(quick: bool) -> dict:
     calls = {name: (lambda fn=fn, args=args: fn(*args)) for name, (_, fn, args) in variants.items()}
     for call in calls.values():
       jax.block_until_ready(call())
+    ticks = cpu_ticks()
     times = interleaved(calls, 3 if quick else 7, 10, jax.block_until_ready)
+    stolen = steal_share(ticks)
     for name, (label, _, _) in variants.items():
       row = {"loss": name, "form": label, "batch": batch, "dim": dim, "classes": classes,
-             "per_call": summarize_times(times[name])}
+             "per_call": summarize_times(times[name]), "steal_share": stolen}
       authors = AUTHORS_MS.get((batch, dim, classes), {}).get("mr2_released")
       if authors is not None and name.startswith("mr2_released"):
         row["authors_pytorch_ms"], source = authors
@@ -726,12 +751,14 @@ def to_markdown(results: dict) -> str:
   if "released_form" in results:
     lines += ["### MR2 paper vs released form (loss + statistics, forward + backward, per call)", "",
               "| form | B | d | K | ms, median (min–max) | authors' PyTorch ms (released form) | "
-              "speed-up |", "|---|---|---|---|---|---|---|"]
+              "speed-up | CPU time stolen while timing |", "|---|---|---|---|---|---|---|---|"]
     for row in results["released_form"]["rows"]:
       authors = (f"{row['authors_pytorch_ms']:g} | {row['speedup_per_call']:.1f}×"
                  if "authors_pytorch_ms" in row else "– | –")
+      stolen = row.get("steal_share")
       lines.append(f"| {row['form']} | {row['batch']} | {row['dim']} | {row['classes']} | "
-                   f"{_range(row['per_call'])} | {authors} |")
+                   f"{_range(row['per_call'])} | {authors} | "
+                   f"{'–' if stolen is None else f'{100 * stolen:.0f} %'} |")
     lines += ["", "Authors' figures: " + "; ".join(AUTHORS_SOURCES.values()) + ".", ""]
   if "neural_collapse" in results:
     nc = results["neural_collapse"]
