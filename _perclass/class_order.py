@@ -75,6 +75,13 @@ def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
   return ClassOrder(key, order, inverse, first, active), largest
 
 
+def pair_count(order: ClassOrder) -> jax.Array:
+  """Σ_k n_k (n_k − 1) / 2, the same-class pairs of the batch (int32 scalar): each row with a
+  partner pairs with the rows of its class sorted before it (its position − its class's first)."""
+  position = jnp.arange(order.key.shape[0], dtype=jnp.int32)
+  return jnp.sum(jnp.where(order.key != MASKED, position - order.first, 0), dtype=jnp.int32)
+
+
 def padded(order: ClassOrder, rows: int) -> ClassOrder:
   """`order` extended to `rows` sorted positions: the extra positions read row 0, match nothing
   (key `MASKED`) and are their own reference (`first`)."""

@@ -173,14 +173,21 @@ class _Band(NamedTuple):
   c_s(r) = ḡ_r P_{r,r+s}/τ + ḡ_{r+s} P_{r+s,r}/τ. When K ≫ B the classes are small (B = 512 over
   K = 1000: rarely more than 5 rows), where tiles of 4 rows spent their time in tiny batched
   products. The pair weights P are [rows, 2·shifts]: partners r + 1 … r + S, then r − 1 … r − S.
+  The positive pairs' distances are taken from a list of `pairs` entries: exact when the batch has
+  no more same-class pairs than that (`_choose` checks).
   """
   rows: int
   shifts: int
+  pairs: int
   temperature: float
 
   @property
   def reach(self) -> int:
     return self.shifts
+
+  @property
+  def capacity(self) -> int:
+    return self.pairs
 
   def weights_size(self, batch: int) -> int:
     del batch
@@ -196,12 +203,11 @@ class _Band(NamedTuple):
   def _pair_distances(self, features, order, pair):
     """‖φ_r − φ_{r+s}‖² [S, rows] of the positive pairs (0 elsewhere).
 
-    The positive pairs are listed first — at most rows·S/2 of them, since a class of n ≤ S + 1 rows
-    has n(n − 1)/2 ≤ n·S/2 — and only their two rows are gathered: 2·(rows·S/2)·d floats instead
-    of rows·(S + 1)·d for every (r, r + s), and unused list entries all read row 0 (B = 512 over
-    K = 1000: ~130 pairs in a list of 512)."""
+    The positive pairs are listed first (`pairs` entries; unused ones read row 0) and only their
+    two rows are gathered: 2·pairs·d floats instead of rows·(S + 1)·d for every (r, r + s) — B = 512
+    over K = 1000 has ~130 pairs among ~200 rows with a partner, in a list of 256."""
     rows, shifts = self.rows, self.shifts
-    size = rows * shifts // 2
+    size = self.pairs
     flat = pair.reshape(-1)  # s-major: entry (s − 1)·rows + r is the pair (r, r + s)
     slot = jnp.where(flat, jnp.cumsum(flat, dtype=jnp.int32) - 1, size)  # `size`: dropped
     index = jnp.pad(order.order[:rows], (0, shifts))
@@ -276,6 +282,11 @@ class _Branch(NamedTuple):
   def reach(self) -> int | None:
     """The largest class − 1 this branch is exact for (None: any)."""
     return self.tile
+
+  @property
+  def capacity(self) -> None:
+    """The most same-class pairs this branch is exact for (None: any)."""
+    return None
 
   def weights_size(self, batch: int) -> int:
     return batch * self.rows if self.tile is None else self.rows * 3 * self.tile
@@ -371,23 +382,26 @@ def _branches(rows: int, batch: int, dim: int, temperature: float
   branches = []
   for size in class_order_lib.prefix_sizes(padded):
     if size > _BAND_SHIFTS:
-      branches.append(_Band(size, _BAND_SHIFTS, temperature))
+      branches.append(_Band(size, _BAND_SHIFTS, size, temperature))
     sized = tiles if size == padded else tiles[:1]
     branches += [_Branch(size, t, temperature) for t in sized if 4 * t <= size and size % t == 0]
   return tuple(branches) + (_Branch(padded, None, temperature),)
 
 
-def _choose(branches: tuple[_Band | _Branch, ...], active: jax.Array, largest: jax.Array
-            ) -> jax.Array:
+def _choose(branches: tuple[_Band | _Branch, ...], active: jax.Array, largest: jax.Array,
+            pairs: jax.Array) -> jax.Array:
   """The cheapest exact branch: the fewest rows × reach (band shifts or tile rows) among the
-  branches that cover the active rows (rows ≥ active) and the largest class (largest − 1 ≤ reach);
-  else the dense form (last). A band comes before a tile of the same cost."""
+  branches that cover the active rows (rows ≥ active), the largest class (largest − 1 ≤ reach) and
+  the batch's same-class pairs (a band's list); else the dense form (last). A band comes before a
+  tile of the same cost."""
   banded = branches[:-1]
   if not banded:
     return jnp.int32(0)
   rows = jnp.asarray([b.rows for b in banded], jnp.int32)
   reach = jnp.asarray([b.reach for b in banded], jnp.int32)
-  exact = (rows >= active) & (reach >= largest - 1)
+  capacity = jnp.asarray([jnp.iinfo(jnp.int32).max if b.capacity is None else b.capacity
+                          for b in banded], jnp.int32)
+  exact = (rows >= active) & (reach >= largest - 1) & (capacity >= pairs)
   best = jnp.argmin(jnp.where(exact, rows * reach, jnp.iinfo(jnp.int32).max)).astype(jnp.int32)
   return jnp.where(jnp.any(exact), best, len(banded)).astype(jnp.int32)
 
@@ -466,8 +480,8 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
   # Padded to a multiple of the largest tile: the extra sorted positions match nothing.
   order = class_order_lib.padded(classes, max(b.rows for b in branches))
-  loss = _switch(branches, _choose(branches, classes.active, largest), all_features, order, s_bar,
-                 anchor_positions)
+  index = _choose(branches, classes.active, largest, class_order_lib.pair_count(classes))
+  loss = _switch(branches, index, all_features, order, s_bar, anchor_positions)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
   return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))

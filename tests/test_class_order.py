@@ -81,3 +81,11 @@ def test_centred_prefix_unpaired_rows_zeroed_or_left():
   np.testing.assert_array_equal(np.asarray(left)[np.asarray(live)], np.asarray(zeroed)[np.asarray(live)])
   np.testing.assert_array_equal(zeroed[3:], 0.0)
   assert np.isnan(np.asarray(left)[3:]).any()
+
+
+def test_pair_count():
+  """Σ_k n_k (n_k − 1)/2 over the valid rows (masked rows pair with nothing)."""
+  labels = jnp.asarray([4, 2, 4, 9, 4, 2, 7, 7], jnp.int32)
+  valid = jnp.asarray([True, True, True, True, True, True, True, False])
+  order, _ = class_order.class_order(labels, valid)
+  assert int(class_order.pair_count(order)) == 3 + 1  # class 4: 3 rows, class 2: 2, class 7: 1 valid

@@ -249,27 +249,34 @@ class TiledTest(chex.TestCase):
     np.testing.assert_array_equal(np.asarray(classes.key)[15:], class_order.MASKED)
     branches = rm._branches(64, 64, 6, 1.0)
     band, tile = rm._Band, rm._Branch
-    self.assertEqual(branches, (band(8, 4, 1.0), band(16, 4, 1.0), band(32, 4, 1.0),
-                                tile(32, 8, 1.0), band(64, 4, 1.0), tile(64, 8, 1.0),
+    self.assertEqual(branches, (band(8, 4, 8, 1.0), band(16, 4, 16, 1.0), band(32, 4, 32, 1.0),
+                                tile(32, 8, 1.0), band(64, 4, 64, 1.0), tile(64, 8, 1.0),
                                 tile(64, 16, 1.0), tile(64, None, 1.0)))
-    self.assertEqual(int(rm._choose(branches, classes.active, largest)), 1)
+    pairs = class_order.pair_count(classes)
+    self.assertEqual(int(pairs), 6 + 3)  # 6 pairs and a class of 3
+    self.assertEqual(int(rm._choose(branches, classes.active, largest, pairs)), 1)
     self._assert_branches_agree(features, classes, [
-        band(16, 4, 1.0), band(32, 4, 1.0), tile(32, 8, 1.0), band(64, 4, 1.0), tile(16, 4, 1.0),
-        tile(64, None, 1.0)])
-    # A band one shift short of the largest class (3 rows: partners 2 apart) misses pairs.
-    with self.assertRaises(AssertionError):
-      self._assert_branches_agree(features, classes, [band(16, 1, 1.0), tile(64, None, 1.0)])
+        band(16, 4, 16, 1.0), band(32, 4, 32, 1.0), tile(32, 8, 1.0), band(64, 4, 64, 1.0),
+        band(16, 4, 9, 1.0), tile(16, 4, 1.0), tile(64, None, 1.0)])
+    # A band one shift short of the largest class (3 rows: partners 2 apart), or whose pair list is
+    # one entry short, misses pairs.
+    for short in (band(16, 1, 16, 1.0), band(16, 4, 8, 1.0)):
+      with self.assertRaises(AssertionError):
+        self._assert_branches_agree(features, classes, [short, tile(64, None, 1.0)])
     out = jax.jit(lambda f, y: mr2_jax.representation_margin_loss(
         f, y, 0.5, num_classes=len(counts)))(features, labels)
     np.testing.assert_allclose(
         out, ref.representation_margin_loss(np.asarray(features), np.asarray(labels), 0.5, 1.0),
         rtol=RTOL, atol=1e-6)
     # One row more with a positive than the bucket holds: the next bucket.
-    self.assertEqual(int(rm._choose(branches, jnp.int32(17), largest)), 2)
+    self.assertEqual(int(rm._choose(branches, jnp.int32(17), largest, pairs)), 2)
+    # More pairs than the 16-row band's list holds: the next band.
+    self.assertEqual(int(rm._choose(branches, classes.active, largest, jnp.int32(17))), 2)
     # A class of 6 rows: past the band, the tile of 8.
-    self.assertEqual(int(rm._choose(branches, classes.active, jnp.int32(6))), 3)
+    self.assertEqual(int(rm._choose(branches, classes.active, jnp.int32(6), pairs)), 3)
     # A class too large for any tile: the dense form.
-    self.assertEqual(int(rm._choose(branches, classes.active, jnp.int32(18))), len(branches) - 1)
+    self.assertEqual(int(rm._choose(branches, classes.active, jnp.int32(18), pairs)),
+                     len(branches) - 1)
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.named_parameters(
