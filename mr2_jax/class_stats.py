@@ -72,18 +72,22 @@ def _scaled_lp_sq_norm(x: jax.Array, p: float) -> jax.Array:
   return jnp.square(norm)
 
 
-def lp_sq_norm(x: Array, p: float) -> jax.Array:
+def lp_sq_norm(x: Array, p: float, where: Array | None = None) -> jax.Array:
   """‖x‖_p² = (Σ_j |x_j|^p)^{2/p} over the last axis; for p = 2, Σ_j x_j² exactly.
 
   For p ≠ 2 the sum is taken in one pass; a row whose sum overflows, is not finite, or is below
   `_LP_DIRECT_MIN` (a zero row, or |x| so small that |x|^p leaves float32's normal range) gets the
   scaled form instead (`_scaled_lp_sq_norm`, computed under a `lax.cond` only when such a row
-  exists). Each row's value depends on that row alone.
+  exists). Each row's value depends on that row alone. Rows outside `where` (bool, x's shape
+  without its last axis) are not checked and their value is unspecified: for rows the caller masks
+  (padding, empty slots), which would otherwise send every call down the scaled form.
   """
   if p == 2.0:
     return jnp.sum(jnp.square(x), axis=-1)
   direct = jnp.sum(abs_pow(x, p), axis=-1)
   fine = jnp.isfinite(direct) & (direct >= _LP_DIRECT_MIN)
+  if where is not None:
+    fine = fine | ~where
   value = jnp.where(fine, direct, 1.0) ** (2.0 / p)
   return jax.lax.cond(jnp.all(fine), lambda: value,
                       lambda: jnp.where(fine, value, _scaled_lp_sq_norm(x, p)))
@@ -173,10 +177,11 @@ def _slot_moments(features, labels, valid, num_classes, p, axis_name):
   counts = jnp.maximum(slots.counts, 1.0)[:, None].astype(features.dtype)
   offsets = sums / counts
   class_means = reference + offsets
-  deviation = lp_sq_norm(shifted - offsets[slots.slot], p)
+  deviation = lp_sq_norm(shifted - offsets[slots.slot], p, where=valid)
   deviation = jnp.where(valid, deviation, 0.0)
   dev_sums = class_sums.slot_sum(deviation, slots, axis_name=axis_name)
-  return slots, lp_sq_norm(class_means, p), dev_sums / counts[:, 0]
+  a = jnp.where(slots.counts > 0, lp_sq_norm(class_means, p, where=slots.counts > 0), 0.0)
+  return slots, a, dev_sums / counts[:, 0]
 
 
 def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.ClassOrder, p: float
@@ -196,12 +201,12 @@ def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.Class
   safe_counts = jnp.maximum(counts, 1.0)
   offsets = sums / safe_counts[:, None]
   own_run = jnp.minimum(run, runs - 1)
-  deviation = jnp.where(live, lp_sq_norm(shifted - offsets[own_run], p), 0.0)
+  deviation = jnp.where(live, lp_sq_norm(shifted - offsets[own_run], p, where=live), 0.0)
   v = jax.ops.segment_sum(deviation, run, num_segments=runs, mode="drop") / safe_counts
   # Each run's reference row is its first row's: the row at the run's first sorted position.
   run_start = jax.ops.segment_min(position, run, num_segments=runs, mode="drop")
   run_reference = features[order.order[jnp.clip(run_start, 0, size - 1)]]
-  a = lp_sq_norm(run_reference + offsets, p)
+  a = lp_sq_norm(run_reference + offsets, p, where=counts > 0)
 
   def at_starts(per_run):
     return jnp.pad(jnp.where(starts, per_run[own_run], 0.0), (0, batch - size))
@@ -226,7 +231,7 @@ def _sorted_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, nu
   else:  # one row: no class has a partner
     a = v = counts = jnp.zeros(labels.shape, features.dtype)
   single = valid[order.order] & (order.key == class_order_lib.MASKED)
-  a = jnp.where(single, lp_sq_norm(features, p)[order.order], a)
+  a = jnp.where(single, lp_sq_norm(features, p, where=valid)[order.order], a)
   counts = jnp.where(single, 1.0, counts)
   classes = jnp.where(counts > 0, labels[order.order], num_classes).astype(jnp.int32)
   own = order.inverse

@@ -1,5 +1,7 @@
 """mr2_jax.class_stats against the float64 NumPy reference written from the MR2 spec."""
 
+from unittest import mock
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -136,6 +138,31 @@ class LpNormTest(parameterized.TestCase):
     np.testing.assert_array_equal(together[:3], alone)
     np.testing.assert_allclose(together, ref.lp_sq_norm(x.astype(np.float64), p), rtol=2e-6)
     self.assertEqual(together[5], 0.0)
+
+  def test_masked_rows_do_not_send_the_call_to_the_scaled_form(self):
+    # A zero (or NaN) row outside `where` is not checked: the one-pass sums are kept, and the
+    # scaled form's branch of the cond never runs (counted by a callback inside it).
+    from mr2_jax import class_stats as cs
+    runs = []
+    original = cs._scaled_lp_sq_norm
+
+    def counted(x, p):
+      jax.debug.callback(lambda: runs.append(1))
+      return original(x, p)
+
+    x = np.random.default_rng(4).normal(size=(4, 8)).astype(np.float32)
+    x[1] = 0.0
+    x[2] = np.nan
+    where = np.array([True, False, False, True])
+    with mock.patch.object(cs, "_scaled_lp_sq_norm", counted):
+      masked = jax.jit(lambda v, w: cs.lp_sq_norm(v, 5.0, where=w))(x, where)
+      jax.block_until_ready(masked)
+      self.assertEqual(len(runs), 0)
+      unmasked = jax.jit(lambda v: cs.lp_sq_norm(v, 5.0))(x)
+      jax.block_until_ready(unmasked)
+      self.assertEqual(len(runs), 1)
+    np.testing.assert_array_equal(np.asarray(masked)[where], np.asarray(unmasked)[where])
+    np.testing.assert_allclose(np.asarray(masked)[where], ref.lp_sq_norm(x[where], 5.0), rtol=2e-6)
 
 
 class PerDeviceReductionTest(parameterized.TestCase):
