@@ -161,6 +161,28 @@ def _tile_gradient(tiles, weights, cotangent, temperature):
 
 
 
+def _at_positions(sorted_values: jax.Array, positions: jax.Array) -> jax.Array:
+  """sorted_values[positions] [B, ...] for the first `rows` sorted positions; 0 at positions past
+  them. Reads the local anchors' losses (positions = their sorted positions) and maps a gradient
+  back through the sort (positions = `ClassOrder.inverse`: the sort's transpose)."""
+  rows = sorted_values.shape[0]
+  inside = (positions < rows).reshape(positions.shape + (1,) * (sorted_values.ndim - 1))
+  return jnp.where(inside, sorted_values[jnp.minimum(positions, rows - 1)], 0.0)
+
+
+def _to_sorted(cotangent: jax.Array, anchor_positions: jax.Array, rows: int) -> jax.Array:
+  """The local anchors' cotangent [B] at their sorted positions among `rows` (0 elsewhere)."""
+  return jnp.zeros((rows,), cotangent.dtype).at[anchor_positions].set(
+      cotangent, mode="drop", unique_indices=True)
+
+
+def _saved(weights: jax.Array, size: int) -> jax.Array:
+  """Pair weights flattened and zero-padded to `size`: every branch of the switch saves the same
+  residual."""
+  weights = weights.reshape(-1)
+  return jnp.pad(weights, (0, size - weights.shape[0]))
+
+
 class _Band(NamedTuple):
   """ℓ_s̄ on the first `rows` rows of the class-sorted batch when no class has more than `shifts` + 1
   rows: each class is a run of ≤ `shifts` + 1 consecutive sorted rows, so every positive pair is
@@ -232,10 +254,7 @@ class _Band(NamedTuple):
     sorted_loss, weights = _pair_loss_and_weights(
         jnp.concatenate([distance, earlier(distance)]).T, jnp.concatenate([pair, earlier(pair)]).T,
         s_bar, self.temperature)
-    inside = anchor_positions < rows
-    loss = jnp.where(inside, sorted_loss[jnp.minimum(anchor_positions, rows - 1)], 0.0)
-    weights = weights.reshape(-1)
-    return loss, jnp.pad(weights, (0, size - weights.shape[0]))
+    return _at_positions(sorted_loss, anchor_positions), _saved(weights, size)
 
   def backward(self, features, order, s_bar, anchor_positions, weights, cotangent):
     del s_bar
@@ -243,8 +262,7 @@ class _Band(NamedTuple):
     sorted_rows = features[jnp.pad(order.order[:rows], (shifts, shifts))]  # rows −S … rows + S − 1
     own = sorted_rows[shifts:shifts + rows]
     pair = self._pairs(order)
-    sorted_cotangent = jnp.zeros((rows,), cotangent.dtype).at[anchor_positions].set(
-        cotangent, mode="drop", unique_indices=True)
+    sorted_cotangent = _to_sorted(cotangent, anchor_positions, rows)
     g = (sorted_cotangent[:, None] * weights[:self.weights_size(0)].reshape(rows, 2 * shifts)
          / self.temperature).astype(features.dtype)
     grad = jnp.zeros_like(own)
@@ -257,10 +275,7 @@ class _Band(NamedTuple):
       before = jnp.where(pair_earlier[:, None],
                          c_earlier[:, None] * (sorted_rows[shifts - s:][:rows] - own), 0.0)
       grad = grad + later - before
-    grad = 2.0 * grad
-    # The sort's transpose is the gather by `inverse` (rows sorted past `rows` get 0).
-    inside = order.inverse < rows
-    return jnp.where(inside[:, None], grad[jnp.minimum(order.inverse, rows - 1)], 0.0)
+    return _at_positions(2.0 * grad, order.inverse)
 
 
 class _Branch(NamedTuple):
@@ -305,11 +320,8 @@ class _Branch(NamedTuple):
       sorted_loss, weights = _tile_loss_and_weights(
           centred.reshape(n, self.tile, -1), key.reshape(n, self.tile),
           live.reshape(n, self.tile), s_bar, self.temperature)
-      inside = anchor_positions < self.rows
-      loss = jnp.where(inside, sorted_loss.reshape(-1)[
-          jnp.minimum(anchor_positions, self.rows - 1)], 0.0)
-    weights = weights.reshape(-1)
-    return loss, jnp.pad(weights, (0, size - weights.shape[0]))
+      loss = _at_positions(sorted_loss.reshape(-1), anchor_positions)
+    return loss, _saved(weights, size)
 
   def backward(self, features, order, s_bar, anchor_positions, weights, cotangent):
     del s_bar
@@ -321,17 +333,14 @@ class _Branch(NamedTuple):
                              cotangent, self.temperature)
     else:
       n = self.rows // self.tile
-      sorted_cotangent = jnp.zeros((self.rows,), cotangent.dtype).at[anchor_positions].set(
-          cotangent, mode="drop", unique_indices=True)
+      sorted_cotangent = _to_sorted(cotangent, anchor_positions, self.rows)
       grad = _tile_gradient(centred.reshape(n, self.tile, -1),
                             weights.reshape(n, self.tile, 3 * self.tile),
                             sorted_cotangent.reshape(n, self.tile), self.temperature)
       grad = grad.reshape(self.rows, -1)
     # The reference rows are constants (stop-gradient): ∂u_r/∂φ_r = I for a live sorted row r, and
     # the sort's transpose is the gather by `inverse` (rows sorted past `rows` get 0).
-    grad = jnp.where(live[:, None], grad, 0.0)
-    inside = order.inverse < self.rows
-    return jnp.where(inside[:, None], grad[jnp.minimum(order.inverse, self.rows - 1)], 0.0)
+    return _at_positions(jnp.where(live[:, None], grad, 0.0), order.inverse)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -443,7 +452,8 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
 
   Cost: positives are same-class pairs, so the global batch is sorted by class. When no class has
   more than 5 rows (K ≫ B: ImageNet-size label sets) each row meets only the 4 rows after and before
-  it in sorted order (`_Band`: distances from row differences, 4 passes over the rows). Larger
+  it in sorted order (`_Band`: the same-class pairs are listed and their distances taken from
+  the two rows' difference). Larger
   classes are computed in tiles of T rows against the tile before, the tile itself and the tile
   after (2·T·R·d multiply-adds; the hand-written gradient 3·T·R·d and no recomputed forward pass),
   with T the smallest of 8, 16, … that covers the largest class of the batch (largest count − 1
