@@ -11,7 +11,7 @@ re-balanced partner row. A batch is therefore a pure function of (seed, epoch, b
 process): training resumes mid-epoch exactly from the step alone (the grain pipeline checkpoints its
 iterator state too and checks it against the step: `experiments.input_pipeline`).
 
-Sources (`load_split`):
+Sources (`load_split`; one entry each in `LOCAL_SOURCES`, `sources.LAZY_SOURCES` or `LAZY_PREFIXES`):
   'digits'        scikit-learn's embedded 8x8 digits (no files needed).
   'mnist'         `data_dir`/{train,test}.npz with `images` uint8 [N, 28, 28] and `labels`.
   'cifar10_jpeg'  `data_dir`/{train,test}.npz of concatenated JPEG files (`jpeg`, `offsets`, `labels`);
@@ -21,6 +21,8 @@ Sources (`load_split`):
   'imagenet_lt', 'places_lt', 'inat2018', 'list:<path with {split}>'
                   image folders with the OLTR split lists or iNaturalist 2018's JSON, images decoded
                   on index (`experiments.sources`, which documents the files expected).
+  'arrayrecord:<path with {split}>'
+                  ArrayRecord files written by `python -m experiments.sources`; images lazy.
 """
 
 from __future__ import annotations
@@ -148,18 +150,12 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike | None = None,
   from experiments import sources  # pylint: disable=g-import-not-at-top (it imports this module)
   if sources.is_lazy_source(name):
     return sources.load_split(name, split, data_dir, image_size=image_size, resize=resize)
-  if name not in (DIGITS, MNIST, CIFAR10_JPEG):
-    raise DataError(f"unknown dataset {name!r}; expected one of {DIGITS!r}, {MNIST!r}, "
-                    f"{CIFAR10_JPEG!r}, {sources.IMAGENET_LT!r}, {sources.PLACES_LT!r}, "
-                    f"{sources.INAT2018!r}, 'list:<path with {{split}}>' or 'tfds:<name>'")
+  if name not in LOCAL_SOURCES:
+    raise DataError(f"unknown dataset {name!r}; expected one of "
+                    f"{(*LOCAL_SOURCES, *sources.LAZY_SOURCE_NAMES)}")
   if split not in LOCAL_SPLITS:
     raise DataError(f"unknown split {split!r} for dataset {name!r}; expected one of {LOCAL_SPLITS}")
-  if name == DIGITS:
-    return _load_digits(split)
-  path = _npz_path(name, split, data_dir)
-  if name == MNIST:
-    return _load_mnist(path, split)
-  return _load_cifar10_jpeg(path, split)
+  return LOCAL_SOURCES[name](split, data_dir)
 
 
 def _npz_path(name: str, split: str, data_dir) -> pathlib.Path:
@@ -275,6 +271,16 @@ def decode_jpegs(jpeg: np.ndarray, offsets: np.ndarray, source: str = "<array>",
       raise DataError(f"image at index {i} in {source} has shape {pixels.shape}, expected {shape}")
     images[i] = pixels
   return images
+
+
+# The in-memory sources, one entry each: loader(split, data_dir) → Split (the lazy ones are
+# `experiments.sources.LAZY_SOURCES` / `LAZY_PREFIXES`).
+LOCAL_SOURCES: dict[str, Callable[[str, str | os.PathLike | None], Split]] = {
+    DIGITS: lambda split, data_dir: _load_digits(split),
+    MNIST: lambda split, data_dir: _load_mnist(_npz_path(MNIST, split, data_dir), split),
+    CIFAR10_JPEG: lambda split, data_dir: _load_cifar10_jpeg(
+        _npz_path(CIFAR10_JPEG, split, data_dir), split),
+}
 
 
 # ----------------------------------------------------------------------------------------------

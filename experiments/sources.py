@@ -63,11 +63,6 @@ INAT2018_FILES = {"train": "train2018.json", "val": "val2018.json", "test": "val
 log = logging.getLogger(__name__)
 
 
-def is_lazy_source(name: str) -> bool:
-  """Whether `load_split` reads source `name` here (every split it returns holds `LazyImages`)."""
-  return name in (*OLTR_LISTS, INAT2018) or name.startswith((LIST_PREFIX, TFDS_PREFIX,
-                                                              ARRAY_RECORD_PREFIX))
-
 
 class Records(Protocol):
   """A picklable reader of N records: `decode(i)` is record i's image, uint8 `image_shape`."""
@@ -508,17 +503,42 @@ def convert_to_array_record(name: str, data_dir, out_pattern: str,
   return written
 
 
+# The lazy sources, one entry each: a name, or a prefix followed by the source's own argument. Each
+# loader is called as loader(name, split, data_dir, image_size, resize) (TFDS images keep their
+# stored shape; the image-file sources decode with `resize_center_crop`).
+LAZY_SOURCES = {
+    IMAGENET_LT: load_image_list,
+    PLACES_LT: load_image_list,
+    INAT2018: lambda name, split, data_dir, image_size, resize: load_inat2018(
+        split, data_dir, image_size, resize),
+}
+LAZY_PREFIXES = {
+    LIST_PREFIX: load_image_list,
+    TFDS_PREFIX: lambda name, split, data_dir, image_size, resize: load_tfds(name, split, data_dir),
+    ARRAY_RECORD_PREFIX: load_array_record,
+}
+LAZY_SOURCE_NAMES = (*LAZY_SOURCES, *(f"{prefix}<...>" for prefix in LAZY_PREFIXES))
+
+
+def _lazy_loader(name: str):
+  if name in LAZY_SOURCES:
+    return LAZY_SOURCES[name]
+  return next((load for prefix, load in LAZY_PREFIXES.items() if name.startswith(prefix)), None)
+
+
+def is_lazy_source(name: str) -> bool:
+  """Whether `load_split` reads source `name` here (every split it returns holds `LazyImages`)."""
+  return _lazy_loader(name) is not None
+
+
 def load_split(name: str, split: str, data_dir=None, *, image_size: int = 224,
                resize: int = 256) -> Split:
-  """Split `split` of a lazy source (`is_lazy_source`); `image_size` and `resize` set the decode
-  of image files (`resize_center_crop`), TFDS images keep their stored shape."""
-  if name.startswith(TFDS_PREFIX):
-    return load_tfds(name, split, data_dir)
-  if name == INAT2018:
-    return load_inat2018(split, data_dir, image_size, resize)
-  if name.startswith(ARRAY_RECORD_PREFIX):
-    return load_array_record(name, split, data_dir, image_size, resize)
-  return load_image_list(name, split, data_dir, image_size, resize)
+  """Split `split` of a lazy source (`LAZY_SOURCES` / `LAZY_PREFIXES`); `image_size` and `resize`
+  set the decode of image files (`resize_center_crop`), TFDS images keep their stored shape."""
+  load = _lazy_loader(name)
+  if load is None:
+    raise DataError(f"{name!r} is not a lazy source; expected one of {LAZY_SOURCE_NAMES}")
+  return load(name, split, data_dir, image_size, resize)
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,6 @@
 """Tests for experiments/data.py: sources, long-tailed subsets, batch iterators, augmentation."""
 
+import dataclasses
 import importlib.util
 import io
 import pathlib
@@ -268,8 +269,12 @@ def test_digits_load_without_external_files():
 
 
 def test_source_errors_are_data_errors(tmp_path):
-  with pytest.raises(data.DataError, match="unknown dataset 'imagenet'"):
+  with pytest.raises(data.DataError, match="unknown dataset 'imagenet'") as error:
     data.load_split("imagenet", "train")
+  # The message lists every registered source, in-memory and lazy.
+  for name in ("digits", "mnist", "cifar10_jpeg", "imagenet_lt", "places_lt", "inat2018",
+               "list:<...>", "tfds:<...>", "arrayrecord:<...>"):
+    assert repr(name) in str(error.value), name
   with pytest.raises(data.DataError, match="unknown split 'validation'"):
     data.load_split("digits", "validation")
   with pytest.raises(data.DataError, match="needs data_dir"):
@@ -455,3 +460,19 @@ def test_long_tail_selections_equal_the_released_code(kind):
   np.testing.assert_array_equal(ldam[0], ldam[1])
   with pytest.raises(data.DataError, match="selection"):
     data.long_tail_indices(labels, 10, 100.0, 0, selection="random")
+
+
+def test_a_source_is_one_registry_entry(monkeypatch):
+  """A new data source is one entry of `LOCAL_SOURCES` (or of `sources.LAZY_SOURCES` /
+  `LAZY_PREFIXES`), found by `load_split` without another branch."""
+  from experiments import sources  # pylint: disable=g-import-not-at-top
+  digits = data.load_split("digits", "test")
+  monkeypatch.setitem(data.LOCAL_SOURCES, "digits_copy",
+                      lambda split, data_dir: dataclasses.replace(digits, name="digits_copy"))
+  assert data.load_split("digits_copy", "test").name == "digits_copy"
+  calls = []
+  monkeypatch.setitem(sources.LAZY_PREFIXES, "mine:",
+                      lambda *args: calls.append(args) or digits)
+  assert sources.is_lazy_source("mine:x") and not sources.is_lazy_source("digits")
+  assert data.load_split("mine:x", "val", "/d", image_size=32, resize=36) is digits
+  assert calls == [("mine:x", "val", "/d", 32, 36)]
