@@ -464,42 +464,65 @@ def epoch_permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
   return np.random.default_rng([seed, epoch]).permutation(num_examples)
 
 
-AUGMENTATIONS = ("crop_flip", "released", "simclr")
+def _crop_flip(images, view, key, process_index, process_count):
+  """'crop_flip': pad-4 random crop + flip for every view (view 0 draws with `key`, view v > 0 with
+  [*key, v]), drawn for the global batch: an example gets the same crop whatever the number of
+  processes."""
+  return random_crop_flip(images, np.random.default_rng(key + [view] if view > 0 else key),
+                          process_index=process_index, process_count=process_count)
+
+
+def _batch_rng(key, view, tag, process_index, process_count) -> np.random.Generator:
+  """The per-process-batch generator of the vectorised augmentations (`tag` tells them apart)."""
+  return np.random.default_rng([*key, view, tag, process_index, process_count])
+
+
+def _released(images, view, key, process_index, process_count):
+  """'released': the reweighting paper's released recipe (PIPELINES spec §1): view 0 crop + flip →
+  AutoAugment (CIFAR-10 policy) → Cutout 16×16, views ≥ 1 the SimCLR transform."""
+  from experiments import augment  # pylint: disable=g-import-not-at-top
+  if view > 0:
+    return _simclr(images, view, key, process_index, process_count)
+  images = _crop_flip(images, view, key, process_index, process_count)
+  rng = _batch_rng(key, view, 1, process_index, process_count)
+  return augment.cutout(augment.autoaugment(images, rng), rng)
+
+
+def _simclr(images, view, key, process_index, process_count):
+  """'simclr': the SimCLR transform (random resized crop, flip, colour jitter, grayscale) for every
+  view (SupCon's reference views)."""
+  from experiments import augment  # pylint: disable=g-import-not-at-top
+  return augment.simclr_view(images, _batch_rng(key, view, 2, process_index, process_count))
+
+
+def _inception(images, view, key, process_index, process_count):
+  """'inception': Inception's random-resized crop (area U(0.08, 1), aspect exp U(log 3/4, log 4/3),
+  back to H × W bilinear) + flip, for ImageNet-scale training. The crop is taken from the image as
+  the pipeline decoded it (ImageNet-LT: the 224² centre crop of the shorter side resized to 256),
+  not from the full-resolution file."""
+  from experiments import augment  # pylint: disable=g-import-not-at-top
+  rng = _batch_rng(key, view, 3, process_index, process_count)
+  return augment.random_flip(augment.random_resized_crop(images, rng, scale=(0.08, 1.0)), rng)
+
+
+# The training augmentations, one entry each: fn(images, view, key, process_index, process_count).
+AUGMENTATION_FNS = {"crop_flip": _crop_flip, "released": _released, "simclr": _simclr,
+                    "inception": _inception}
+AUGMENTATIONS = tuple(AUGMENTATION_FNS)
 
 
 def augment_view(images: np.ndarray, augmentation: str, view: int, key: list[int], *,
                  process_index: int = 0, process_count: int = 1) -> np.ndarray:
-  """View `view` of a batch of uint8 images under `augmentation`, a pure function of `key`
-  ([seed, epoch, batch]) and the process:
+  """View `view` of a batch of uint8 images under `augmentation` (an `AUGMENTATION_FNS` entry, whose
+  docstring says what it draws), a pure function of `key` ([seed, epoch, batch]) and the process.
 
-    'crop_flip': pad-4 random crop + flip for every view (view 0 draws with `key`, view v > 0 with
-      [*key, v]), drawn for the global batch: an example gets the same crop whatever the number of
-      processes;
-    'released': the reweighting paper's released recipe (PIPELINES spec §1): view 0 crop + flip →
-      AutoAugment (CIFAR-10 policy) → Cutout 16×16, views ≥ 1 the SimCLR transform
-      (`experiments.augment`);
-    'simclr': the SimCLR transform (random resized crop, flip, colour jitter, grayscale) for every
-      view (SupCon's reference views).
-
-  The AutoAugment / Cutout / SimCLR draws are made per process batch ([*key, view, tag, process
-  index, process count]), vectorised over it (≈ 5× the throughput of per-example generators), so
-  unlike crop + flip they depend on how the global batch is split over processes.
+  The AutoAugment / Cutout / SimCLR / Inception draws are made per process batch ([*key, view, tag,
+  process index, process count]), vectorised over it (≈ 5× the throughput of per-example
+  generators), so unlike crop + flip they depend on how the global batch is split over processes.
   """
-  if augmentation not in AUGMENTATIONS:
+  if augmentation not in AUGMENTATION_FNS:
     raise DataError(f"augmentation: unknown {augmentation!r}; expected one of {AUGMENTATIONS}")
-  view_key = key + [view] if view > 0 else key
-  if augmentation == "crop_flip" or (augmentation == "released" and view == 0):
-    images = random_crop_flip(images, np.random.default_rng(view_key),
-                              process_index=process_index, process_count=process_count)
-    if augmentation == "crop_flip":
-      return images
-  from experiments import augment  # pylint: disable=g-import-not-at-top
-  batch_key = [*key, view, 1 if augmentation == "released" and view == 0 else 2, process_index,
-               process_count]
-  rng = np.random.default_rng(batch_key)
-  if augmentation == "released" and view == 0:
-    return augment.cutout(augment.autoaugment(images, rng), rng)
-  return augment.simclr_view(images, rng)
+  return AUGMENTATION_FNS[augmentation](images, view, key, process_index, process_count)
 
 
 def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augment: bool,

@@ -476,3 +476,30 @@ def test_a_source_is_one_registry_entry(monkeypatch):
   assert sources.is_lazy_source("mine:x") and not sources.is_lazy_source("digits")
   assert data.load_split("mine:x", "val", "/d", image_size=32, resize=36) is digits
   assert calls == [("mine:x", "val", "/d", 32, 36)]
+
+
+def test_inception_augmentation_crops_at_random_scales():
+  """'inception': per-key deterministic; each view a bilinear resize of one box (a constant image
+  stays constant), boxes from 0.08 to all of the image (a crop + flip keeps ≥ (W − 8) / W)."""
+  width = 32
+  ramp = np.broadcast_to(np.linspace(0, 248, width).astype(np.uint8)[None, None, :, None],
+                         (64, width, width, 3)).copy()  # pixel value = 8 · x
+  out = data.augment_view(ramp, "inception", 0, [0, 1, 2])
+  assert out.shape == ramp.shape and out.dtype == np.uint8
+  np.testing.assert_array_equal(out, data.augment_view(ramp, "inception", 0, [0, 1, 2]))
+  assert not np.array_equal(out, data.augment_view(ramp, "inception", 1, [0, 1, 2]))
+  assert not np.array_equal(out, data.augment_view(ramp, "inception", 0, [0, 1, 3]))
+  # Rows of one image are equal (the ramp is horizontal), and the x-span an image covers is its
+  # box's width: boxes of every size occur.
+  assert (out == out[:, :1]).all()
+  spans = (out[:, 0, :, 0].astype(int).max(1) - out[:, 0, :, 0].astype(int).min(1)) / 248
+  # SimCLR's scale (0.2, 1) gives no span below 0.38 on this key; 0.08 reaches 0.26 ≈ √(0.08 · 3/4).
+  assert spans.min() < 0.35 and spans.max() > 0.8 and spans.min() > 0.2, spans
+  crop_flip = data.augment_view(ramp, "crop_flip", 0, [0, 1, 2])
+  middle = crop_flip[:, width // 2, :, 0].astype(int)  # row 0 may be the crop's zero padding
+  assert (np.ptp(middle, axis=1) >= 8 * (width - 9)).all()
+  # Flips: the ramp rises to the right in some views and to the left in others.
+  rising = out[:, 0, -1, 0].astype(int) > out[:, 0, 0, 0]
+  assert 0 < rising.sum() < len(rising)
+  constant = np.full((4, 16, 16, 3), 77, np.uint8)
+  np.testing.assert_array_equal(data.augment_view(constant, "inception", 0, [5]), constant)

@@ -24,7 +24,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.validation_fraction = 0.0  # stratified hold-out from the training set (model selection).
   config.augment = False            # Augment the training images at all; how: `augmentation`.
   # 'crop_flip' (CIFAR pad-4 random crop + horizontal flip), 'released' (the reweighting paper's
-  # recipe: view 0 crop + flip + AutoAugment + Cutout, further views SimCLR) or 'simclr'.
+  # recipe: view 0 crop + flip + AutoAugment + Cutout, further views SimCLR), 'simclr' or
+  # 'inception' (random-resized crop, area 8–100 %, + flip; the 224 px configs): data.AUGMENTATION_FNS.
   config.augmentation = "crop_flip"
   # Views per example in the forward pass (at least the loss's own: SupCon 2). Views past the
   # loss's own enter BatchNorm statistics only (the released recipe: 3, the loss on view 0; 1 is

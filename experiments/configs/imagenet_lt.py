@@ -8,8 +8,9 @@ reference's 160 of 200 epochs at 90). Images are decoded in grain worker process
 
 Data: the ILSVRC-2012 images under one root with `ImageNet_LT_train.txt`, `ImageNet_LT_val.txt`,
 `ImageNet_LT_test.txt` from the OLTR release beside them (paths in the lists are relative to the
-root): `--config.data_dir=<root>`. Deviation: training augmentation is the CIFAR-style pad-4 crop
-+ flip of the 224 centre crop, not Inception's random-resized crop.
+root): `--config.data_dir=<root>`. Training augmentation: Inception's random-resized crop (area
+8–100 %, aspect 3/4–4/3) + flip. Deviation: the crop is taken from the decoded 224 centre crop (of
+the shorter side resized to 256), not from the full-resolution image.
 
   python -m experiments.main --config=experiments/configs/imagenet_lt.py \
       --config.data_dir=/data/imagenet --workdir=workdirs/imagenet_lt_ce
@@ -27,6 +28,7 @@ def get_config():
   config.image_size = 224
   config.resize = 256
   config.augment = True
+  config.augmentation = "inception"
   config.input_pipeline = "grain"
   config.data_workers = 8
   config.num_epochs = 90
