@@ -2,12 +2,14 @@
 
     python -m tests.run_slow_properties --out tests/property_runs/<name> [--jobs 2] [-k EXPR]
     python -m tests.run_slow_properties --out tests/property_runs/<name> --summary
+    python -m tests.run_slow_properties --out tests/property_runs/<name> --progress
 
 The whole slow profile is hours of CPU on a small machine, so it is run as one pytest process per
 test (at `nice` 19, `--jobs` at a time) and each test's log is kept in `--out`: a rerun skips the
 tests whose log already records a result, so the run can stop and continue across sessions.
 `--summary` writes `SUMMARY.md` there: per test, the generated examples that passed / failed /
-were invalid (from `--hypothesis-show-statistics`), the wall time and the result. A failure's log
+were invalid (from `--hypothesis-show-statistics`), the wall time and the result; `--progress`
+prints the examples begun so far by each running test (`strategies.record_progress`). A failure's log
 holds the reproduction blob (`print_blob`) and hypothesis' seed.
 """
 
@@ -56,7 +58,8 @@ def finished(path: str) -> bool:
 
 def run_one(out: str, test_id: str) -> str:
   path = log_path(out, test_id)
-  env = dict(os.environ, PROPERTY_REPORT_DIR=os.path.splitext(path)[0] + ".worst")
+  env = dict(os.environ, PROPERTY_REPORT_DIR=os.path.splitext(path)[0] + ".worst",
+             PROPERTY_PROGRESS=path + ".progress")
   start = time.time()
   commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                           text=True, check=False).stdout.strip()
@@ -69,6 +72,8 @@ def run_one(out: str, test_id: str) -> str:
         stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
     log.write(f"\nwall_seconds={time.time() - start:.0f} returncode={result.returncode}\n")
   os.replace(path + ".partial", path)
+  if os.path.exists(path + ".progress"):
+    os.remove(path + ".progress")
   return f"{test_id}: returncode {result.returncode}, {time.time() - start:.0f} s"
 
 
@@ -95,15 +100,31 @@ def summarize(out: str, test_ids: list[str]) -> str:
   return "\n".join(rows) + "\n"
 
 
+def progress(out: str, test_ids: list[str]) -> str:
+  """The tests running now (a `.partial` log) and how many examples each has begun."""
+  lines = []
+  for test_id in test_ids:
+    path = log_path(out, test_id)
+    if os.path.exists(path + ".partial"):
+      done = (open(path + ".progress").read().strip() if os.path.exists(path + ".progress")
+              else "fewer than 25 examples")
+      lines.append(f"{display_name(test_id)}: {done}")
+  return "\n".join(lines) or "nothing running"
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--out", required=True)
   parser.add_argument("--jobs", type=int, default=2)
   parser.add_argument("-k", dest="expression", default=None)
   parser.add_argument("--summary", action="store_true")
+  parser.add_argument("--progress", action="store_true", help="what is running, how far")
   args = parser.parse_args()
   os.makedirs(args.out, exist_ok=True)
   test_ids = collect(args.expression)
+  if args.progress:
+    print(progress(args.out, test_ids))
+    return
   if args.summary:
     table = summarize(args.out, test_ids)
     with open(os.path.join(args.out, "SUMMARY.md"), "w") as f:

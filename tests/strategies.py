@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import time
 
 import jax
 import jax.numpy as jnp
@@ -345,6 +346,23 @@ def class_counts(draw, num_classes: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 
 MAX_MEMORY_MAPS = 30_000
+_EXAMPLES_RUN = [0, time.time()]  # examples begun in this process, and when it started
+
+
+def before_example() -> None:
+  """Called first by every property check: `record_progress`, then `bound_compiled_code`."""
+  record_progress()
+  bound_compiled_code()
+
+
+def record_progress(every: int = 25) -> None:
+  """With PROPERTY_PROGRESS=<file> (set by `tests.run_slow_properties`), every `every` examples
+  rewrites the file with "<examples begun> examples in <seconds> s": how far a slow twin is."""
+  _EXAMPLES_RUN[0] += 1
+  path = os.environ.get("PROPERTY_PROGRESS")
+  if path and _EXAMPLES_RUN[0] % every == 0:
+    with open(path, "w") as f:
+      f.write(f"{_EXAMPLES_RUN[0]} examples in {time.time() - _EXAMPLES_RUN[1]:.0f} s\n")
 
 
 def bound_compiled_code(limit: int = MAX_MEMORY_MAPS) -> None:
@@ -352,8 +370,8 @@ def bound_compiled_code(limit: int = MAX_MEMORY_MAPS) -> None:
 
   Every XLA:CPU executable keeps ~200 mappings (MR2's step with its gradient: ~180, under shard_map
   ~250), and a slow run compiles hundreds of shapes: past the kernel's vm.max_map_count (65,530
-  here) the next compile segfaults inside LLVM. Called before every example; the functions are
-  compiled again when a shape comes back.
+  here) the next compile segfaults inside LLVM. Called before every example (`before_example`);
+  the functions are compiled again when a shape comes back.
   """
   try:
     with open("/proc/self/maps") as maps:

@@ -412,7 +412,7 @@ def _check_supcon_gradient_reference(ex: SupConExample, expected: SupConExpected
 
 
 def check_supcon(ex: SupConExample):
-  S.bound_compiled_code()
+  S.before_example()
   shape = ex.shape
   images = shape.batch
   expected = supcon_expected(ex)
@@ -893,7 +893,7 @@ def check_lff_outputs(label, step: LfFStep, state_in, out, expected: LfFExpected
 
 
 def check_lff(ex: LfFExample):
-  S.bound_compiled_code()
+  S.before_example()
   devices = ex.shape.devices
   tracker = new_tracker(ex)
   state = ex.state

@@ -661,7 +661,7 @@ def check_outputs(variant, ex: RegistryExample, out, expected: Expected, prefix:
 
 
 def check_registry_entry(variant, ex: RegistryExample):
-  S.bound_compiled_code()
+  S.before_example()
   batch = ex.batch
   expected = registry_reference(variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts,
                                 ex.rng)
@@ -707,7 +707,7 @@ def check_registry_entry(variant, ex: RegistryExample):
 
 
 def check_registry_sharded(variant, ex: RegistryExample):
-  S.bound_compiled_code()
+  S.before_example()
   batch, devices = ex.batch, ex.batch.shape.devices
   expected = registry_reference(variant, batch, ex.state, ex.epoch, ex.step_in_epoch, ex.counts,
                                 ex.rng)
@@ -855,7 +855,7 @@ def run_mr2_padded(form, devices, padded: S.Padded, stats):
 
 
 def check_mr2_padded(form, ex: PaddedExample):
-  S.bound_compiled_code()
+  S.before_example()
   padded, shape = ex.padded, ex.padded.batch.shape
   config = mr2_config(form)
   z, x = Batch64 = (S.Batch.f64(padded.logits), S.Batch.f64(padded.features))
@@ -1024,7 +1024,7 @@ def run_reweight(mode, devices, ex: ReweightExample, padded: S.Padded, per_examp
 
 
 def check_reweight(mode, ex: ReweightExample):
-  S.bound_compiled_code()
+  S.before_example()
   macro, stop_gradient, max_weight = REWEIGHT_MODES[mode]
   padded, shape = ex.padded, ex.padded.batch.shape
   num_classes = shape.num_classes
@@ -1163,7 +1163,7 @@ def baseline_references(z, x, y, counts):
 
 
 def check_baselines(padded: S.Padded, counts, order):
-  S.bound_compiled_code()
+  S.before_example()
   shape = padded.batch.shape
   eps = S.eps(shape.dtype)
   batch = padded.batch

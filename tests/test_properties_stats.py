@@ -120,7 +120,7 @@ def run_stats(config, devices, padded, stats, reduction="exact"):
 
 
 def check_stats(config, ex: StatsExample):
-  S.bound_compiled_code()
+  S.before_example()
   p, decay = STATS_CONFIGS[config]
   padded, shape = ex.padded, ex.padded.batch.shape
   eps = S.eps(shape.dtype)
@@ -395,7 +395,7 @@ def compare_accumulators(acc, reference_acc, rows_bound, label):
 
 
 def check_nc(ex: NCExample):
-  S.bound_compiled_code()
+  S.before_example()
   padded, shape = ex.padded, ex.padded.batch.shape
   expected, scale = nc_reference(ex)
   rows = max(padded.batch.rows, 1)

@@ -309,7 +309,7 @@ def test_property_matches_reference_slow(example):
 def _check_against_reference(example):
   """given_ew, ℓ_i and the loss of `rows` real rows padded with garbage vs the float64 loops."""
   num_classes, dim, rows, pattern, normalised, scale, garbage, seed = example
-  S.bound_compiled_code()
+  S.before_example()
   rng = np.random.default_rng(seed)
   labels = S.make_labels(rng, rows, num_classes, pattern)
   features = scale * rng.normal(size=(rows, dim))

@@ -508,7 +508,7 @@ def _check_against_reference(example):
   """glmc_loss of `rows` real rows (padded with garbage rows and −inf classes) vs the float64
   loops, value, terms and gradients."""
   rows, num_classes, lam, alpha, w_con, exponent, pattern_a, pattern_b, scale, seed = example
-  S.bound_compiled_code()
+  S.before_example()
   rng = np.random.default_rng(seed)
   labels_a = S.make_labels(rng, rows, num_classes, pattern_a)
   labels_b = S.make_labels(rng, rows, num_classes, pattern_b)

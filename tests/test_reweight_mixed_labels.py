@@ -426,7 +426,7 @@ def _pad(x, fill):
 def test_property_value_matches_reference(example):
   """Batch sizes 1–32 (padded with NaN losses and out-of-range labels), K 1–20, λ ∈ [0, 1], absent
   classes: value, ŵ and the new counts equal the float64 reference within float32 rounding."""
-  S.bound_compiled_code()
+  S.before_example()
   e = example
   num_classes, rows = e["num_classes"], e["rows"]
   prior = ref_rw.class_prior(e["prior_counts"], "inv_sqrt_freq")
