@@ -63,7 +63,6 @@ INAT2018_FILES = {"train": "train2018.json", "val": "val2018.json", "test": "val
 log = logging.getLogger(__name__)
 
 
-
 class Records(Protocol):
   """A picklable reader of N records: `decode(i)` is record i's image, uint8 `image_shape`."""
   image_shape: tuple[int, int, int]
