@@ -29,11 +29,15 @@ FILES = ("tests/test_properties_losses.py", "tests/test_properties_stats.py",
 
 
 def collect(expression: str | None) -> list[str]:
+  """The slow twins (tests named `*_slow`) matching `expression`. Default-profile tests that
+  conftest moves to the slow run (MOVED_TO_SLOW) are not twins: their 1,000-example twin covers
+  them."""
   command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", *FILES]
   if expression:
     command += ["-k", expression]
   out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-  return [line.strip() for line in out.splitlines() if "::" in line]
+  return [line.strip() for line in out.splitlines()
+          if "::" in line and re.search(r"_slow(\[|$)", line.strip())]
 
 
 def display_name(test_id: str) -> str:

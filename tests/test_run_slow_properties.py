@@ -63,3 +63,10 @@ def test_progress_of_a_running_test(tmp_path, monkeypatch):
   assert open(path + ".progress").read().startswith("25 examples in ")
   S.record_progress()
   assert runner.progress(out, [TEST]).startswith("test_registry_entry_slow[mr2]: 50 examples in ")
+
+
+def test_collect_takes_the_twins_not_the_tests_moved_to_the_slow_run():
+  # conftest moves test_registry_entry_sharded[inv_freq] (default profile) to `-m slow`; its twin is
+  # test_registry_entry_sharded_slow[inv_freq].
+  ids = runner.collect("registry_entry_sharded and inv_freq")
+  assert ids == ["tests/test_properties_losses.py::test_registry_entry_sharded_slow[inv_freq]"]
