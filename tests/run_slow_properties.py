@@ -36,8 +36,8 @@ def collect(expression: str | None) -> list[str]:
   if expression:
     command += ["-k", expression]
   out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-  return [line.strip() for line in out.splitlines()
-          if "::" in line and re.search(r"_slow(\[|$)", line.strip())]
+  lines = (line.strip() for line in out.splitlines())
+  return [line for line in lines if "::" in line and re.search(r"_slow(\[|$)", line)]
 
 
 def display_name(test_id: str) -> str:
