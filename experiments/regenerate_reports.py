@@ -31,10 +31,13 @@ IF_SWEEP = ("IF 50", "if_sweep/if50"), ("IF 100", "if_sweep/if100"), ("IF 200", 
 
 class Study(NamedTuple):
   """One comparison report: `out` (relative to the results folder) and its methods in table order,
-  each as (name, runs folder relative to the results folder); the first is the reference (ERM)."""
+  each as (name, runs folder relative to the results folder); the first is the reference (ERM).
+  `seeds`, where given, are the seeds the report reads (each method must have all of them): a study
+  still training reports the seeds every method has finished, and says so."""
   out: str
   methods: tuple[tuple[str, str], ...]
   paired_against: str | None = None
+  seeds: tuple[int, ...] | None = None
 
 
 def _from(runs: str, *names: str) -> tuple[tuple[str, str], ...]:
@@ -68,13 +71,21 @@ STUDIES = (
 )
 
 
-def link_runs(runs_dir: pathlib.Path, method: str, into: pathlib.Path) -> list[pathlib.Path]:
+def link_runs(runs_dir: pathlib.Path, method: str, into: pathlib.Path,
+              seeds: Sequence[int] | None = None) -> list[pathlib.Path]:
   """`<into>/<method>/seed<s>/{summary.json, ...}` linked to `runs_dir/<method>-seed<s>.*`, one
-  workdir per seed in seed order."""
+  workdir per seed in seed order: every committed seed, or exactly `seeds` (each must exist)."""
   pattern = re.compile(rf"{re.escape(method)}-seed(\d+)\.json")
-  seeds = sorted(int(m.group(1)) for p in runs_dir.iterdir() if (m := pattern.fullmatch(p.name)))
-  if not seeds:
+  committed = sorted(int(m.group(1)) for p in runs_dir.iterdir()
+                     if (m := pattern.fullmatch(p.name)))
+  if not committed:
     raise SystemExit(f"error: {runs_dir}: no {method}-seed<s>.json")
+  if seeds is not None:
+    if absent := sorted(set(seeds) - set(committed)):
+      raise SystemExit(f"error: {runs_dir}: no {method}-seed<s>.json for seeds {absent} "
+                       f"(committed: {committed})")
+    committed = sorted(seeds)
+  seeds = committed
   workdirs = []
   for seed in seeds:
     workdir = into / method / f"seed{seed}"
@@ -87,15 +98,20 @@ def link_runs(runs_dir: pathlib.Path, method: str, into: pathlib.Path) -> list[p
   return workdirs
 
 
-def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path) -> list[pathlib.Path]:
+def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path, *,
+                keep_existing: bool = False) -> list[pathlib.Path]:
   """The inverse of `link_runs`: each finished run `<workdir>/<method>/seed<s>/` (one with a
   summary.json) copied as `runs_dir/<method>-seed<s>.{json, config.json, metrics.jsonl,
-  class_history.jsonl}` (no checkpoints). Returns the summaries written."""
+  class_history.jsonl}` (no checkpoints). With `keep_existing`, a run whose summary is already in
+  `runs_dir` is left as it is (a resumed finished run re-evaluates and rewrites its summary).
+  Returns the summaries written."""
   import shutil  # pylint: disable=g-import-not-at-top
   written = []
   runs_dir.mkdir(parents=True, exist_ok=True)
   for summary in sorted(workdir.glob("*/seed*/summary.json")):
     run = summary.parent
+    if keep_existing and (runs_dir / f"{run.parent.name}-{run.name}.json").exists():
+      continue
     for suffix, name in RUN_FILES.items():
       if (run / name).exists():
         shutil.copyfile(run / name, runs_dir / f"{run.parent.name}-{run.name}.{suffix}")
@@ -106,7 +122,7 @@ def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path) -> list[pathlib.P
 def regenerate_study(results: pathlib.Path, study: Study) -> str:
   from experiments import evaluate  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory() as scratch:
-    runs = {name: link_runs(results / runs_dir, name, pathlib.Path(scratch))
+    runs = {name: link_runs(results / runs_dir, name, pathlib.Path(scratch), study.seeds)
             for name, runs_dir in study.methods}
     return evaluate.write_report(runs, study.methods[0][0], results / study.out,
                                  study.paired_against)
@@ -119,11 +135,19 @@ def main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("--export", nargs=2, metavar=("WORKDIR", "STUDY"),
                       help="first copy the finished runs of an experiments.compare workdir into "
                            "<results>/STUDY/runs (then regenerate as usual)")
+  parser.add_argument("--keep_existing", action="store_true",
+                      help="with --export: leave the runs already in <results>/STUDY/runs as they "
+                           "are, copy only the new ones")
+  parser.add_argument("--export_only", action="store_true",
+                      help="with --export: stop after the export, regenerate nothing")
   args = parser.parse_args(argv)
   results = pathlib.Path(args.results)
   if args.export:
-    for path in export_runs(pathlib.Path(args.export[0]), results / args.export[1] / "runs"):
+    for path in export_runs(pathlib.Path(args.export[0]), results / args.export[1] / "runs",
+                            keep_existing=args.keep_existing):
       print(f"exported {path}")
+    if args.export_only:
+      return
   for study in STUDIES:
     regenerate_study(results, study)
     print(f"{results / study.out}: report.md, comparison.json, plots")

@@ -92,3 +92,24 @@ def test_export_runs_is_the_inverse_of_link_runs(tmp_path):
       "glmc_rw-seed0.config.json", "glmc_rw-seed0.json"]
   linked = regenerate_reports.link_runs(tmp_path / "runs", "ce", tmp_path / "linked")
   assert [json.loads((w / "summary.json").read_text())["seed"] for w in linked] == [0, 1]
+
+
+def test_export_keep_existing_leaves_committed_runs_and_link_runs_reads_chosen_seeds(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  from experiments import regenerate_reports  # pylint: disable=g-import-not-at-top
+  workdir, runs = tmp_path / "work", tmp_path / "runs"
+  for seed in (0, 1, 2):
+    run = workdir / "ce" / f"seed{seed}"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"seed": seed, "overall_accuracy": 0.5}))
+  runs.mkdir()
+  (runs / "ce-seed1.json").write_text(json.dumps({"seed": 1, "overall_accuracy": 0.25}))
+  written = regenerate_reports.export_runs(workdir, runs, keep_existing=True)
+  assert [p.name for p in written] == ["ce-seed0.json", "ce-seed2.json"]
+  assert json.loads((runs / "ce-seed1.json").read_text())["overall_accuracy"] == 0.25
+  linked = regenerate_reports.link_runs(runs, "ce", tmp_path / "linked", seeds=(2, 1))
+  assert [json.loads((w / "summary.json").read_text())["seed"] for w in linked] == [1, 2]
+  with pytest.raises(SystemExit, match=r"seeds \[3\]"):
+    regenerate_reports.link_runs(runs, "ce", tmp_path / "linked2", seeds=(1, 3))
+  regenerate_reports.export_runs(workdir, runs)  # without keep_existing every run is rewritten
+  assert json.loads((runs / "ce-seed1.json").read_text())["overall_accuracy"] == 0.5
