@@ -142,7 +142,8 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   first = table[methods[0]]
   mmf = list(first.get("many_medium_few", {}))
   emh = list(first.get("easy_medium_hard", {}))
-  header += [s.capitalize() for s in mmf] + [g.capitalize() for g in emh]
+  # '-shot' tells the frequency splits from the difficulty groups (two columns say Medium).
+  header += [f"{s.capitalize()}-shot" for s in mmf] + [g.capitalize() for g in emh]
   if "neural_collapse" in first:
     header += ["NC1", "NC2", "NC3", "NC4", "ρ"]
   lines.append("| " + " | ".join(header) + " |")

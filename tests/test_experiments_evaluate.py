@@ -62,6 +62,9 @@ def test_report_tables_groups_and_plots(tmp_path):
   assert "mean ± std" not in markdown
   shots = table["mr2"]["delta_vs_reference"]
   assert {"medium", "medium_shot", "many_shot", "few_shot"} <= set(shots)
+  # The frequency splits and the difficulty groups have distinct column names.
+  header = next(line for line in markdown.splitlines() if line.startswith("| method | overall"))
+  assert "| Many-shot | Medium-shot | Few-shot | Easy | Medium | Hard |" in header
   assert shots["medium_shot"][0] == pytest.approx(
       np.mean([np.mean(o[2:4]) - np.mean(e[2:4]) for o, e in zip(other, erm)]))
   assert (tmp_path / "report" / "per_class_accuracy.png").stat().st_size > 1000
