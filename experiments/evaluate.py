@@ -134,6 +134,9 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   per method), each under a header stating the spread (`reporting.spread`)."""
   methods = [m for m in table if not m.startswith("_")]
   spread = reporting.spread(len(table[m]["seeds"]) for m in methods)
+  seed_sets = {tuple(table[m]["seeds"]) for m in methods}
+  if len(seed_sets) == 1 and None not in (seeds := next(iter(seed_sets))):
+    spread += f" ({'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))})"
   nc = " and neural-collapse metrics at the end" if "neural_collapse" in table[methods[0]] else ""
   lines = [f"Final-epoch test accuracy (%){nc}, {spread}; \"std of classes\" is one run's spread of "
            "its per-class accuracy (population std over classes), averaged over seeds like the "

@@ -45,6 +45,7 @@ def _from(runs: str, *names: str) -> tuple[tuple[str, str], ...]:
 
 
 _IF_METHODS = ("ce", "class_balanced", "focal", "ldam_drw", "logit_adjust", "ir_macro")
+_LT_SHORT = ("ce", "inverse_reweight", "ldam_drw", "logit_adjust", "mr2_inverse_reweight")
 _PIPELINES = ("ce", "released", "released_rw", "etf_dr", "etf_dr_rw", "glmc", "glmc_rw")
 STUDIES = (
     Study("reweight_cifar10_lt", _from(
@@ -66,8 +67,11 @@ STUDIES = (
     *(Study(f"pipelines_cifar10_lt/{rw}_vs_{base}", _from("pipelines_cifar10_lt/runs", base, rw))
       for base, rw in (("released", "released_rw"), ("etf_dr", "etf_dr_rw"),
                        ("glmc", "glmc_rw"))),
-    # Issue 17.1 (full CIFAR-10-LT, ResNet-32, short recipe): the methods with finished runs so far.
-    Study("cifar10_lt_short", _from("cifar10_lt_short/runs", "ce", "inverse_reweight")),
+    # Issue 17.1 (full CIFAR-10-LT, ResNet-32, short recipe): every method on the seeds all five
+    # have finished, and CE against the reweighting on every seed both have.
+    Study("cifar10_lt_short", _from("cifar10_lt_short/runs", *_LT_SHORT), seeds=(1,)),
+    Study("cifar10_lt_short/ce_vs_inverse_reweight",
+          _from("cifar10_lt_short/runs", "ce", "inverse_reweight")),
 )
 
 

@@ -58,7 +58,7 @@ def test_report_tables_groups_and_plots(tmp_path):
   headers = [line for line in markdown.splitlines() if line and not line.startswith("|")]
   assert len(headers) == 3
   assert all("sample std (ddof = 1)" in line for line in headers)
-  assert "mean ± sample std (ddof = 1) over 2 seeds" in headers[0]
+  assert "mean ± sample std (ddof = 1) over 2 seeds (seeds 0, 1)" in headers[0]  # which seeds
   assert "mean ± std" not in markdown
   shots = table["mr2"]["delta_vs_reference"]
   assert {"medium", "medium_shot", "many_shot", "few_shot"} <= set(shots)
