@@ -9,11 +9,53 @@
 # invocation ends, without rewriting the runs already there. Deferred methods (the reweighting)
 # start from CE's epoch-24 checkpoint when CE trains in the same invocation. The reports are rebuilt
 # by `python -m experiments.regenerate_reports`.
+# A run still training when a session ends is parked: `bash experiments/standard_size.sh --park`
+# (training stopped first) copies each unfinished run's config, logs and latest checkpoint (about
+# 4 MB) to experiments/results/<study>/unfinished/<method>/seed<s>/ to be committed; the next start
+# copies it back into the work folder and resumes it, and deletes it once the run has finished.
 # Usage: bash experiments/standard_size.sh [CIFAR10_DIR] [WORKDIR]
+#        bash experiments/standard_size.sh --park [WORKDIR]
 set -euo pipefail
+results=experiments/results
+if [[ ${1:-} == --park ]]; then
+  work=${2:-workdirs}
+  shopt -s nullglob
+  for run in "$work"/*/*/seed*; do
+    steps=("$run"/checkpoints/[0-9]*)
+    [[ -e $run/summary.json || ${#steps[@]} == 0 ]] && continue
+    latest=$(printf '%s\n' "${steps[@]##*/}" | sort -n | tail -1)
+    park=$results/${run#"$work"/}
+    park=${park%/*/seed*}/unfinished/${run#"$work"/*/}
+    rm -rf "$park"
+    mkdir -p "$park/checkpoints"
+    cp "$run"/{config.json,metrics.jsonl,class_history.jsonl} "$park/" 2>/dev/null || true
+    cp -r "$run/checkpoints/$latest" "$park/checkpoints/"
+    echo "parked $run (step $latest) in $park"
+  done
+  exit 0
+fi
 data=${1:-../shared/data/cifar10_jpeg}
 work=${2:-workdirs}
-results=experiments/results
+# unpark STUDY: copy the parked runs back into the work folder (where it has no such run yet).
+unpark() {
+  local park run
+  for park in "$results/$1"/unfinished/*/seed*; do
+    [[ -d $park ]] || continue
+    run=$work/$1/${park#"$results/$1"/unfinished/}
+    [[ -e $run ]] && continue
+    mkdir -p "${run%/*}"
+    cp -r "$park" "$run"
+    echo "resuming $run from $park"
+  done
+}
+# unpark_done STUDY: delete the parked copies of runs that have now finished.
+unpark_done() {
+  local park
+  for park in "$results/$1"/unfinished/*/seed*; do
+    [[ -e $work/$1/${park#"$results/$1"/unfinished/}/summary.json ]] && rm -rf "$park"
+  done
+  rmdir "$results/$1"/unfinished/* "$results/$1"/unfinished 2>/dev/null || true
+}
 # missing STUDY SEED SPEC...: the comma-joined specs whose run `<name>-seed<SEED>.json` is not yet
 # committed (name as in experiments.comparison: the part before `=`, `+` written `_`).
 missing() {
@@ -33,10 +75,12 @@ run() {
   methods=$(missing "$study" "$seed" "$@")
   if [[ -z $methods ]]; then echo "$study seed $seed: all committed"; return; fi
   echo "$study seed $seed: training $methods"
+  unpark "$study"
   python -m experiments.compare --config="experiments/configs/$config.py" \
     --config.data_dir="$data" --workdir="$work/$study" --methods="$methods" --seeds="$seed"
   python -m experiments.regenerate_reports --export "$work/$study" "$study" --keep_existing \
     --export_only
+  unpark_done "$study"
 }
 # LDAM-DRW keeps its own head, as in its released code (NormedLinear, s = 30): the cosine head at
 # scale 30 with the margin in its units (ldam.max_margin = 0.5 x 30, ldam.scale = 1). On the linear
