@@ -373,6 +373,18 @@ class TiledTest(chex.TestCase):
                                     out_specs=(P(), P("i")), check_vma=False))
     value, grad = sharded(features, labels)
     expected_value, expected_grad = jax.jit(jax.value_and_grad(objective))(features, labels)
+    # float32: the gradient spans 1e-2 … 5e2 with cancellations, so entries agree to float32
+    # accumulation error relative to the largest one (not per entry: another CPU's kernels differ).
     np.testing.assert_allclose(value, expected_value, rtol=1e-5)
-    np.testing.assert_allclose(grad, expected_grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-4,
+                               atol=1e-6 * float(jnp.max(jnp.abs(expected_grad))))
     self.assertGreater(float(jnp.max(jnp.abs(grad))), 1e-3)
+    # float64: the same algebra, equal to rounding.
+    with jax.enable_x64(True):
+      features64 = jnp.asarray(np.random.default_rng(5).normal(size=(256, 4)), jnp.float64)
+      value, grad = sharded(features64, labels)
+      expected_value, expected_grad = jax.jit(jax.value_and_grad(objective))(features64, labels)
+      self.assertEqual(grad.dtype, jnp.float64)
+      np.testing.assert_allclose(value, expected_value, rtol=1e-12)
+      np.testing.assert_allclose(grad, expected_grad, rtol=1e-9,
+                                 atol=1e-12 * float(jnp.max(jnp.abs(expected_grad))))
