@@ -84,12 +84,13 @@ def link_runs(runs_dir: pathlib.Path, method: str, into: pathlib.Path,
                      if (m := pattern.fullmatch(p.name)))
   if not committed:
     raise SystemExit(f"error: {runs_dir}: no {method}-seed<s>.json")
-  if seeds is not None:
-    if absent := sorted(set(seeds) - set(committed)):
-      raise SystemExit(f"error: {runs_dir}: no {method}-seed<s>.json for seeds {absent} "
-                       f"(committed: {committed})")
-    committed = sorted(seeds)
-  seeds = committed
+  if seeds is None:
+    seeds = committed
+  elif absent := sorted(set(seeds) - set(committed)):
+    raise SystemExit(f"error: {runs_dir}: no {method}-seed<s>.json for seeds {absent} "
+                     f"(committed: {committed})")
+  else:
+    seeds = sorted(seeds)
   workdirs = []
   for seed in seeds:
     workdir = into / method / f"seed{seed}"
