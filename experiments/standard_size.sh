@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17's standard-size studies on this CPU (ResNet-32, 30 epochs; about an hour a full run here):
+# Issue 17's standard-size studies on this CPU (ResNet-32, 30 epochs; 35-42 minutes a full run here):
 # 17.1 full CIFAR-10-LT IF 100 (`cifar10_lt_short.py`) and 17.2 balanced CIFAR-10, 1,000 per class
 # (`cifar10_balanced.py`). Seed by seed, so that each finished seed pairs every method. A (method,
 # seed) whose summary is already committed under experiments/results/<study>/runs/ is skipped (work
@@ -67,16 +67,17 @@ missing() {
   done
   echo "${out#,}"
 }
-# run STUDY CONFIG SEED SPEC...: train the missing methods of one seed, then export them.
+# run STUDY SEED SPEC...: train the missing methods of one seed (config
+# experiments/configs/STUDY.py), then export them.
 run() {
-  local study=$1 config=$2 seed=$3
-  shift 3
+  local study=$1 seed=$2
+  shift 2
   local methods
   methods=$(missing "$study" "$seed" "$@")
   if [[ -z $methods ]]; then echo "$study seed $seed: all committed"; return; fi
   echo "$study seed $seed: training $methods"
   unpark "$study"
-  python -m experiments.compare --config="experiments/configs/$config.py" \
+  python -m experiments.compare --config="experiments/configs/$study.py" \
     --config.data_dir="$data" --workdir="$work/$study" --methods="$methods" --seeds="$seed"
   python -m experiments.regenerate_reports --export "$work/$study" "$study" --keep_existing \
     --export_only
@@ -93,8 +94,8 @@ balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0
 for item in ${ORDER:-lt:1 lt:2 lt:0 balanced:0 balanced:1 balanced:2}; do
   seed=${item#*:}
   case ${item%%:*} in
-    lt) run cifar10_lt_short cifar10_lt_short "$seed" "${lt[@]}" ;;
-    balanced) run cifar10_balanced cifar10_balanced "$seed" "${balanced[@]}" ;;
+    lt) run cifar10_lt_short "$seed" "${lt[@]}" ;;
+    balanced) run cifar10_balanced "$seed" "${balanced[@]}" ;;
     *) echo "unknown ORDER item $item" >&2; exit 2 ;;
   esac
 done
