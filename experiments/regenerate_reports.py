@@ -46,6 +46,7 @@ def _from(runs: str, *names: str) -> tuple[tuple[str, str], ...]:
 
 _IF_METHODS = ("ce", "class_balanced", "focal", "ldam_drw", "logit_adjust", "ir_macro")
 _LT_SHORT = ("ce", "inverse_reweight", "ldam_drw", "logit_adjust", "mr2_inverse_reweight")
+_BALANCED = ("ce", "mr2", "mr2_released", "mr2_gamma_only")
 _PIPELINES = ("ce", "released", "released_rw", "etf_dr", "etf_dr_rw", "glmc", "glmc_rw")
 STUDIES = (
     Study("reweight_cifar10_lt", _from(
@@ -72,6 +73,9 @@ STUDIES = (
     Study("cifar10_lt_short", _from("cifar10_lt_short/runs", *_LT_SHORT), seeds=(1,)),
     Study("cifar10_lt_short/ce_vs_inverse_reweight",
           _from("cifar10_lt_short/runs", "ce", "inverse_reweight")),
+    # Issue 17.2 (balanced CIFAR-10, 1,000 per class, ResNet-32): ERM and MR2's three forms on the
+    # seeds all four have finished.
+    Study("cifar10_balanced", _from("cifar10_balanced/runs", *_BALANCED), seeds=(0,)),
 )
 
 
