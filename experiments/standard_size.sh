@@ -89,9 +89,9 @@ run() {
 ldam=ldam_drw=ldam_drw:head=cosine:cosine_scale=30.0:ldam.scale=1.0:ldam.max_margin=15.0
 lt=(ce inverse_reweight "$ldam" logit_adjust mr2+inverse_reweight)
 balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0)
-# ORDER (default: every study and seed, the long-tailed seeds first) picks and orders the runs, as
-# space-separated `lt:<seed>` / `balanced:<seed>` items.
-for item in ${ORDER:-lt:1 lt:2 lt:0 balanced:0 balanced:1 balanced:2}; do
+# ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
+# picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` items.
+for item in ${ORDER:-balanced:0 balanced:1 balanced:2 lt:0 lt:1 lt:2}; do
   seed=${item#*:}
   case ${item%%:*} in
     lt) run cifar10_lt_short "$seed" "${lt[@]}" ;;
