@@ -12,7 +12,8 @@ A study's runs are committed as `runs/<method>-seed<s>.json` (the run's summary.
 `<method>-seed<s>.config.json` and, where logged, `.metrics.jsonl` and `.class_history.jsonl`; they
 are linked into `<method>/seed<s>/` workdirs in a temporary folder, the layout
 `experiments.evaluate` reads. Which methods a report shows, in which order, and its reference are listed in `STUDIES` (the
-`--methods` of each `experiments.compare` call in `experiments/run_studies.sh`).
+`--methods` of each `experiments.compare` call in `experiments/run_studies.sh` and
+`experiments/standard_size.sh`).
 """
 
 from __future__ import annotations
