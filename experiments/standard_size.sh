@@ -1,6 +1,6 @@
+#!/usr/bin/env bash
 # Issue 17's standard-size studies on this CPU (ResNet-32, 30 epochs; a full run here takes 35-42 minutes
 # long-tailed, 22-25 balanced):
-# Issue 17's standard-size studies on this CPU (ResNet-32, 30 epochs; 35-42 minutes a full run here):
 # 17.1 full CIFAR-10-LT IF 100 (`cifar10_lt_short.py`) and 17.2 balanced CIFAR-10, 1,000 per class
 # (`cifar10_balanced.py`). Seed by seed, so that each finished seed pairs every method. A (method,
 # seed) whose summary is already committed under experiments/results/<study>/runs/ is skipped (work
