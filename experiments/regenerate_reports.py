@@ -76,7 +76,7 @@ STUDIES = (
           _from("cifar10_lt_short/runs", "ce", "inverse_reweight")),
     # Issue 17.2 (balanced CIFAR-10, 1,000 per class, ResNet-32): ERM and MR2's three forms on the
     # seeds all four have finished, and ERM against MR2 (paper form) on every seed both have.
-    Study("cifar10_balanced", _from("cifar10_balanced/runs", *_BALANCED), seeds=(0,)),
+    Study("cifar10_balanced", _from("cifar10_balanced/runs", *_BALANCED)),
     Study("cifar10_balanced/ce_vs_mr2", _from("cifar10_balanced/runs", "ce", "mr2")),
 )
 
