@@ -13,6 +13,9 @@ import pytest
 from PIL import Image
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# Installed here (the `test` extra) but not on the accelerator machine (its package list in the
+# device tool's KINDS.md); ml_collections and tensorboardX travel there as wheels instead.
+ABSENT_ON_ACCELERATOR = ("tensorflow_datasets", "grain", "array_record", "tensorflow")
 
 
 def cifar_folder(folder, per_class_train=40, per_class_test=10):
@@ -32,12 +35,22 @@ def cifar_folder(folder, per_class_train=40, per_class_test=10):
   return folder
 
 
-@pytest.mark.slow  # ≈ 3–5 min: fourteen small runs in five `experiments.compare` processes
+@pytest.mark.slow  # ≈ 1–5 min: fourteen small runs in five `experiments.compare` processes
 def test_reference_script_smoke(tmp_path):
   data = cifar_folder(tmp_path / "cifar10_jpeg")
   work = tmp_path / "work"
   env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
-  env.update(JAX_PLATFORMS="cpu", MR2_JAX_CACHE=str(tmp_path / "cache"))
+  # The accelerator image has neither tensorflow-datasets nor grain (nor their array_record): the
+  # script must not import them. A sitecustomize on PYTHONPATH makes each import raise here too.
+  blocker = tmp_path / "absent_packages"
+  blocker.mkdir()
+  (blocker / "sitecustomize.py").write_text(
+      "import sys\n"
+      f"sys.modules.update(dict.fromkeys({ABSENT_ON_ACCELERATOR!r}))\n")
+  env.update(JAX_PLATFORMS="cpu", MR2_JAX_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(blocker))
+  probe = subprocess.run(["python3", "-c", "import tensorflow_datasets"], env=env,
+                         capture_output=True, text=True)
+  assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, probe.stderr
   result = subprocess.run(["bash", "experiments/reference.sh", "--smoke", str(data), str(work)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
