@@ -27,6 +27,8 @@ Sources (`load_split`; one entry each in `LOCAL_SOURCES`, `sources.LAZY_SOURCES`
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import hashlib
 import io
@@ -631,6 +633,37 @@ def _views(split: Split, raw: np.ndarray, views: int, augment: bool, augmentatio
     crops = [normalize(crop, split.name) for crop in crops]
   return crops[0] if views == 1 else np.stack(crops, axis=1)
 
+
+def threaded_map(fn: Callable, items: Iterable, workers: int, ahead: int | None = None) -> Iterator:
+  """`map(fn, items)` computed in `workers` threads, yielded in the order of `items`.
+
+  At most `ahead` calls (default 2·workers) are in flight or done but not yet taken, so memory
+  stays bounded on an endless `items`. `fn` must be safe to call from several threads at once
+  (`input_pipeline.BatchAt` is: a pure function of its step). An exception raised by `fn` is
+  re-raised when its item's turn comes; closing the returned generator cancels the calls not yet
+  started and does not wait for the running ones.
+  """
+  if workers < 1:
+    raise ValueError(f"threaded_map needs workers >= 1, got {workers}")
+  ahead = 2 * workers if ahead is None else ahead
+  if ahead < 1:
+    raise ValueError(f"threaded_map needs ahead >= 1, got {ahead}")
+  items = iter(items)
+  executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="threaded_map")
+  pending: collections.deque = collections.deque()
+  try:
+    for item in items:
+      pending.append(executor.submit(fn, item))
+      if len(pending) == ahead:
+        break
+    while pending:
+      result = pending.popleft().result()
+      for item in items:  # refill before handing the result over, so the threads stay busy
+        pending.append(executor.submit(fn, item))
+        break
+      yield result
+  finally:
+    executor.shutdown(wait=False, cancel_futures=True)
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
   """All examples in order; the last batch is zero-padded to `batch_size`.

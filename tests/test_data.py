@@ -3,8 +3,11 @@
 import dataclasses
 import importlib.util
 import io
+import itertools
 import pathlib
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -369,6 +372,51 @@ def test_tfds_source_with_mock_data_without_tensorflow():
 
 # --- Utilities --------------------------------------------------------------------------------------
 
+
+@pytest.mark.parametrize("workers,ahead", [(1, None), (3, None), (4, 1), (2, 50)])
+def test_threaded_map_is_map_in_order(workers, ahead):
+  delays = np.random.default_rng(workers).uniform(0, 2e-3, 40)
+
+  def slow_square(i):  # finishes out of order across the threads
+    time.sleep(delays[i])
+    return i * i
+
+  assert list(data.threaded_map(slow_square, range(40), workers, ahead)) == [
+      i * i for i in range(40)]
+  assert list(data.threaded_map(slow_square, [], workers, ahead)) == []
+
+
+def test_threaded_map_keeps_at_most_ahead_calls_started():
+  started = []
+  lock = threading.Lock()
+
+  def record(i):
+    with lock:
+      started.append(i)
+    return i
+
+  stream = data.threaded_map(record, itertools.count(), workers=2, ahead=5)
+  assert [next(stream) for _ in range(3)] == [0, 1, 2]
+  time.sleep(0.05)
+  with lock:  # 3 taken + 5 in flight or ready: the endless input is not drained
+    assert sorted(started) == list(range(8))
+  stream.close()
+
+
+def test_threaded_map_reraises_in_order_and_refuses_bad_sizes():
+  def failing(i):
+    if i == 3:
+      raise RuntimeError(f"item {i} failed")
+    return i
+
+  stream = data.threaded_map(failing, range(10), workers=3)
+  assert [next(stream) for _ in range(3)] == [0, 1, 2]
+  with pytest.raises(RuntimeError, match="item 3 failed"):
+    next(stream)
+  with pytest.raises(ValueError, match="workers >= 1"):
+    next(data.threaded_map(failing, range(3), workers=0))
+  with pytest.raises(ValueError, match="ahead >= 1"):
+    next(data.threaded_map(failing, range(3), workers=2, ahead=0))
 
 def test_prefetch_preserves_order_and_reraises():
   assert list(data.prefetch(iter(range(50)), size=3)) == list(range(50))

@@ -104,6 +104,23 @@ def test_grain_and_numpy_pipelines_give_the_same_batches():
     chex.assert_trees_all_equal(batch, expected)
 
 
+
+@pytest.mark.parametrize("options", [
+    {}, dict(sample=np.concatenate([np.arange(200), np.arange(50)]), pair=draw_pair, views=2),
+], ids=["plain", "sample_pair_views"])
+def test_numpy_pipeline_threads_give_the_one_thread_batches(options):
+  at, spe = batch_at(**options)
+  total = 3 * spe
+  start = spe - 3  # across an epoch boundary, to the end of the run
+  one = take(input_pipeline.make("numpy", at, total), start, total)
+  assert [s for s, _, _ in one] == list(range(start, total))
+  for workers in (1, 3):
+    threaded = take(input_pipeline.make("numpy", at, total, workers=workers), start, total)
+    assert [s for s, _, _ in threaded] == list(range(start, total))
+    for (_, expected, _), (_, batch, state) in zip(one, threaded):
+      assert state is None
+      chex.assert_trees_all_equal(batch, expected)
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_grain_resumes_from_its_saved_state(workers):
   at, spe = batch_at(normalized=False, views=2)

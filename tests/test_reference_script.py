@@ -62,6 +62,7 @@ def test_reference_script_smoke(tmp_path):
   config = json.loads((work / "cifar10_lt" / "inverse_reweight" / "seed0" / "config.json")
                       .read_text())
   assert config["init_from"].endswith(":1")  # the reweighting started from CE's checkpoint
+  assert config["data_workers"] == 2  # batches built in two host threads (THREADS on a device)
   for folder, methods in (("released_cifar10_lt", {"released", "released_rw"}),
                           ("etf_dr_cifar10_lt", {"etf_dr", "etf_dr_rw"}),
                           ("glmc_cifar10_lt", {"glmc", "glmc_rw"})):
@@ -71,3 +72,16 @@ def test_reference_script_smoke(tmp_path):
                         .read_text())
   assert (released["views"], released["augmentation"], released["schedule"]) == (
       3, "released", "milelr")
+
+
+@pytest.mark.parametrize("variables,message", [
+    (dict(PARTS="1 4"), "PARTS holds 1, 2 and/or 3, got '1 4'"),
+    (dict(THREADS="eight"), "THREADS is a count, got 'eight'"),
+])
+def test_reference_script_refuses_unknown_parts_and_thread_counts(tmp_path, variables, message):
+  env = dict(os.environ, **variables)
+  result = subprocess.run(["bash", "experiments/reference.sh", "--smoke", str(tmp_path / "data"),
+                           str(tmp_path / "work")], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=60)
+  assert result.returncode == 2 and message in result.stderr, result.stderr
+  assert not (tmp_path / "work").exists()  # refused before anything ran

@@ -34,12 +34,14 @@ def get_config() -> ml_collections.ConfigDict:
   # > 0: mixup batches (one λ ~ Beta(α, α) and one permutation of the global batch per step), for
   # losses that take them (ce, etf_dr; ETF-DR's recipe: 1.0).
   config.mixup_alpha = 0.0
-  # The training input (`experiments.input_pipeline`): 'numpy' (a host thread, float32 normalised
-  # on the host; fastest for in-memory data) or 'grain' (grain over the run's steps, decode and
-  # augmentation in `data_workers` worker processes, uint8 to the device, normalised there; its
-  # iterator state is checkpointed with the train state). Both give the same batches.
+  # The training input (`experiments.input_pipeline`): 'numpy' (a host thread, or `data_workers`
+  # threads; float32 normalised on the host; fastest for in-memory data) or 'grain' (grain over
+  # the run's steps, decode and augmentation in `data_workers` worker processes, uint8 to the
+  # device, normalised there; its iterator state is checkpointed with the train state). Both give
+  # the same batches, whatever data_workers is.
   config.input_pipeline = "numpy"
-  config.data_workers = 0          # grain worker processes (0: build batches in this process)
+  config.data_workers = 0  # 'numpy': threads; 'grain': worker processes (0: one host thread /
+                           # this process)
   # Image-file sources (imagenet_lt, places_lt, inat2018, list:...): each image's shorter side
   # resized to `resize`, then centre-cropped to image_size² (torchvision's Resize + CenterCrop).
   config.image_size = 224
