@@ -1,5 +1,6 @@
 """experiments.benchmarks.run: the timed functions compute what they claim (timings are not tested)."""
 
+import json
 import jax
 import numpy as np
 import pytest
@@ -116,3 +117,14 @@ def test_steal_share_from_two_proc_stat_snapshots(tmp_path):
   assert run.steal_share(start, str(stat)) == 60 / 240
   assert run.cpu_ticks(str(tmp_path / "missing")) is None
   assert run.steal_share(None, str(stat)) is None
+
+
+def test_write_report_prints_and_writes_json_and_markdown(tmp_path, capsys):
+  from experiments import benchmarks  # pylint: disable=g-import-not-at-top
+  lines = ["| a | b |", "|---|---|", "| 1 | 2 |"]
+  benchmarks.write_report(None, "x", {"a": 1}, lines)
+  assert capsys.readouterr().out == "\n".join(lines) + "\n"
+  assert not list(tmp_path.iterdir())
+  benchmarks.write_report(str(tmp_path / "out"), "x", {"a": 1.5}, lines)
+  assert json.loads((tmp_path / "out" / "x.json").read_text()) == {"a": 1.5}
+  assert (tmp_path / "out" / "x.md").read_text() == "\n".join(lines) + "\n"

@@ -12,9 +12,7 @@ noisy: compare the ratios within a run); each figure is the median over rounds.
 
 from __future__ import annotations
 
-import json
 import os
-import pathlib
 import platform
 import time
 
@@ -22,6 +20,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from experiments import benchmarks
 from experiments import data as data_lib
 from experiments import input_pipeline
 
@@ -93,12 +92,7 @@ def main(argv):
       v = times[augmentation, t]
       cells.append(f"{np.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})")
     lines.append(f"| {augmentation} ({views} view{'s' * (views > 1)}) | " + " | ".join(cells) + " |")
-  print("\n".join(lines))
-  if _OUT.value:
-    out = pathlib.Path(_OUT.value)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "host_threads.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "host_threads.md").write_text("\n".join(lines) + "\n")
+  benchmarks.write_report(_OUT.value, "host_threads", result, lines)
 
 
 if __name__ == "__main__":

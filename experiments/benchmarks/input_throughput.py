@@ -15,7 +15,6 @@ cores ≥ step images/s ÷ (pipeline images/s per core).
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import platform
@@ -28,6 +27,7 @@ from absl import app
 from absl import flags
 from PIL import Image
 
+from experiments import benchmarks
 from experiments import data as data_lib
 from experiments import input_pipeline
 
@@ -142,12 +142,7 @@ def main(argv):
             f"accelerator step of R images/s needs ≥ R / {per_core:.0f} free host cores of this kind "
             f"(workers × threads); for a hypothetical R = 3,000 images/s, "
             f"{int(np.ceil(3000 / per_core))}. Below that the pipeline, not the step, bounds the run."]
-  print("\n".join(lines))
-  if _OUT.value:
-    out = pathlib.Path(_OUT.value)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "input_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "input_throughput.md").write_text("\n".join(lines) + "\n")
+  benchmarks.write_report(_OUT.value, "input_throughput", result, lines)
 
 
 if __name__ == "__main__":
