@@ -1,6 +1,7 @@
 """experiments.benchmarks.run: the timed functions compute what they claim (timings are not tested)."""
 
 import json
+
 import jax
 import numpy as np
 import pytest
