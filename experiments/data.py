@@ -35,8 +35,6 @@ import io
 import logging
 import os
 import pathlib
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -665,6 +663,7 @@ def threaded_map(fn: Callable, items: Iterable, workers: int, ahead: int | None 
   finally:
     executor.shutdown(wait=False, cancel_futures=True)
 
+
 def eval_batches(split: Split, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
   """All examples in order; the last batch is zero-padded to `batch_size`.
 
@@ -698,54 +697,3 @@ def measure_throughput(split: Split, batch_size: int, augment: bool, n_batches: 
         break
     epoch += 1
   return n_batches * batch_size / (time.perf_counter() - start)
-
-
-_END = object()
-
-
-class _Raised:
-
-  def __init__(self, error: BaseException):
-    self.error = error
-
-
-def prefetch(iterator: Iterable, size: int = 2) -> Iterator:
-  """Runs `iterator` in a background thread, keeping up to `size` items ready.
-
-  NumPy releases the GIL in its copies and arithmetic, so batch preparation overlaps the device step.
-  An exception in the producer is re-raised in the consumer; closing the returned generator stops the
-  producer.
-  """
-  items: queue.Queue = queue.Queue(maxsize=size)
-  stop = threading.Event()
-
-  def put(item) -> bool:
-    while not stop.is_set():
-      try:
-        items.put(item, timeout=0.1)
-        return True
-      except queue.Full:
-        continue
-    return False
-
-  def produce():
-    try:
-      for item in iterator:
-        if not put(item):
-          return
-      put(_END)
-    except BaseException as e:  # Handed to the consumer, which re-raises it.
-      put(_Raised(e))
-
-  thread = threading.Thread(target=produce, daemon=True, name="prefetch")
-  thread.start()
-  try:
-    while True:
-      item = items.get()
-      if item is _END:
-        return
-      if isinstance(item, _Raised):
-        raise item.error
-      yield item
-  finally:
-    stop.set()

@@ -3,9 +3,9 @@
 
   'numpy'  batches built in a host thread (or in `config.data_workers` threads, in step order),
            normalised to float32 on the host; the fastest for the small in-memory data sets
-           (digits, MNIST, CIFAR at 32×32). NumPy's copies and Pillow's image operations release
-           the GIL, so threads scale with the host's cores (crop + flip: 34.9 k images/s in one
-           thread, 65.6 k in two on this project's 2-core CPU).
+           (digits, MNIST, CIFAR at 32×32). NumPy's copies release the GIL, so threads scale with
+           the host's cores (crop + flip: 42.9 k images/s in one thread, 80.7 k in two on this
+           project's 2-core CPU; `experiments/benchmarks/host_threads.py`).
   'grain'  a `grain.MapDataset` over the run's steps, each element built in `config.data_workers`
            worker processes (decode of the rows a lazy split reads, augmentation), uint8 pixels sent
            to the device and normalised there (`steps.device_images`), placed on the device ahead
@@ -97,15 +97,12 @@ class TrainInput:
 
 
 class NumpyInput(TrainInput):
-  """Batches built in a host thread (`data.prefetch`), or in `workers` host threads
-  (`data.threaded_map`, in step order) when workers > 0; float32 normalised on the host."""
+  """Batches built in `workers` host threads (one when workers is 0; `data.threaded_map`, in step
+  order, a few batches ahead of the step), float32 normalised on the host."""
 
   def batches(self, start_step, place):
-    steps = range(start_step, self.total_steps)
-    if self.workers > 0:
-      items = data_lib.threaded_map(self.batch_at, steps, self.workers)
-    else:
-      items = data_lib.prefetch(map(self.batch_at, steps))
+    items = data_lib.threaded_map(self.batch_at, range(start_step, self.total_steps),
+                                  max(1, self.workers))
     for step, batch in items:
       yield step, place(batch), None
 

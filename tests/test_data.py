@@ -418,21 +418,6 @@ def test_threaded_map_reraises_in_order_and_refuses_bad_sizes():
   with pytest.raises(ValueError, match="ahead >= 1"):
     next(data.threaded_map(failing, range(3), workers=2, ahead=0))
 
-def test_prefetch_preserves_order_and_reraises():
-  assert list(data.prefetch(iter(range(50)), size=3)) == list(range(50))
-
-  def failing():
-    yield 1
-    raise RuntimeError("producer failed")
-
-  stream = data.prefetch(failing())
-  assert next(stream) == 1
-  with pytest.raises(RuntimeError, match="producer failed"):
-    next(stream)
-  endless = data.prefetch(iter(lambda: 0, 1))
-  assert next(endless) == 0
-  endless.close()  # Stops the producer instead of hanging.
-
 
 def test_measure_throughput_on_digits():
   assert data.measure_throughput(data.load_split("digits", "train"), 64, True, 20) > 0

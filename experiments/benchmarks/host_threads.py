@@ -25,7 +25,7 @@ from experiments import data as data_lib
 from experiments import input_pipeline
 
 _THREADS = flags.DEFINE_list("threads", ["0", "1", "2"],
-                             "data_workers values to time (0: one background thread).")
+                             "data_workers values to time (0: one thread, as 1).")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds; the median is reported.")
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Images per batch.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None,
