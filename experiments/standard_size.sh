@@ -88,7 +88,7 @@ run() {
 # scale 30 with the margin in its units (ldam.max_margin = 0.5 x 30, ldam.scale = 1). On the linear
 # head s = 30 multiplies unnormalised logits (loss 43 at step 50 in a first try).
 ldam=ldam_drw=ldam_drw:head=cosine:cosine_scale=30.0:ldam.scale=1.0:ldam.max_margin=15.0
-lt=(ce inverse_reweight "$ldam" logit_adjust mr2+inverse_reweight)
+lt=(ce inverse_reweight "$ldam" logit_adjust mr2+inverse_reweight mr2)
 balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0)
 # ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
 # picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` items.
