@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from _perclass.metrics import class_mean
+from mr2_reweight_core.metrics import class_mean
 
 FEATURE_FILE_KEYS = ("features", "labels", "classifier", "bias", "logits", "class_names")
 # Dense confusion matrices above this many classes are not kept (K² counts); pairs still are.

@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mr2_jax.heads import CosineClassifier
+from mr2_jax.linen import CosineClassifier
 
 HEADS = ("linear", "cosine", "etf")
 

@@ -35,8 +35,8 @@ import numpy as np
 
 import mr2_jax
 import reweight_jax
-from _perclass import checks
-from _perclass import class_sums
+from mr2_reweight_core import checks
+from mr2_reweight_core import class_sums
 from experiments import models
 from experiments.config_errors import INF
 from experiments.config_errors import ConfigError

@@ -3,7 +3,7 @@
 Every model: `model.apply(variables, x, train=..., mutable=['batch_stats'] if train else False)`
 with x float32 [B, H, W, C] → (logits [B, K], features [B, d]); `features` are the globally pooled
 penultimate activations that the MR2 statistics and Neural Collapse metrics are computed on. The head
-is 'linear' (Dense) or 'cosine' (`mr2_jax.heads.CosineClassifier`). BatchNorm statistics live in the
+is 'linear' (Dense) or 'cosine' (`mr2_jax.linen.CosineClassifier`). BatchNorm statistics live in the
 'batch_stats' collection; with `axis_name` set (e.g. 'batch' under pmap) they are averaged across
 devices.
 
@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mr2_jax.supcon import SupConProjection
+from mr2_jax.linen import SupConProjection
 from experiments import layers
 from experiments.resnet50 import ResNet50
 from experiments.vit import ViTB16

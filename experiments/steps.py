@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 import reweight_jax
-from _perclass import metrics as perclass_metrics
+from mr2_reweight_core import metrics as perclass_metrics
 from experiments import data as data_lib
 from experiments import losses
 from experiments import models

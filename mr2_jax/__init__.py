@@ -1,7 +1,7 @@
 """mr2_jax: MR2 margin regularization (ICLR 2026) as pure JAX functions.
 
 Spec: MR2.md. Class statistics are an explicit pytree (`ClassStats`) for the train state. The
-per-class machinery (sums and counts, checks, per-class metrics) is the shared core `_perclass`; the
+per-class machinery (sums and counts, checks, per-class metrics) is the shared core `mr2_reweight_core`; the
 evaluation helpers are re-exported here.
 """
 
@@ -9,15 +9,14 @@ from mr2_jax.class_stats import ClassStats
 from mr2_jax.class_stats import init_class_stats
 from mr2_jax.class_stats import lp_sq_norm
 from mr2_jax.class_stats import update_class_stats
-from _perclass.metrics import GROUP_NAMES
-from _perclass.metrics import accuracy_from_counts
-from _perclass.metrics import class_accuracy_std
-from _perclass.metrics import difficulty_tertiles
-from _perclass.metrics import group_accuracy
-from _perclass.metrics import per_class_accuracy
-from _perclass.metrics import per_class_correct
-from _perclass.metrics import worst_class_accuracy
-from mr2_jax.heads import CosineClassifier
+from mr2_reweight_core.metrics import GROUP_NAMES
+from mr2_reweight_core.metrics import accuracy_from_counts
+from mr2_reweight_core.metrics import class_accuracy_std
+from mr2_reweight_core.metrics import difficulty_tertiles
+from mr2_reweight_core.metrics import group_accuracy
+from mr2_reweight_core.metrics import per_class_accuracy
+from mr2_reweight_core.metrics import per_class_correct
+from mr2_reweight_core.metrics import worst_class_accuracy
 from mr2_jax.heads import l2_normalize
 from mr2_jax.margins import class_margins
 from mr2_jax.margins import margin_cross_entropy
@@ -26,12 +25,31 @@ from mr2_jax.objective import mr2_terms
 from mr2_jax.representation_margin import mean_class_deviation
 from mr2_jax.representation_margin import representation_margin_loss
 from mr2_jax.supcon import SupConAux
-from mr2_jax.supcon import SupConProjection
 from mr2_jax.supcon import stack_views
 from mr2_jax.supcon import supcon_loss
-from _perclass.checks import traced_checks
+from mr2_reweight_core.checks import traced_checks
+from mr2_reweight_core.version import __version__
+
+# The Flax heads, imported on first use: the losses need no Flax (`pip install "mr2-jax[flax]"`).
+_FLAX_HEADS = {"CosineClassifier": "mr2_jax.linen", "SupConProjection": "mr2_jax.linen"}
+
+
+def __getattr__(name: str):
+  if name in _FLAX_HEADS:
+    import importlib
+    try:
+      module = importlib.import_module(_FLAX_HEADS[name])
+    except ModuleNotFoundError as error:
+      if error.name is None or not error.name.startswith("flax"):
+        raise
+      raise ModuleNotFoundError(
+          f"mr2_jax.{name} is a Flax module and Flax is not installed: "
+          'pip install "mr2-jax[flax]"', name=error.name) from error
+    return getattr(module, name)
+  raise AttributeError(f"module 'mr2_jax' has no attribute {name!r}")
 
 __all__ = [
+    "__version__",
     "GROUP_NAMES",
     "ClassStats",
     "CosineClassifier",

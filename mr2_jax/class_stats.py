@@ -15,9 +15,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from _perclass import class_order as class_order_lib
-from _perclass import class_sums
-from _perclass import checks
+from mr2_reweight_core import class_order as class_order_lib
+from mr2_reweight_core import class_sums
+from mr2_reweight_core import checks
 
 Array = Any
 
@@ -217,7 +217,7 @@ def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.Class
 def _sorted_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int,
                     p: float) -> tuple[class_sums.ClassSlots, jax.Array, jax.Array]:
   """`batch_class_moments` on one device for K > B, over the class-sorted batch
-  (`_perclass.class_order`): one slot per sorted position, holding its class when the position is
+  (`mr2_reweight_core.class_order`): one slot per sorted position, holding its class when the position is
   the class's first. A singleton class gets a_k = ‖φ_i‖_p², v_k = 0 (the shifted sums' values
   exactly: u_i = 0, m_k = r_k = φ_i); the classes with a partner are summed by the branch of a
   `lax.switch` that reads only the smallest prefix of P/8, P/4, P/2 or P sorted rows holding them

@@ -7,9 +7,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from _perclass import checks
+from mr2_reweight_core import checks
 from mr2_jax.class_stats import ClassStats
-from _perclass.cross_entropy import label_log_softmax
+from mr2_reweight_core.cross_entropy import label_log_softmax
 
 Array = Any
 

@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from mr2_jax import class_stats as class_stats_lib
-from _perclass import class_sums
+from mr2_reweight_core import class_sums
 from mr2_jax import margins
 from mr2_jax import representation_margin as rep_margin
-from _perclass import checks
+from mr2_reweight_core import checks
 from mr2_jax.class_stats import ClassStats
 
 Array = Any

@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 
 from mr2_jax import class_stats as class_stats_lib
-from _perclass import checks
-from _perclass import class_order as class_order_lib
-from _perclass import class_sums
+from mr2_reweight_core import checks
+from mr2_reweight_core import class_order as class_order_lib
+from mr2_reweight_core import class_sums
 from mr2_jax.class_stats import ClassStats
 
 Array = Any

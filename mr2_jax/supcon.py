@@ -2,19 +2,18 @@
 
 Reference code: `HobbitLong/SupContrast` (`losses.py` for the loss, `networks/resnet_big.py` for the
 head). Two views per image go through one forward pass on the stacked batch; `stack_views` builds
-that batch, `SupConProjection` is the head, `supcon_loss` the loss.
+that batch, `supcon_loss` is the loss; the head is `mr2_jax.linen.SupConProjection` (Flax).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from _perclass import checks
-from _perclass import class_sums
+from mr2_reweight_core import checks
+from mr2_reweight_core import class_sums
 from mr2_jax.heads import l2_normalize
 
 Array = Any
@@ -27,20 +26,6 @@ class SupConAux(NamedTuple):
   per_anchor: jax.Array
   num_positives: jax.Array
   num_anchors: jax.Array
-
-
-class SupConProjection(nn.Module):
-  """SupCon head: Linear(d→d) – ReLU – Linear(d→`features`), L2-normalised: [..., d] → [..., 128].
-
-  As `networks/resnet_big.py`'s 'mlp' head; the normalisation is `l2_normalize` (x / max(‖x‖, ε)),
-  finite for a zero output, like the reference's `F.normalize`.
-  """
-  features: int = 128
-
-  @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    hidden = nn.relu(nn.Dense(x.shape[-1], name="hidden")(x))
-    return l2_normalize(nn.Dense(self.features, name="output")(hidden))
 
 
 def stack_views(views: Array, labels: Array, where: Array | None = None

@@ -4,10 +4,10 @@ Wang, Tong, Xie, Gao, "Rethinking Loss Reweighting for Imbalance Learning as an 
 Neural Collapse Point of View", arXiv 2605.10047 (ICML 2026).
 """
 
-from _perclass.checks import traced_checks
-from _perclass.cross_entropy import cross_entropy_loss
-from _perclass.metrics import class_mean
-from _perclass.metrics import rho
+from mr2_reweight_core.checks import traced_checks
+from mr2_reweight_core.cross_entropy import cross_entropy_loss
+from mr2_reweight_core.metrics import class_mean
+from mr2_reweight_core.metrics import rho
 from reweight_jax.baselines import balanced_softmax_loss
 from reweight_jax.baselines import class_balanced_weights
 from reweight_jax.baselines import focal_loss
@@ -79,8 +79,10 @@ from reweight_jax.priors import PRIOR_KINDS
 from reweight_jax.priors import class_prior
 from reweight_jax.state import ReweightState
 from reweight_jax.state import init_reweight_state
+from mr2_reweight_core.version import __version__
 
 __all__ = [
+    "__version__",
     "FAIRDRO_SCHEDULES",
     "PRIOR_KINDS",
     "BatchClassLosses",

@@ -12,10 +12,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from _perclass.checks import check_counts
-from _perclass.cross_entropy import check_logits_and_labels as _check_logits_and_labels
-from _perclass.cross_entropy import finish_per_example as _finish
-from _perclass.cross_entropy import label_log_prob as _label_log_prob
+from mr2_reweight_core.checks import check_counts
+from mr2_reweight_core.cross_entropy import check_logits_and_labels as _check_logits_and_labels
+from mr2_reweight_core.cross_entropy import finish_per_example as _finish
+from mr2_reweight_core.cross_entropy import label_log_prob as _label_log_prob
 
 Array = Any
 

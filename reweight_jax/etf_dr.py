@@ -21,15 +21,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _perclass import class_sums
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_class_vector
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import index_labels
-from _perclass.checks import check_num_classes
-from _perclass.checks import check_unit_scalar
-from _perclass.checks import check_where
+from mr2_reweight_core import class_sums
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_class_vector
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import index_labels
+from mr2_reweight_core.checks import check_num_classes
+from mr2_reweight_core.checks import check_unit_scalar
+from mr2_reweight_core.checks import check_where
 
 Array = Any
 
@@ -111,7 +111,7 @@ def given_ew(labels: Array, num_classes: int, *, where: Array | None = None,
   (`dot_regression_loss`): each present class carries the same weight, whatever its count. E is
   a function of the labels, hence a constant for back-propagation.
 
-  Data parallel (`axis_name`): counts are psum-reduced (`_perclass.class_sums`), so every device
+  Data parallel (`axis_name`): counts are psum-reduced (`mr2_reweight_core.class_sums`), so every device
   returns the E of the concatenated batch.
 
   Args:

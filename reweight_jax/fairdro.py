@@ -31,11 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _perclass.checks import check_class_mask
-from _perclass.checks import check_class_vector
-from _perclass.checks import check_floating
-from _perclass.checks import check_num_classes
-from _perclass.checks import is_concrete
+from mr2_reweight_core.checks import check_class_mask
+from mr2_reweight_core.checks import check_class_vector
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_num_classes
+from mr2_reweight_core.checks import is_concrete
 from reweight_jax.group_dro import ClassWeightedAux
 from reweight_jax.group_dro import class_weighted_loss
 

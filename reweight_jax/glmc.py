@@ -33,19 +33,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _perclass import class_sums
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_class_vector
-from _perclass.checks import check_counts
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import check_num_classes
-from _perclass.checks import check_unit_scalar
-from _perclass.checks import check_where
-from _perclass.checks import index_labels
-from _perclass.checks import is_concrete
-from _perclass.checks import nan_where_negative
-from _perclass.checks import take_class_values
+from mr2_reweight_core import class_sums
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_class_vector
+from mr2_reweight_core.checks import check_counts
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import check_num_classes
+from mr2_reweight_core.checks import check_unit_scalar
+from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import index_labels
+from mr2_reweight_core.checks import is_concrete
+from mr2_reweight_core.checks import nan_where_negative
+from mr2_reweight_core.checks import take_class_values
 
 Array = Any
 

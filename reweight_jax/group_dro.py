@@ -12,12 +12,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from _perclass import class_sums
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_class_vector
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import check_where
+from mr2_reweight_core import class_sums
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_class_vector
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import check_where
 from reweight_jax.inverse_weights import slot_class_losses
 
 Array = Any

@@ -2,7 +2,7 @@
 
 REWEIGHT spec, 'Inverse problem and closed form'. The functions work on any vector of classes: the
 public ones take [K] vectors, and `inverse_reweighted_loss` calls the same equations on the compact
-per-slot vectors of `_perclass.class_sums` (only the classes of the batch), so that K = 8142 with a batch
+per-slot vectors of `mr2_reweight_core.class_sums` (only the classes of the batch), so that K = 8142 with a batch
 of 32 costs O(B), not O(K), per step.
 """
 
@@ -14,15 +14,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _perclass import class_sums
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_class_mask
-from _perclass.checks import check_class_vector
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import check_num_classes
-from _perclass.checks import check_where
-from _perclass.checks import is_concrete
+from mr2_reweight_core import class_sums
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_class_mask
+from mr2_reweight_core.checks import check_class_vector
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import check_num_classes
+from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import is_concrete
 
 Array = Any
 

@@ -26,10 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import check_where
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import check_where
 
 Array = Any
 

@@ -18,20 +18,20 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from _perclass import class_sums
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import check_num_classes
-from _perclass.checks import check_where
-from _perclass.checks import index_labels
-from _perclass.checks import is_concrete
-from _perclass.checks import take_class_values
-from _perclass.checks import traced_checks_enabled
-from _perclass.cross_entropy import check_logits_and_labels as _check_logits_and_labels
-from _perclass.cross_entropy import cross_entropy_loss
-from _perclass.cross_entropy import finish_per_example as _finish
-from _perclass.cross_entropy import label_log_prob as _label_log_prob
+from mr2_reweight_core import class_sums
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import check_num_classes
+from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import index_labels
+from mr2_reweight_core.checks import is_concrete
+from mr2_reweight_core.checks import take_class_values
+from mr2_reweight_core.checks import traced_checks_enabled
+from mr2_reweight_core.cross_entropy import check_logits_and_labels as _check_logits_and_labels
+from mr2_reweight_core.cross_entropy import cross_entropy_loss
+from mr2_reweight_core.cross_entropy import finish_per_example as _finish
+from mr2_reweight_core.cross_entropy import label_log_prob as _label_log_prob
 
 Array = Any
 

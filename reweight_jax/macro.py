@@ -10,8 +10,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from _perclass.checks import check_counts
-from _perclass.checks import nan_where_negative
+from mr2_reweight_core.checks import check_counts
+from mr2_reweight_core.checks import nan_where_negative
 from reweight_jax.priors import mean_normalize
 
 Array = Any

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from _perclass.checks import check_counts
+from mr2_reweight_core.checks import check_counts
 
 Array = Any
 

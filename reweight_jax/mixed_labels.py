@@ -33,13 +33,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from _perclass import class_sums
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import index_labels
-from _perclass.checks import check_unit_scalar
-from _perclass.checks import check_where
+from mr2_reweight_core import class_sums
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import index_labels
+from mr2_reweight_core.checks import check_unit_scalar
+from mr2_reweight_core.checks import check_where
 from reweight_jax.inverse_weights import mean_class_loss
 from reweight_jax.loss import check_reweight_arguments
 from reweight_jax.loss import slot_class_weights

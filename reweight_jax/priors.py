@@ -7,8 +7,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from _perclass.checks import check_counts
-from _perclass.checks import nan_where_negative
+from mr2_reweight_core.checks import check_counts
+from mr2_reweight_core.checks import nan_where_negative
 
 Array = Any
 

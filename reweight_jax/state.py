@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from _perclass.checks import check_num_classes
+from mr2_reweight_core.checks import check_num_classes
 
 
 class ReweightState(NamedTuple):

@@ -1,4 +1,4 @@
-"""_perclass.class_order: the class-sorted batch with the rows without a partner last, and the
+"""mr2_reweight_core.class_order: the class-sorted batch with the rows without a partner last, and the
 prefix sizes the per-class work is bucketed into."""
 
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _perclass import class_order
+from mr2_reweight_core import class_order
 
 
 def test_runs():

@@ -10,7 +10,7 @@ import pytest
 from absl.testing import parameterized
 
 import mr2_jax
-from _perclass import class_sums
+from mr2_reweight_core import class_sums
 from tests import cases
 from tests.reference import numpy_mr2 as ref
 
@@ -243,7 +243,7 @@ def test_sorted_moments_equal_the_slot_sums(counts, prefix, p):
   within 2 ulp (the one-pass Σ|x|^p of `lp_sq_norm` is fused differently in the two programs, and
   XLA may contract its multiply-adds differently: 1 ulp apart in 2 of 1,000 values here)."""
   from mr2_jax import class_stats
-  from _perclass import class_order
+  from mr2_reweight_core import class_order
   num_classes = 1000
   labels = _labels_with_counts(counts, num_classes, seed=len(counts))
   rng = np.random.default_rng(prefix)

@@ -1,11 +1,11 @@
-"""_perclass.class_sums.example_class_counts against NumPy counts, on one and on 8 devices."""
+"""mr2_reweight_core.class_sums.example_class_counts against NumPy counts, on one and on 8 devices."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from _perclass import class_sums
+from mr2_reweight_core import class_sums
 
 
 @pytest.mark.parametrize("num_classes", [3, 50, 1000])  # K ≤ B, K > B local, K > B global

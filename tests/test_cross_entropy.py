@@ -1,4 +1,4 @@
-"""_perclass.cross_entropy: the label's log-softmax with an optional per-example temperature (MR2's
+"""mr2_reweight_core.cross_entropy: the label's log-softmax with an optional per-example temperature (MR2's
 γ_y), its written-out derivative, against float64 NumPy (value and gradient written from the formula)."""
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from _perclass.cross_entropy import label_log_softmax
+from mr2_reweight_core.cross_entropy import label_log_softmax
 
 
 def reference(logits, labels, temperature):

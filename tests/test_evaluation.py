@@ -1,4 +1,4 @@
-"""_perclass.metrics (re-exported by mr2_jax) against the NumPy reference (per-class accuracy, tertiles, group accuracy)."""
+"""mr2_reweight_core.metrics (re-exported by mr2_jax) against the NumPy reference (per-class accuracy, tertiles, group accuracy)."""
 
 import functools
 

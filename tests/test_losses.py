@@ -316,7 +316,7 @@ def test_combination_refuses_the_released_form_and_ldam_the_double_cosine_scale(
 
 @pytest.mark.parametrize("name", losses.LOSSES)
 def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
-  """The one label guard (`_perclass.checks.index_labels` / `take_class_values`) in every entry:
+  """The one label guard (`mr2_reweight_core.checks.index_labels` / `take_class_values`) in every entry:
   a label outside [0, K) under jit makes the batch loss NaN — never the loss of a clipped class —
   and changes no per-class state: the state equals the update without that row."""
   config = config_for(name)

@@ -7,7 +7,7 @@ import numpy as np
 from absl.testing import parameterized
 
 import mr2_jax
-from _perclass import cross_entropy
+from mr2_reweight_core import cross_entropy
 from tests import cases
 from tests.reference import numpy_mr2 as ref
 

@@ -1,4 +1,4 @@
-"""Tests for reweight_jax.neural_collapse (NC1–NC4, streaming) and ρ (_perclass.metrics)."""
+"""Tests for reweight_jax.neural_collapse (NC1–NC4, streaming) and ρ (mr2_reweight_core.metrics)."""
 
 import functools
 

@@ -1,4 +1,4 @@
-"""_perclass, the per-class core: the dependency direction of the three packages, the one
+"""mr2_reweight_core, the per-class core: the dependency direction of the three packages, the one
 out-of-range label guard, and class means (NaN for a class without examples)."""
 
 import ast
@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from _perclass import checks
-from _perclass import metrics
+from mr2_reweight_core import checks
+from mr2_reweight_core import metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -29,19 +29,19 @@ def imported_packages(package):
 @pytest.mark.parametrize("package, forbidden", [
     ("mr2_jax", {"reweight_jax", "experiments"}),
     ("reweight_jax", {"mr2_jax", "experiments"}),
-    ("_perclass", {"mr2_jax", "reweight_jax", "experiments"}),
+    ("mr2_reweight_core", {"mr2_jax", "reweight_jax", "experiments"}),
 ])
 def test_dependency_direction(package, forbidden):
-  """mr2_jax → _perclass ← reweight_jax; neither method package imports the other."""
+  """mr2_jax → mr2_reweight_core ← reweight_jax; neither method package imports the other."""
   offending = sorted((f, m) for f, m in imported_packages(package) if m in forbidden)
   assert not offending, offending
 
 
 def test_labels_are_guarded_in_one_place():
-  """No clip of labels and no ad-hoc `where(in_range, labels, …)` outside `_perclass.checks`."""
-  for package in ("mr2_jax", "reweight_jax", "_perclass", "experiments"):
+  """No clip of labels and no ad-hoc `where(in_range, labels, …)` outside `mr2_reweight_core.checks`."""
+  for package in ("mr2_jax", "reweight_jax", "mr2_reweight_core", "experiments"):
     for path in (REPO / package).rglob("*.py"):
-      if path.name == "checks.py" and package == "_perclass":
+      if path.name == "checks.py" and package == "mr2_reweight_core":
         continue
       text = path.read_text()
       for pattern in ("clip(labels", "where(in_range, labels"):

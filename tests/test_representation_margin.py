@@ -10,7 +10,7 @@ import numpy as np
 from absl.testing import parameterized
 
 import mr2_jax
-from _perclass import class_order
+from mr2_reweight_core import class_order
 from tests import cases
 from tests.reference import numpy_mr2 as ref
 

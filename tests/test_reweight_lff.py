@@ -7,7 +7,7 @@ import numpy as np
 from jax.experimental import checkify
 from jax.sharding import PartitionSpec as P
 
-from _perclass.checks import traced_checks
+from mr2_reweight_core.checks import traced_checks
 from reweight_jax import lff
 from tests.reference import numpy_jtt_lff as ref
 

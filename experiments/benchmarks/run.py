@@ -356,8 +356,8 @@ def released_form_variants(batch: int, dim: int, classes: int) -> dict:
   import contextlib  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from _perclass import class_order  # pylint: disable=g-import-not-at-top
-  from _perclass import cross_entropy  # pylint: disable=g-import-not-at-top
+  from mr2_reweight_core import class_order  # pylint: disable=g-import-not-at-top
+  from mr2_reweight_core import cross_entropy  # pylint: disable=g-import-not-at-top
   from mr2_jax import class_stats  # pylint: disable=g-import-not-at-top
   from mr2_jax import margins  # pylint: disable=g-import-not-at-top
 

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from _perclass import checks
+from mr2_reweight_core import checks
 
 Array = Any
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from _perclass import checks
+from mr2_reweight_core import checks
 
 Array = Any
 

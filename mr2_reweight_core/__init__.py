@@ -1,7 +1,7 @@
 """The per-class core shared by `mr2_jax` and `reweight_jax` (private: not a public API).
 
-Dependency direction: `mr2_jax` → `_perclass` ← `reweight_jax`; neither method package imports the
-other, and `_perclass` imports neither. Users import the public names from `mr2_jax` / `reweight_jax`
+Dependency direction: `mr2_jax` → `mr2_reweight_core` ← `reweight_jax`; neither method package imports the
+other, and `mr2_reweight_core` imports neither. Users import the public names from `mr2_jax` / `reweight_jax`
 (both re-export what they document from here).
 
 Modules:

@@ -8,13 +8,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from _perclass.checks import check_batch_dim
-from _perclass.checks import check_class_vector
-from _perclass.checks import check_floating
-from _perclass.checks import check_labels
-from _perclass.checks import check_where
-from _perclass.checks import index_labels
-from _perclass.checks import take_class_values
+from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_class_vector
+from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_labels
+from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import index_labels
+from mr2_reweight_core.checks import take_class_values
 
 Array = Any
 
