@@ -44,6 +44,37 @@ settings.register_profile("slow",
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+from tests import imports as _imports  # noqa: E402
+
+_LEFT_OUT = {}
+
+
+def pytest_ignore_collect(collection_path, config):
+  """In the library-only run (MR2_JAX_LIBRARY_ONLY=1: `pip install .` plus the `test` extra, as in
+  .ci/run's library jobs), leaves out the test files whose imports (followed through the tests/
+  helper modules) need the harness or a package that install does not bring. Never otherwise: there
+  a missing package is an error."""
+  del config
+  path = str(collection_path)
+  name = os.path.basename(path)
+  if not _imports.library_only() or not (name.startswith("test_") and name.endswith(".py")):
+    return None
+  missing = _imports.missing_top_levels(path)
+  if missing:
+    _LEFT_OUT[name] = missing
+    return True
+  return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+  """Lists the test files the library-only run left out, with the packages they need."""
+  del exitstatus, config
+  if _LEFT_OUT:
+    terminalreporter.write_line(
+        f"library-only run: {len(_LEFT_OUT)} test files left out (they need the harness or an "
+        "extra): " + ", ".join(f"{k} [{'/'.join(v)}]" for k, v in sorted(_LEFT_OUT.items())))
+
+
 def pytest_sessionfinish(session, exitstatus):
   """With PROPERTY_REPORT_DIR set, each test process writes the property tests' worst |error| / atol
   per check (tests/strategies.py's WORST) to <dir>/worst-<worker>.json: how tight the tolerances are."""
