@@ -12,12 +12,13 @@ from experiments import data as data_lib
 from experiments import input_pipeline
 from experiments import losses
 from experiments import models
+from experiments import runners
 from experiments.config_errors import INF
 from experiments.config_errors import ConfigError
 from experiments.config_errors import check_choice
 from experiments.config_errors import check_ranges
 
-PARALLEL = ("none", "pmap", "shard_map")
+PARALLEL = runners.PARALLEL
 
 RANGES = (
     ("num_epochs", (1, True), (INF, False)), ("batch_size", (1, True), (INF, False)),
@@ -60,7 +61,8 @@ def validate_config(config) -> None:
     path = pathlib.Path(config.reference_summary)
     if not path.is_file() or "per_class_accuracy" not in json.loads(path.read_text()):
       raise ConfigError(f"config.reference_summary: {path} is not a summary.json of a finished run")
-  devices = {"none": 1, "pmap": jax.device_count(), "shard_map": jax.device_count()}
+  devices = {"none": 1, "jit": jax.device_count(), "pmap": jax.device_count(),
+             "shard_map": jax.device_count()}
   for field in ("batch_size", "eval_batch_size"):
     if config[field] % devices[config.parallel]:
       raise ConfigError(f"config.{field}: {config[field]} is not divisible by the "

@@ -144,7 +144,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   except ValueError as error:  # MiLeLR on balanced counts with a switch: Γ(1 − a) at its pole
     raise ConfigError(f"config.schedule={config.schedule!r}: {error}") from error
   model = train_state.build_model(config, num_classes,
-                                  axis_name=None if config.parallel == "none" else runners.AXIS)
+                                  axis_name=runners.axis_name(config.parallel))
   state = train_state.create_train_state(config, model, train.images.shape[1:], num_classes,
                                          learning_rate_fn, jax.random.key(config.seed),
                                          train_labels=train.labels)

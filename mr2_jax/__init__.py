@@ -1,9 +1,15 @@
 """mr2_jax: MR2 margin regularization (ICLR 2026) as pure JAX functions.
 
-Spec: MR2.md. Class statistics are an explicit pytree (`ClassStats`) for the train state. The
+B. Zhu, K. Zhao, J. Cui, Q. Sun, Y. Zhou, X. Yang, H. Zhang, "Reducing Class-Wise Performance
+Disparity via Margin Regularization", ICLR 2026, arXiv 2602.00205; the authors released a PyTorch
+reference, whose differences from the paper are offered as `form='released'`.
+
+Class statistics are an explicit pytree (`ClassStats`) for the train state. The
 per-class machinery (sums and counts, checks, per-class metrics) is the shared core `mr2_reweight_core`; the
 evaluation helpers are re-exported here.
 """
+
+from typing import TYPE_CHECKING
 
 from mr2_jax.class_stats import ClassStats
 from mr2_jax.class_stats import init_class_stats
@@ -29,6 +35,10 @@ from mr2_jax.supcon import stack_views
 from mr2_jax.supcon import supcon_loss
 from mr2_reweight_core.checks import traced_checks
 from mr2_reweight_core.version import __version__
+
+if TYPE_CHECKING:
+  from mr2_jax.linen import CosineClassifier
+  from mr2_jax.linen import SupConProjection
 
 # The Flax heads, imported on first use: the losses need no Flax (`pip install "mr2-jax[flax]"`).
 _FLAX_HEADS = {"CosineClassifier": "mr2_jax.linen", "SupConProjection": "mr2_jax.linen"}

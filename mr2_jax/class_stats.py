@@ -1,4 +1,5 @@
-"""Per-class feature statistics of MR2, carried as explicit train-state (MR2 spec, 'Per-class statistics').
+"""Per-class feature statistics of MR2, carried as explicit train-state (Zhu et al., ICLR 2026,
+arXiv 2602.00205: the per-class feature statistics).
 
 For class k with batch class mean m_k (over the global batch):
     a_k = ‖m_k‖_p²,    v_k = mean_{i: y_i = k} ‖φ_i − m_k‖_p²,
@@ -9,22 +10,29 @@ classes absent from the batch keep their values. Computed without gradient.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING
 
 import chex
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_order as class_order_lib
 from mr2_reweight_core import class_sums
 from mr2_reweight_core import checks
+from mr2_reweight_core import explicit_mesh
 
-Array = Any
+if TYPE_CHECKING:  # type checkers see a dataclass (they cannot read chex.dataclass's __init__)
+  from dataclasses import dataclass as _pytree_dataclass
+else:
+  _pytree_dataclass = chex.dataclass
 
 
-@chex.dataclass(frozen=True)
+@_pytree_dataclass(frozen=True)
 class ClassStats:
   """MR2 class statistics: a registered pytree for the train state (sharded and checkpointed like params).
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205 (the per-class feature statistics A_k, V_k).
 
   Attributes:
     sq_mean_norm: float32 [K], A_k, EMA of ‖μ_k‖_p² (squared L_p norm of the class feature mean).
@@ -41,7 +49,29 @@ class ClassStats:
 
 
 def init_class_stats(num_classes: int) -> ClassStats:
-  """Empty statistics for K classes: A = V = 0, nothing seen."""
+  """Empty statistics for K classes: A = V = 0, nothing seen.
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205: the statistics start empty, and a class's first batch
+  sets them (see `update_class_stats`).
+
+  Args:
+    num_classes: K, a positive Python int.
+
+  Returns:
+    `ClassStats` with float32 [K] zeros and ``seen`` bool [K] False.
+
+  Raises:
+    TypeError: `num_classes` is not an int.
+    ValueError: `num_classes` < 1.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> stats = mr2_jax.init_class_stats(3)
+    >>> print(stats.sq_mean_norm, stats.mean_sq_deviation, stats.seen)
+    [0. 0. 0.] [0. 0. 0.] [False False False]
+  """
   num_classes = checks.check_num_classes(num_classes)
   # Separate buffers, so that a train state holding them can be donated to a jitted step.
   return ClassStats(sq_mean_norm=jnp.zeros((num_classes,), jnp.float32),
@@ -49,7 +79,7 @@ def init_class_stats(num_classes: int) -> ClassStats:
                     seen=jnp.zeros((num_classes,), bool))
 
 
-def abs_pow(x: Array, p: float) -> jax.Array:
+def abs_pow(x: ArrayLike, p: float) -> jax.Array:
   """|x|^p elementwise: repeated multiplication (`lax.integer_pow`) for an integral Python p — the
   released form's p = 5 — instead of `**`, which lowers a float exponent to exp(p·log|x|), several
   times the cost per element; a real power otherwise (or when p is traced)."""
@@ -72,8 +102,11 @@ def _scaled_lp_sq_norm(x: jax.Array, p: float) -> jax.Array:
   return jnp.square(norm)
 
 
-def lp_sq_norm(x: Array, p: float, where: Array | None = None) -> jax.Array:
+def lp_sq_norm(x: ArrayLike, p: float, where: ArrayLike | None = None) -> jax.Array:
   """‖x‖_p² = (Σ_j |x_j|^p)^{2/p} over the last axis; for p = 2, Σ_j x_j² exactly.
+
+  The norm of MR2's class statistics (Zhu et al., ICLR 2026, arXiv 2602.00205), whose released code
+  uses p = 5 for L2-normalised features.
 
   For p ≠ 2 the sum is taken in one pass; a row whose sum overflows, is not finite, or is below
   `_LP_DIRECT_MIN` (a zero row, or |x| so small that |x|^p leaves float32's normal range) gets the
@@ -81,20 +114,40 @@ def lp_sq_norm(x: Array, p: float, where: Array | None = None) -> jax.Array:
   exists). Each row's value depends on that row alone. Rows outside `where` (bool, x's shape
   without its last axis) are not checked and their value is unspecified: for rows the caller masks
   (padding, empty slots), which would otherwise send every call down the scaled form.
+
+  Args:
+    x: float [..., d] rows.
+    p: the norm order p ≥ 1 (a Python float; an integral value is computed by repeated
+      multiplication).
+    where: optional bool [...] (x's shape without its last axis); rows outside it are not checked.
+
+  Returns:
+    float [...] the squared L_p norms, in x's dtype.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> x = jnp.array([[3.0, 4.0], [1.0, 1.0]])
+    >>> print(mr2_jax.lp_sq_norm(x, 2.0))
+    [25.  2.]
+    >>> print(np.asarray(mr2_jax.lp_sq_norm(x, 5.0), float).round(4))
+    [17.4225  1.3195]
   """
+  x = jnp.asarray(x)
   if p == 2.0:
     return jnp.sum(jnp.square(x), axis=-1)
   direct = jnp.sum(abs_pow(x, p), axis=-1)
   fine = jnp.isfinite(direct) & (direct >= _LP_DIRECT_MIN)
   if where is not None:
-    fine = fine | ~where
+    fine = fine | ~jnp.asarray(where)
   value = jnp.where(fine, direct, 1.0) ** (2.0 / p)
   return jax.lax.cond(jnp.all(fine), lambda: value,
                       lambda: jnp.where(fine, value, _scaled_lp_sq_norm(x, p)))
 
 
-def check_stats_inputs(features: Array, labels: Array, num_classes: int,
-                       where: Array | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+def check_stats_inputs(features: ArrayLike, labels: ArrayLike, num_classes: int,
+                       where: ArrayLike | None) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels, valid).
 
   Features narrower than float32 (bfloat16, float16) are returned as float32: the class statistics'
@@ -104,13 +157,14 @@ def check_stats_inputs(features: Array, labels: Array, num_classes: int,
   features = checks.check_floating(features, 2, "features")
   if jnp.finfo(features.dtype).bits < 32:
     features = features.astype(jnp.float32)
+  labels = jnp.asarray(labels)
   in_range = checks.check_labels(labels, num_classes, "labels")
   checks.check_batch_dim(features, labels.shape[0], "features")
   mask = checks.check_where(where, labels.shape[0])
-  return features, jnp.asarray(labels), in_range & mask
+  return features, labels, in_range & mask
 
 
-def _reference_rows(features: jax.Array, valid: Array, slots: class_sums.ClassSlots,
+def _reference_rows(features: jax.Array, valid: ArrayLike, slots: class_sums.ClassSlots,
                     axis_name: str | None) -> tuple[jax.Array, jax.Array]:
   """The reference row of each slot [S, d] and of each local row's slot [B, d]: the class's first
   valid row of the global batch (device order, then row order), the same on every device. Empty
@@ -120,14 +174,22 @@ def _reference_rows(features: jax.Array, valid: Array, slots: class_sums.ClassSl
   slots' rows: one pass over [B, d] fewer). Under `axis_name` the owner of each slot's row is found
   with a `pmin` of global row positions (S int32) and the row is broadcast by a `psum` to which only
   the owner adds a non-zero: x + 0 = x, so every device holds the owner's row bit for bit, the row a
-  single device would pick.
+  single device would pick. Rows laid out over Explicit mesh axes (`jax.jit` of a sharded batch)
+  are read the same way: each slot's row is a slot sum of the rows with every row but the first
+  zeroed (an all-reduce of S·d floats, where a gather at the S positions would all-gather the
+  B·d rows).
   """
   batch, num_slots = features.shape[0], slots.classes.shape[0]
   offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * batch
   position = jnp.arange(batch, dtype=jnp.int32) + offset
   unused = jnp.iinfo(jnp.int32).max
   first = jax.ops.segment_min(jnp.where(valid, position, unused), slots.slot,
-                              num_segments=num_slots)
+                              num_segments=num_slots,
+                              out_sharding=explicit_mesh.replicated(slots.slot))
+  if axis_name is None and explicit_mesh.rows_split(features):
+    is_first = valid & (position == explicit_mesh.take(first, slots.slot))
+    rows = class_sums.slot_sum(jnp.where(is_first[:, None], features, 0.0), slots)
+    return rows, class_sums.at_rows(rows, slots)
   if axis_name is not None:
     first = jax.lax.pmin(first, axis_name)
   local = first - offset
@@ -140,9 +202,9 @@ def _reference_rows(features: jax.Array, valid: Array, slots: class_sums.ClassSl
   return rows, rows[slots.slot]
 
 
-def batch_class_moments(features: Array, labels: Array, valid: Array, num_classes: int, *,
+def batch_class_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int, *,
                         p: float = 2.0, axis_name: str | None = None):
-  """Global-batch class moments, the spec's (a_k, v_k), per slot (see `class_sums`).
+  """Global-batch class moments, MR2's (a_k, v_k), per slot (see `class_sums`).
 
   Two passes, both reduced as sums and counts, on rows shifted by a reference row r_k of their own
   class (`_reference_rows`: the class's first row of the global batch, the same on every device):
@@ -159,11 +221,14 @@ def batch_class_moments(features: Array, labels: Array, valid: Array, num_classe
   On one device with more classes than rows (K > B, ImageNet-size label sets) the same sums are
   taken over the class-sorted batch instead (`_sorted_moments`): a class seen once has m_k = φ_i,
   a_k = ‖φ_i‖_p² and v_k = 0 with no sum at all, and only the rows with a partner are summed.
+  Rows split over Explicit mesh axes (`jax.jit` of a sharded batch) take the slot sums whatever
+  K: the sort would all-gather the rows, where the sums cross devices as min(K, B)·d floats.
 
   Returns:
     (slots, a [S], v [S]); slots with no example have zeros.
   """
-  if axis_name is None and num_classes > labels.shape[0]:
+  if (axis_name is None and num_classes > labels.shape[0]
+      and not explicit_mesh.rows_split(features)):
     return _sorted_moments(features, labels, valid, num_classes, p)
   return _slot_moments(features, labels, valid, num_classes, p, axis_name)
 
@@ -177,7 +242,7 @@ def _slot_moments(features, labels, valid, num_classes, p, axis_name):
   counts = jnp.maximum(slots.counts, 1.0)[:, None].astype(features.dtype)
   offsets = sums / counts
   class_means = reference + offsets
-  deviation = lp_sq_norm(shifted - offsets[slots.slot], p, where=valid)
+  deviation = lp_sq_norm(shifted - class_sums.at_rows(offsets, slots), p, where=valid)
   deviation = jnp.where(valid, deviation, 0.0)
   dev_sums = class_sums.slot_sum(deviation, slots, axis_name=axis_name)
   a = jnp.where(slots.counts > 0, lp_sq_norm(class_means, p, where=slots.counts > 0), 0.0)
@@ -260,10 +325,13 @@ def _per_device_moments(features, labels, valid, num_classes, p, axis_name):
   return slots, totals[:, 0] / safe, totals[:, 1] / safe
 
 
-def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, decay: float = 0.9,
-                       p: float = 2.0, axis_name: str | None = None,
-                       where: Array | None = None, reduction: str = "exact") -> ClassStats:
-  """EMA update of the class statistics with one (global) batch. MR2 spec, 'Per-class statistics'.
+def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike, *,
+                       decay: float = 0.9, p: float = 2.0, axis_name: str | None = None,
+                       where: ArrayLike | None = None, reduction: str = "exact") -> ClassStats:
+  """EMA update of the class statistics with one (global) batch.
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205: the per-class feature statistics, tracked as exponential
+  moving averages over mini-batches.
 
   For each class k present in the batch (a_k, v_k as in the module docstring):
       A_k ← decay·A_k + (1 − decay)·a_k   if k was seen before, else A_k ← a_k;   V_k likewise.
@@ -277,7 +345,9 @@ def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, dec
     p: norm order of the statistics (2 for linear classifiers; ≠ 2, e.g. 5, for L2-normalised
       features, where ‖μ_k‖₂² + v_k is the same for every class).
     axis_name: pmap/shard_map axis of the data-parallel batch; sums and counts are reduced over it, so
-      the result equals one device seeing the global batch.
+      the result equals one device seeing the global batch (typed replicated under `shard_map`'s
+      `check_vma=True`: return it with `out_specs=P()`). Without it, `jax.jit` over features laid
+      out with `NamedSharding` gives the same statistics, replicated.
     where: optional bool [B]; False rows (padding) are ignored.
     reduction: with `axis_name`, 'exact' (default) reduces per-class feature sums, min(K, B_global)·d
       floats per step, twice (each class's reference row, then the sums of rows shifted by it; see
@@ -291,6 +361,28 @@ def update_class_stats(stats: ClassStats, features: Array, labels: Array, *, dec
 
   Returns:
     The updated `ClassStats` (identical on every device under `axis_name`).
+
+  Raises:
+    ValueError: `decay` outside [0, 1), `p` < 1, an unknown `reduction`, features not [B, d] with B
+      the labels' length, a `where` of another shape, or (eagerly) a label outside [0, K).
+    TypeError: non-floating features, non-integer labels or a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> features = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]])
+    >>> labels = jnp.array([0, 0, 1, 1])
+    >>> stats = mr2_jax.update_class_stats(mr2_jax.init_class_stats(3), features, labels)
+    >>> print(stats.sq_mean_norm)  # A_k = ‖mean of class k‖²
+    [4. 4. 0.]
+    >>> print(stats.mean_sq_deviation)  # V_k: class 0 spreads by 1, class 1 not at all
+    [1. 0. 0.]
+    >>> print(stats.seen)
+    [ True  True False]
+    >>> stats = mr2_jax.update_class_stats(stats, features[:2] * 2, labels[:2], decay=0.5)
+    >>> print(stats.sq_mean_norm)  # class 0: 0.5·4 + 0.5·16; class 1 absent, kept
+    [10.  4.  0.]
   """
   if not 0.0 <= decay < 1.0:
     raise ValueError(f"decay: expected 0 <= decay < 1, got {decay}.")

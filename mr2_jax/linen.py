@@ -18,7 +18,7 @@ class CosineClassifier(nn.Module):
   """Cosine classifier: z_k = s · ⟨φ/‖φ‖₂, w_k/‖w_k‖₂⟩, shapes [B, d] → [B, K].
 
   Used by the reweighting paper's CIFAR recipe (scale s = 30) and for CLIP-style heads in MR2; with
-  this head the MR2 statistics should use p ≠ 2 (MR2 spec, 'Per-class statistics'), because
+  this head the MR2 statistics should use p ≠ 2 (Zhu et al., ICLR 2026, arXiv 2602.00205), because
   ‖μ_k‖² + v_k = 1 for every class of L2-normalised features.
   """
   num_classes: int

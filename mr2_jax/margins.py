@@ -1,21 +1,22 @@
-"""MR2 logit margin: class-dependent temperature cross-entropy (MR2 spec, 'Logit margin')."""
+"""MR2 logit margin: class-dependent temperature cross-entropy (Zhu et al.,
+ICLR 2026, arXiv 2602.00205: the logit margin)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import checks
 from mr2_jax.class_stats import ClassStats
 from mr2_reweight_core.cross_entropy import label_log_softmax
 
-Array = Any
-
 
 def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 1e-6) -> jax.Array:
-  """Per-class margins γ [K] from the class statistics. MR2 spec, 'Logit margin'.
+  """Per-class margins γ [K] from the class statistics.
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205, the logit margin: the class-dependent temperature that
+  minimises their bound.
 
       γ_k = c̄ · K_seen · (A_k + V_k)^{1/3} / Σ_{j seen} (A_j + V_j)^{1/3}     for seen classes k,
       γ_k = c̄                                                                for unseen classes,
@@ -30,9 +31,24 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
   Args:
     stats: `ClassStats` with K classes.
     c_bar: the mean margin c̄ > 0.
+    min_margin: the floor of γ relative to c̄, for a class whose statistics are exactly 0.
 
   Returns:
     float32 [K] margins.
+
+  Raises:
+    ValueError: `c_bar` ≤ 0.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> features = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]])
+    >>> labels = jnp.array([0, 0, 1, 1])
+    >>> stats = mr2_jax.update_class_stats(mr2_jax.init_class_stats(3), features, labels)
+    >>> gamma = mr2_jax.class_margins(stats, c_bar=1.0)
+    >>> print(np.asarray(gamma, float).round(4))  # class 2 unseen: c̄; the seen ones average c̄
+    [1.0372 0.9628 1.    ]
   """
   if not c_bar > 0:
     raise ValueError(f"c_bar: expected a positive mean margin, got {c_bar}.")
@@ -54,8 +70,10 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
   return jnp.where(jnp.isfinite(total), gamma, jnp.nan)
 
 
-def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Array:
-  """Per-example class-dependent temperature cross-entropy. MR2 spec, 'Logit margin'.
+def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike) -> jax.Array:
+  """Per-example class-dependent temperature cross-entropy.
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205, the logit margin:
 
       ℓ_γ,ce(x, y) = −log softmax(z / γ_y)_y
 
@@ -68,9 +86,27 @@ def margin_cross_entropy(logits: Array, labels: Array, gamma: Array) -> jax.Arra
 
   Returns:
     float [B] losses; NaN for an out-of-range label under `jit` (never a clipped class).
+
+  Raises:
+    ValueError: logits not [B, K], labels not [B], gamma not [K], or (eagerly) a label outside [0,
+      K).
+    TypeError: a non-floating logits or gamma or non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> gamma = jnp.array([1.0, 2.0, 0.5])
+    >>> print(np.asarray(mr2_jax.margin_cross_entropy(logits, labels, gamma), float).round(4))
+    [0.1698 0.8693 0.0049 0.7318]
+    >>> print(np.asarray(mr2_jax.margin_cross_entropy(logits, labels, jnp.ones(3)), float).round(4))  # γ ≡ 1: CE
+    [0.1698 0.6803 0.0949 0.4644]
   """
   logits = checks.check_floating(logits, 2, "logits")
   num_classes = logits.shape[1]
+  labels = jnp.asarray(labels)
   in_range = checks.check_labels(labels, num_classes, "labels")
   checks.check_batch_dim(logits, labels.shape[0], "logits")
   gamma = checks.check_class_vector(gamma, num_classes, "gamma")

@@ -1,20 +1,18 @@
-"""The whole MR2 objective in one call (MR2 spec, 'Objective')."""
+"""The whole MR2 objective in one call (Zhu et al., ICLR 2026, arXiv 2602.00205)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_jax import class_stats as class_stats_lib
 from mr2_reweight_core import class_sums
+from mr2_reweight_core import explicit_mesh
 from mr2_jax import margins
 from mr2_jax import representation_margin as rep_margin
 from mr2_reweight_core import checks
 from mr2_jax.class_stats import ClassStats
-
-Array = Any
 
 FORMS = ("paper", "released")
 
@@ -23,8 +21,8 @@ def form_defaults(form: str, feature_dim: int, *, p: float | None = None,
                   temperature: float | None = None) -> tuple[float, float]:
   """(p, τ) of an MR2 form, explicit values kept: 'paper' p = 2, τ = 1; 'released' p = 5, τ = 10·d.
 
-  MR2 spec, 'Objective' and 'Released-code form'. The one place these defaults live (`mr2_loss` and
-  any combination built on `mr2_terms` read them here).
+  Zhu et al., ICLR 2026, arXiv 2602.00205 (the paper's form) and the authors' released code. The one
+  place these defaults live (`mr2_loss` and any combination built on `mr2_terms` read them here).
   """
   if form not in FORMS:
     raise ValueError(f"form: expected one of {FORMS}, got {form!r}.")
@@ -35,18 +33,20 @@ def form_defaults(form: str, feature_dim: int, *, p: float | None = None,
   return p, temperature
 
 
-def _global_sum(x: Array, axis_name: str | None) -> jax.Array:
+def _global_sum(x: ArrayLike, axis_name: str | None) -> jax.Array:
   total = jnp.sum(x)
   return total if axis_name is None else jax.lax.psum(total, axis_name)
 
 
-def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, *,
+def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: ClassStats, *,
               lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, p: float = 2.0,
               temperature: float = 1.0, uniform_margin: bool = False,
               stats_reduction: str = "exact", axis_name: str | None = None,
-              where: Array | None = None
+              where: ArrayLike | None = None
               ) -> tuple[jax.Array, jax.Array, ClassStats, dict[str, jax.Array]]:
-  """Per-example MR2 terms, before any reduction. MR2 spec, 'Logit margin' and 'Representation margin'.
+  """Per-example MR2 terms, before any reduction.
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205: the logit margin and the representation margin.
 
   The class statistics are first updated with this (global) batch, then γ = class_margins(stats, c̄)
   and s̄ = mean_k V_k are read from the updated statistics (both constants for back-propagation), and
@@ -55,11 +55,42 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
       representation_i = ℓ_s̄(x_i)   (positives from the global batch; 0 when λ = 0)   [B]
 
   Use it to combine MR2 with a per-example reweighting (e.g. `reweight_jax.inverse_reweighted_loss`
-  on margin_ce + λ·representation); `mr2_loss` reduces the same terms. Arguments as in `mr2_loss`
-  (p and τ explicit here).
+  on margin_ce + λ·representation); `mr2_loss` reduces the same terms.
+
+  Args:
+    logits: float [B, K].
+    features: float [B, d] penultimate features (not detached).
+    labels: int [B] in [0, K).
+    stats: `ClassStats` with K classes.
+    lam: λ ≥ 0; 0 skips ℓ_s̄ (returned as zeros, nothing gathered).
+    c_bar: mean margin c̄ > 0.
+    decay: EMA decay of the statistics, in [0, 1).
+    p: norm order of the statistics (explicit here: `form_defaults` gives a form's).
+    temperature: τ > 0 of ℓ_s̄.
+    uniform_margin: γ_k ≡ c̄ (the ℓ_s̄-only ablation; statistics still tracked).
+    stats_reduction: 'exact' or 'per_device' (see `update_class_stats`).
+    axis_name: data-parallel axis name, or None.
+    where: optional bool [B] mask of real (non-padding) examples.
 
   Returns:
     (margin_ce [B], representation [B], new_stats, {'gamma' [K], 's_bar'}).
+
+  Raises:
+    ValueError: `stats` with another K than the logits, `p` < 1, a negative Python `lam`, shapes
+      that do not match, or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits or features, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [1.0, 0.5, 0.0], [0.0, 1.0, 0.5], [0.0, 2.0, 0.0]])
+    >>> features = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]])
+    >>> labels = jnp.array([0, 0, 1, 1])
+    >>> margin_ce, representation, stats, aux = mr2_jax.mr2_terms(
+    ...     logits, features, labels, mr2_jax.init_class_stats(3))
+    >>> print(margin_ce.shape, representation.shape, np.asarray(aux['gamma'], float).round(3))
+    (4,) (4,) [1.037 0.963 1.   ]
   """
   logits = checks.check_floating(logits, 2, "logits")
   num_classes = logits.shape[1]
@@ -75,11 +106,14 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
     raise ValueError(f"lam: expected λ >= 0, got {lam}.")
   # λ = 0 (γ-only, linear probes): ℓ_s̄ is not computed at all, and nothing is gathered.
   with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
-  if axis_name is not None and stats_reduction == "exact" and with_representation_margin:
-    # ℓ_s̄ all-gathers the features anyway; the exact global statistics are then computed from the
-    # gathered rows on every device, which saves the min(K, B_global)·d all-reduce (XLA merges the
-    # two identical gathers). The result is the single-device computation on the global batch.
-    gathered, _ = class_sums.global_batch(axis_name, features, labels, valid)
+  split = axis_name is not None or explicit_mesh.rows_split(features)
+  if split and stats_reduction == "exact" and with_representation_margin:
+    # ℓ_s̄ all-gathers the features anyway (under `axis_name`, or rows split over Explicit mesh
+    # axes); the exact global statistics are then computed from the gathered rows on every device,
+    # which saves the min(K, B_global)·d all-reduce (XLA merges the two identical gathers). The
+    # result is the single-device computation on the global batch, the same on every device (typed
+    # so under shard_map's check_vma: `replicated_batch`).
+    gathered, _ = class_sums.replicated_batch(axis_name, features, labels, valid)
     new_stats = class_stats_lib.update_class_stats(
         stats, gathered[0], gathered[1], decay=decay, p=p, where=gathered[2])
   else:
@@ -103,13 +137,16 @@ def mr2_terms(logits: Array, features: Array, labels: Array, stats: ClassStats, 
   return margin_ce, representation, new_stats, {"gamma": gamma, "s_bar": s_bar}
 
 
-def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *,
+def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: ClassStats, *,
              lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, form: str = "paper",
              uniform_margin: bool = False, stats_reduction: str = "exact",
              p: float | None = None, temperature: float | None = None,
-             axis_name: str | None = None, where: Array | None = None
+             axis_name: str | None = None, where: ArrayLike | None = None
              ) -> tuple[jax.Array, ClassStats, dict[str, jax.Array]]:
-  """MR2 objective: statistics update, margins, and both loss terms. MR2 spec, 'Objective'.
+  """MR2 objective: statistics update, margins, and both loss terms.
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205: the training objective; the released form is the
+  authors' released code.
 
   The class statistics are first updated with this (global) batch, then γ = class_margins(stats, c̄)
   and s̄ = mean_k V_k are read from the updated statistics (both constants for back-propagation).
@@ -121,9 +158,15 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
   `p` and `temperature` override the form's defaults. B and n_c count valid (`where`) examples of
   the global batch.
 
-  Data parallel: with `axis_name`, statistics, γ, s̄ and positives come from the global batch, and the
-  returned loss is this device's share: `lax.pmean(loss, axis_name)` equals the single-device loss on
-  the concatenated batch, and `lax.pmean` of the per-device gradients equals its gradient.
+  Data parallel: with `axis_name`, statistics, γ, s̄ and positives come from the global batch, and
+  the returned loss is this device's share: `lax.pmean(loss, axis_name)` equals the single-device
+  loss on the concatenated batch, and `lax.pmean` of the per-device gradients equals its gradient
+  (`pmap`, `shard_map(..., check_vma=False)`). Under `jax.shard_map`'s default `check_vma=True` the
+  loss is still this share and the new statistics and aux are typed replicated (`out_specs=P()`);
+  take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the
+  share's own gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over a
+  batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss
+  is the global value, statistics and aux replicated.
 
   Args:
     logits: float [B, K].
@@ -145,6 +188,25 @@ def mr2_loss(logits: Array, features: Array, labels: Array, stats: ClassStats, *
   Returns:
     (loss, new_stats, aux) with aux = {'gamma' [K], 's_bar', 'margin_ce', 'representation_margin'};
     the aux losses are global-batch means (the same on every device).
+
+  Raises:
+    ValueError: an unknown `form`, `stats` with another K than the logits, `p` < 1, a negative
+      Python `lam`, shapes that do not match, or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits or features, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [1.0, 0.5, 0.0], [0.0, 1.0, 0.5], [0.0, 2.0, 0.0]])
+    >>> features = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]])
+    >>> labels = jnp.array([0, 0, 1, 1])
+    >>> stats = mr2_jax.init_class_stats(3)
+    >>> loss, stats, aux = mr2_jax.mr2_loss(logits, features, labels, stats, lam=0.1)
+    >>> print(f"{loss:.4f}", np.asarray(aux['gamma'], float).round(3), f"{aux['s_bar']:.2f}")
+    0.6097 [1.037 0.963 1.   ] 0.50
+    >>> print(stats.seen)
+    [ True  True False]
   """
   logits = checks.check_floating(logits, 2, "logits")
   features = checks.check_floating(features, 2, "features")

@@ -1,20 +1,21 @@
-"""MR2 representation margin ℓ_s̄ (MR2 spec, 'Representation margin')."""
+"""MR2 representation margin ℓ_s̄ (Zhu et al., ICLR 2026, arXiv 2602.00205:
+the representation margin)."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_jax import class_stats as class_stats_lib
 from mr2_reweight_core import checks
 from mr2_reweight_core import class_order as class_order_lib
 from mr2_reweight_core import class_sums
+from mr2_reweight_core import explicit_mesh
 from mr2_jax.class_stats import ClassStats
-
-Array = Any
 
 
 _TILE_SIZES = (8, 16, 32, 64, 128, 256, 512)
@@ -416,18 +417,40 @@ def _choose(branches: tuple[_Band | _Branch, ...], active: jax.Array, largest: j
 
 
 def mean_class_deviation(stats: ClassStats) -> jax.Array:
-  """s̄ = mean over seen classes k of V_k (0 when no class is seen). MR2 spec, 'Representation margin'."""
+  """s̄ = mean over seen classes k of V_k (0 when no class is seen).
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205: s̄, half the expected within-class pair distance of the
+  representation margin.
+
+  Args:
+    stats: `ClassStats` with K classes.
+
+  Returns:
+    float32 scalar s̄, a constant for back-propagation (stop-gradient).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> features = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]])
+    >>> labels = jnp.array([0, 0, 1, 1])
+    >>> stats = mr2_jax.update_class_stats(mr2_jax.init_class_stats(3), features, labels)
+    >>> print(mr2_jax.mean_class_deviation(stats))  # (1 + 0) / 2 seen classes
+    0.5
+  """
   stats = jax.lax.stop_gradient(stats)
   num_seen = jnp.sum(stats.seen)
   total = jnp.sum(jnp.where(stats.seen, stats.mean_sq_deviation, 0.0))
   return total / jnp.maximum(num_seen, 1).astype(total.dtype)
 
 
-def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
+def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: ArrayLike, *,
                                temperature: float = 1.0, axis_name: str | None = None,
-                               where: Array | None = None, num_classes: int | None = None
+                               where: ArrayLike | None = None, num_classes: int | None = None
                                ) -> jax.Array:
-  """Per-anchor representation margin. MR2 spec, 'Representation margin'.
+  """Per-anchor representation margin.
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205, the representation margin ℓ_s̄:
 
       ℓ_s̄(x_i) = log(1 + Σ_{j ≠ i, y_j = y_i} exp((‖φ_i − φ_j‖₂² − 2 s̄) / τ))
 
@@ -445,7 +468,9 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
     s_bar: scalar s̄ (treated as a constant), e.g. `mean_class_deviation(stats)`.
     temperature: τ > 0 (1 in the paper form; 10·d in the released-code form).
     axis_name: data-parallel axis; positives come from the features all-gathered over it (gradients
-      flow back to the device that owns each feature).
+      flow back to the device that owns each feature). The losses are the local anchors', whatever
+      `check_vma`. Without it, `jax.jit` over features laid out with `NamedSharding` gathers the
+      global batch once and returns the losses laid out like the rows.
     where: optional bool [B]; masked rows are neither anchors (loss 0) nor positives.
     num_classes: K, to range-check labels against [0, K); when None, labels need only be ≥ 0
       (positives are matched by label equality, so K is not otherwise needed).
@@ -467,6 +492,21 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
 
   Returns:
     float [B] per-anchor losses (the caller reduces them).
+
+  Raises:
+    ValueError: `temperature` ≤ 0, features not [B, d], labels not [B], `s_bar` not a scalar, a
+      `where` of another shape, or (eagerly, when `num_classes` is given) a label outside [0, K).
+    TypeError: non-floating features or non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> features = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]])
+    >>> labels = jnp.array([0, 0, 1, 1])
+    >>> loss = mr2_jax.representation_margin_loss(features, labels, s_bar=0.5)
+    >>> print(np.asarray(loss, float).round(4))  # class 0's pair is 4 apart (> 2·s̄), class 1's pair 0
+    [3.0486 3.0486 0.3133 0.3133]
   """
   features = checks.check_floating(features, 2, "features")
   if not temperature > 0:
@@ -491,7 +531,11 @@ def representation_margin_loss(features: Array, labels: Array, s_bar: Array, *,
   # Padded to a multiple of the largest tile: the extra sorted positions match nothing.
   order = class_order_lib.padded(classes, max(b.rows for b in branches))
   index = _choose(branches, classes.active, largest, class_order_lib.pair_count(classes))
-  loss = _switch(branches, index, all_features, order, s_bar, anchor_positions)
+  # Annotated: type checkers cannot infer a custom_vjp's result through functools.partial.
+  loss: jax.Array = _switch(branches, index, all_features, order, s_bar, anchor_positions)
+  # Over Explicit mesh axes the global batch is replicated (`global_batch`): each device computed
+  # every anchor's loss and keeps its own rows'.
+  loss = explicit_mesh.laid_out_like(loss, labels)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
   return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))

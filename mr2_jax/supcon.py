@@ -1,4 +1,5 @@
-"""Supervised contrastive loss (COMPARISONS spec, 'SupCon'; Khosla et al. NeurIPS 2020).
+"""Supervised contrastive loss (Khosla et al., "Supervised Contrastive Learning",
+NeurIPS 2020, arXiv 2004.11362; one of MR2's comparison methods).
 
 Reference code: `HobbitLong/SupContrast` (`losses.py` for the loss, `networks/resnet_big.py` for the
 head). Two views per image go through one forward pass on the stacked batch; `stack_views` builds
@@ -7,51 +8,85 @@ that batch, `supcon_loss` is the loss; the head is `mr2_jax.linen.SupConProjecti
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import checks
 from mr2_reweight_core import class_sums
+from mr2_reweight_core import explicit_mesh
 from mr2_jax.heads import l2_normalize
-
-Array = Any
 
 
 class SupConAux(NamedTuple):
-  """per_anchor [N]: ℓ_i of the local anchors (0 for padding, NaN for an out-of-range label);
-  num_positives int [N]: |P(i)| over the global batch (0 for padding); num_anchors: the global
-  number of anchors N_valid, the denominator of the mean."""
+  """Diagnostics of `supcon_loss`. per_anchor [N]: ℓ_i of the local anchors (0 for padding, NaN for
+  an out-of-range label); num_positives int [N]: |P(i)| over the global batch (0 for padding);
+  num_anchors: the global number of anchors N_valid, the denominator of the mean."""
   per_anchor: jax.Array
   num_positives: jax.Array
   num_anchors: jax.Array
 
 
-def stack_views(views: Array, labels: Array, where: Array | None = None
+def stack_views(views: ArrayLike, labels: ArrayLike, where: ArrayLike | None = None
                 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
   """[B, V, D] view embeddings and [B] labels → the [V·B, D] view-major batch of `supcon_loss`.
 
   Rows are concatenate([views[:, 0], views[:, 1], …]); labels (and `where`, when given) are
-  repeated per view. Under data parallelism each device stacks its own local views.
+  repeated per view. Under `shard_map` or `pmap` each device stacks its own local views; a batch
+  laid out over Explicit mesh axes (`jax.jit` of sharded views) gives the global view-major batch,
+  its rows split over the devices as the views' are. The batch of
+  SupCon (Khosla et al., NeurIPS 2020, arXiv 2004.11362): every view of every image in one pass.
+
+  Args:
+    views: float [B, V, D] embeddings of V views of each of B examples.
+    labels: int [B].
+    where: optional bool [B] mask of real examples.
+
+  Returns:
+    (projections float [V·B, D], labels int [V·B], where bool [V·B] or None), view-major.
+
+  Raises:
+    ValueError: views not rank 3, labels not rank 1, or their batch sizes differ.
+    TypeError: non-floating views.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> views = jnp.arange(12.0).reshape(2, 3, 2)  # [B = 2, V = 3, D = 2]
+    >>> projections, labels, where = mr2_jax.stack_views(views, jnp.array([4, 7]))
+    >>> print(projections.shape, labels, where)
+    (6, 2) [4 7 4 7 4 7] None
   """
   views = checks.check_floating(views, 3, "views")
   labels = jnp.asarray(labels)
   if labels.ndim != 1:
     raise ValueError(f"labels: expected rank 1 [batch], got shape {labels.shape}.")
   checks.check_batch_dim(views, labels.shape[0], "views")
-  num_views = views.shape[1]
-  projections = jnp.swapaxes(views, 0, 1).reshape(num_views * views.shape[0], views.shape[2])
+  batch, num_views = views.shape[:2]
+  # Rows split over Explicit mesh axes stay split the same way; the view-major order moves rows
+  # between devices (an all-to-all), which the reshape is told.
+  rows = explicit_mesh.row_sharding(views)
+
+  def view_major(x):  # [V, B, ...] → [V·B, ...]
+    return jax.lax.reshape(x, (num_views * batch,) + x.shape[2:], out_sharding=rows)
+
+  projections = view_major(jnp.swapaxes(views, 0, 1))
   if where is not None:
-    where = jnp.tile(checks.check_where(where, labels.shape[0]), num_views)
-  return projections, jnp.tile(labels, num_views), where
+    where = view_major(jnp.broadcast_to(checks.check_where(where, batch), (num_views, batch)))
+  return projections, view_major(jnp.broadcast_to(labels, (num_views, batch))), where
 
 
-def supcon_loss(projections: Array, labels: Array, *, temperature: float = 0.1,
-                base_temperature: float = 0.07, where: Array | None = None,
+def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: float = 0.1,
+                base_temperature: float = 0.07, where: ArrayLike | None = None,
                 axis_name: str | None = None, num_classes: int | None = None
                 ) -> tuple[jax.Array, SupConAux]:
-  """SupCon loss of a batch of views; returns `(loss, aux)`. COMPARISONS spec, 'SupCon'.
+  """SupCon loss of a batch of views; returns `(loss, aux)`.
+
+  Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020, arXiv 2004.11362: the L^sup_out
+  form, as the reference code `HobbitLong/SupContrast` computes it.
 
   For anchor i of the N views (valid rows only), A(i) = every other view, P(i) = those of A(i) with
   the label of i (i's other views among them), s_ij = z_i·z_j / τ:
@@ -79,8 +114,11 @@ def supcon_loss(projections: Array, labels: Array, *, temperature: float = 0.1,
   N_devices · Σ_{local i} ℓ_i / N_valid(global): `lax.pmean` of the shares is the loss on the
   concatenated batch, and `lax.pmean` of the parameter gradients is its gradient (the all-gather's
   transpose carries each anchor's cotangents back to the devices that own its candidates). That is
-  for `pmap` and `shard_map(..., check_vma=False)`; under `check_vma=True` JAX itself sums a
-  replicated parameter's cotangent over devices, so differentiate `lax.pmean(loss)` instead.
+  for `pmap` and `shard_map(..., check_vma=False)`. Under `jax.shard_map`'s default `check_vma=True`
+  the loss is still this share; take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums
+  over the devices itself (the share's own gradient is N_devices times the global one). Without
+  `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes)
+  sees the global batch: the loss is the global value.
 
   Args:
     projections: float [N, D] view embeddings z (L2-normalised by the head), N = views × batch,
@@ -96,6 +134,21 @@ def supcon_loss(projections: Array, labels: Array, *, temperature: float = 0.1,
   Returns:
     (loss, SupConAux); the loss is NaN when a real row has an out-of-range label (only possible
     under tracing: eagerly it raises).
+
+  Raises:
+    ValueError: `temperature` or `base_temperature` ≤ 0, projections not [N, D], labels not [N], a
+      `where` of another shape, or (eagerly) a label outside [0, K).
+    TypeError: non-floating projections or non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> z = mr2_jax.l2_normalize(jnp.array([[1.0, 0.1], [0.1, 1.0], [0.9, 0.2], [0.2, 0.9]]))
+    >>> loss, aux = mr2_jax.supcon_loss(z, jnp.array([0, 1, 0, 1]), temperature=0.1,
+    ...                                 base_temperature=0.1)
+    >>> print(f"{loss:.4f}", aux.num_positives)
+    0.0030 [1 1 1 1]
   """
   projections = checks.check_floating(projections, 2, "projections")
   if jnp.finfo(projections.dtype).bits < 32:

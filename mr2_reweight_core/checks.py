@@ -15,14 +15,14 @@ emits no check at all.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jax.experimental import checkify
+from jax.typing import ArrayLike
 
-Array = Any
+from mr2_reweight_core import explicit_mesh
 
 
 # Part of jit's cache key: a function traced inside `traced_checks()` is traced again (with checks),
@@ -40,6 +40,26 @@ def traced_checks(enabled: bool = True):
   Outside it (the default) nothing is emitted and an out-of-range label only yields NaN (see the
   module docstring for why). The setting is part of `jax.jit`'s cache key, so a function first
   traced outside the context is traced again inside it.
+
+  Args:
+    enabled: whether checks are emitted inside the context.
+
+  Returns:
+    A context manager.
+
+  Examples:
+    >>> import jax
+    >>> import jax.numpy as jnp
+    >>> from jax.experimental import checkify
+    >>> import reweight_jax
+    >>> step = jax.jit(lambda z, y: reweight_jax.cross_entropy_loss(z, y).sum())
+    >>> logits, bad_labels = jnp.zeros((2, 3)), jnp.array([0, 5])
+    >>> print(step(logits, bad_labels))  # under jit: NaN, never a clipped class
+    nan
+    >>> with reweight_jax.traced_checks():
+    ...   err, _ = checkify.checkify(step, errors=checkify.user_checks)(logits, bad_labels)
+    >>> print(err.get().split(" (")[0])
+    labels: class labels must lie in [0, 3); got values from 0 to 5.
   """
   return _TRACED_CHECKS(bool(enabled))
 
@@ -49,9 +69,9 @@ def traced_checks_enabled() -> bool:
   return bool(_TRACED_CHECKS.value)
 
 
-def is_concrete(x: Array) -> bool:
+def is_concrete(x: ArrayLike) -> bool:
   """True when `x` holds values now (not a tracer under `jit`, `pmap` or `grad`)."""
-  return not isinstance(x, jax.core.Tracer)
+  return not isinstance(x, Tracer)
 
 
 def check_num_classes(num_classes: int, name: str = "num_classes") -> int:
@@ -63,7 +83,7 @@ def check_num_classes(num_classes: int, name: str = "num_classes") -> int:
   return int(num_classes)
 
 
-def check_labels(labels: Array, num_classes: int, name: str = "labels") -> jax.Array:
+def check_labels(labels: ArrayLike, num_classes: int, name: str = "labels") -> jax.Array:
   """Checks integer class labels of shape [batch] and returns the mask of in-range labels.
 
   Raises `ValueError`/`TypeError` naming `name` for a wrong rank or dtype, and, when the values are
@@ -90,7 +110,7 @@ def check_labels(labels: Array, num_classes: int, name: str = "labels") -> jax.A
   return (labels >= 0) & (labels < num_classes)
 
 
-def check_floating(x: Array, rank: int, name: str) -> jax.Array:
+def check_floating(x: ArrayLike, rank: int, name: str) -> jax.Array:
   """Checks that `x` is a floating-point array of the given rank; returns it as a jax array."""
   x = jnp.asarray(x)
   if x.ndim != rank:
@@ -100,14 +120,14 @@ def check_floating(x: Array, rank: int, name: str) -> jax.Array:
   return x
 
 
-def check_batch_dim(x: Array, batch: int, name: str, labels_name: str = "labels") -> None:
+def check_batch_dim(x: jax.Array, batch: int, name: str, labels_name: str = "labels") -> None:
   """Raises if the leading dimension of `x` differs from the batch size of the labels."""
   if x.shape[0] != batch:
     raise ValueError(
         f"{name}: leading dimension {x.shape[0]} does not match {labels_name} batch size {batch}.")
 
 
-def check_where(where: Array | None, batch: int, name: str = "where") -> jax.Array:
+def check_where(where: ArrayLike | None, batch: int, name: str = "where") -> jax.Array:
   """Returns a boolean [batch] mask (all True when `where` is None); raises on a wrong shape."""
   if where is None:
     return jnp.ones((batch,), dtype=bool)
@@ -119,7 +139,7 @@ def check_where(where: Array | None, batch: int, name: str = "where") -> jax.Arr
   return where
 
 
-def check_class_mask(x: Array, num_classes: int, name: str) -> jax.Array:
+def check_class_mask(x: ArrayLike, num_classes: int, name: str) -> jax.Array:
   """Checks a boolean per-class mask of shape [num_classes]."""
   x = jnp.asarray(x)
   if x.shape != (num_classes,):
@@ -130,7 +150,7 @@ def check_class_mask(x: Array, num_classes: int, name: str) -> jax.Array:
   return x
 
 
-def check_class_vector(x: Array, num_classes: int, name: str) -> jax.Array:
+def check_class_vector(x: ArrayLike, num_classes: int, name: str) -> jax.Array:
   """Checks a floating per-class vector of shape [num_classes]."""
   x = check_floating(x, 1, name)
   if x.shape[0] != num_classes:
@@ -138,7 +158,7 @@ def check_class_vector(x: Array, num_classes: int, name: str) -> jax.Array:
   return x
 
 
-def check_unit_scalar(value: Array, name: str, what: str) -> jax.Array:
+def check_unit_scalar(value: ArrayLike, name: str, what: str) -> jax.Array:
   """A real scalar meant to lie in [0, 1] (a mixing weight λ, GLMC's α), as an array: a shape or
   dtype that is not a real scalar raises; a concrete value outside [0, 1] raises; a traced one is
   returned as is (callers make their result NaN for it)."""
@@ -152,7 +172,7 @@ def check_unit_scalar(value: Array, name: str, what: str) -> jax.Array:
   return value
 
 
-def check_counts(counts: Array, name: str = "counts") -> jax.Array:
+def check_counts(counts: ArrayLike, name: str = "counts") -> jax.Array:
   """Checks a rank-1 vector of non-negative counts (integer or floating); returns it as float32.
 
   Raises `ValueError`/`TypeError` naming `name` for a wrong rank or dtype and, when the values are
@@ -194,6 +214,6 @@ def index_labels(labels: jax.Array, in_range: jax.Array) -> jax.Array:
 
 def take_class_values(per_class: jax.Array, labels: jax.Array, in_range: jax.Array) -> jax.Array:
   """v_{y_i} [B, ...] from per-class values [K, ...]; NaN for an out-of-range label."""
-  values = per_class[index_labels(labels, in_range)]
+  values = explicit_mesh.take(per_class, index_labels(labels, in_range))
   mask = in_range.reshape(in_range.shape + (1,) * (values.ndim - 1))
   return jnp.where(mask, values, jnp.nan)

@@ -10,12 +10,11 @@ does the work at a static size proportional to the rows that need it.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-
-Array = Any
+from jax.typing import ArrayLike
 
 MASKED = jnp.iinfo(jnp.int32).max  # the sort key of a row in no class with a partner
 
@@ -49,7 +48,7 @@ def runs(key: jax.Array) -> tuple[jax.Array, jax.Array]:
   return first, last - first + 1
 
 
-def class_order(labels: Array, valid: Array) -> tuple[ClassOrder, jax.Array]:
+def class_order(labels: jax.Array, valid: jax.Array) -> tuple[ClassOrder, jax.Array]:
   """Sorts the batch by class, rows without a partner last; returns (ClassOrder, the largest class
   count among valid rows)."""
   rows = labels.shape[0]

@@ -3,10 +3,9 @@ plain per-example cross-entropy (with the shared label and mask handling)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_class_vector
@@ -15,8 +14,6 @@ from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
 from mr2_reweight_core.checks import index_labels
 from mr2_reweight_core.checks import take_class_values
-
-Array = Any
 
 
 def _scaled(logits: jax.Array, shift: jax.Array, temperature: jax.Array | None) -> jax.Array:
@@ -96,7 +93,7 @@ def label_log_softmax(logits: jax.Array, labels: jax.Array,
   return _label_log_softmax(logits, labels, temperature)
 
 
-def check_logits_and_labels(logits: Array, labels: Array, where: Array | None
+def check_logits_and_labels(logits: ArrayLike, labels: ArrayLike, where: ArrayLike | None
                              ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Checked (logits, labels, in-range mask); masked rows' logits are replaced by 0 *before* any
   loss is computed, so padding (possibly inf or NaN) sends no NaN into the gradient."""
@@ -115,7 +112,7 @@ def label_log_prob(logits: jax.Array, labels: jax.Array, in_range: jax.Array) ->
 
 
 def finish_per_example(values: jax.Array, labels: jax.Array, in_range: jax.Array,
-                       where: Array | None, class_weights: Array | None,
+                       where: ArrayLike | None, class_weights: ArrayLike | None,
                        num_classes: int) -> jax.Array:
   """Applies optional class weights w_y, NaN for out-of-range labels, 0 for masked examples."""
   where = check_where(where, labels.shape[0])
@@ -126,12 +123,40 @@ def finish_per_example(values: jax.Array, labels: jax.Array, in_range: jax.Array
   return jnp.where(where, values, 0)
 
 
-def cross_entropy_loss(logits: Array, labels: Array, *, class_weights: Array | None = None,
-                       where: Array | None = None) -> jax.Array:
+def cross_entropy_loss(logits: ArrayLike, labels: ArrayLike, *,
+                       class_weights: ArrayLike | None = None, where: ArrayLike | None = None
+                       ) -> jax.Array:
   """Per-example cross-entropy w_y · (−log softmax(z)_y) [B]; w ≡ 1 without `class_weights`.
 
   Labels are range-checked (NaN for an out-of-range label under jit, never a clipped class); masked
   rows give 0 and no gradient. Inverse-frequency and class-balanced baselines pass their weights.
+
+  Args:
+    logits: float [B, K].
+    labels: int [B] in [0, K).
+    class_weights: optional [K] weights w_y.
+    where: optional bool [B]; False marks padding.
+
+  Returns:
+    float [B] per-example losses: 0 where `where` is False, NaN for an out-of-range label under
+    `jit`.
+
+  Raises:
+    ValueError: logits not [B, K], labels not [B], `class_weights` not [K], a `where` of another
+      shape, or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> print(np.asarray(reweight_jax.cross_entropy_loss(logits, labels), float).round(4))
+    [0.1698 0.6803 0.0949 0.4644]
+    >>> where = jnp.array([True, True, True, False])  # the last row is padding
+    >>> print(np.asarray(reweight_jax.cross_entropy_loss(logits, labels, where=where), float).round(4))
+    [0.1698 0.6803 0.0949 0.    ]
   """
   logits, labels, in_range = check_logits_and_labels(logits, labels, where)
   return finish_per_example(-label_log_prob(logits, labels, in_range), labels, in_range, where,

@@ -1,29 +1,28 @@
 """Per-class metrics of both libraries: accuracy, class means of losses, groups, spread and ρ.
 
-MR2 spec, 'Evaluation protocol'; REWEIGHT spec, 'Loss imbalance coefficient ρ'. Per-class quantities
-are kept as sums and counts (`per_class_correct`, loss sums) so that they are accumulated over batches
-and reduced across devices exactly, then divided once (`class_mean`: NaN for a class without
-examples, the one convention of the project). The groups Easy / Medium / Hard are fixed once from a
-reference (ERM) run and reused for every method.
+The evaluation protocol of MR2 (Zhu et al., ICLR 2026, arXiv 2602.00205: per-class accuracy, groups
+fixed from ERM) and the loss imbalance coefficient ρ of Wang et al., ICML 2026, arXiv 2605.10047.
+Per-class quantities are kept as sums and counts (`per_class_correct`, loss sums) so that they are
+accumulated over batches and reduced across devices exactly, then divided once (`class_mean`: NaN
+for a class without examples, the one convention of the project). The groups Easy / Medium / Hard
+are fixed once from a reference (ERM) run and reused for every method.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import checks
-
-Array = Any
+from mr2_reweight_core import explicit_mesh
 
 GROUP_NAMES = ("easy", "medium", "hard")
 
 
-def per_class_correct(predictions: Array, labels: Array, num_classes: int, *,
-                      where: Array | None = None, axis_name: str | None = None
+def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: int, *,
+                      where: ArrayLike | None = None, axis_name: str | None = None
                       ) -> tuple[jax.Array, jax.Array]:
   """(correct_k, count_k) over the (global) batch: Σ_{i: y_i = k} [ŷ_i = y_i] and #{i: y_i = k}.
 
@@ -36,7 +35,22 @@ def per_class_correct(predictions: Array, labels: Array, num_classes: int, *,
 
   Returns:
     float32 [K] correct counts and float32 [K] example counts.
+
+  Raises:
+    ValueError: labels not rank 1, predictions of another shape, a `where` of another shape, or
+      (eagerly) a label outside [0, K).
+    TypeError: non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> predictions, labels = jnp.array([0, 1, 1, 2]), jnp.array([0, 1, 2, 2])
+    >>> correct, counts = mr2_jax.per_class_correct(predictions, labels, 3)
+    >>> print(correct, counts)
+    [1. 1. 1.] [1. 1. 2.]
   """
+  labels = jnp.asarray(labels)
   in_range = checks.check_labels(labels, num_classes, "labels")
   predictions = jnp.asarray(predictions)
   if predictions.shape != labels.shape:
@@ -44,23 +58,63 @@ def per_class_correct(predictions: Array, labels: Array, num_classes: int, *,
                      f"{predictions.shape}.")
   valid = in_range & checks.check_where(where, labels.shape[0])
   target = jnp.where(valid, labels, num_classes)  # out of range: dropped by segment_sum
-  correct = jax.ops.segment_sum((predictions == labels).astype(jnp.float32), target, num_classes)
-  counts = jax.ops.segment_sum(jnp.ones_like(target, jnp.float32), target, num_classes)
+  replicated = explicit_mesh.replicated(target)
+  correct = jax.ops.segment_sum((predictions == labels).astype(jnp.float32), target, num_classes,
+                                out_sharding=replicated)
+  counts = jax.ops.segment_sum(jnp.ones_like(target, jnp.float32), target, num_classes,
+                               out_sharding=replicated)
   if axis_name is not None:
     correct, counts = jax.lax.psum((correct, counts), axis_name)
   return correct, counts
 
 
-def per_class_accuracy(predictions: Array, labels: Array, num_classes: int, *,
-                       where: Array | None = None) -> np.ndarray:
-  """acc_k = Σ_{i: y_i = k} [ŷ_i = y_i] / #{i: y_i = k}; NaN for a class with no example. [K]"""
+def per_class_accuracy(predictions: ArrayLike, labels: ArrayLike, num_classes: int, *,
+                       where: ArrayLike | None = None) -> np.ndarray:
+  """acc_k = Σ_{i: y_i = k} [ŷ_i = y_i] / #{i: y_i = k}; NaN for a class with no example. [K]
+
+  The per-class test accuracy of MR2's evaluation (Zhu et al., ICLR 2026, arXiv 2602.00205).
+
+  Args:
+    predictions: int [B] predicted classes.
+    labels: int [B] true classes in [0, K).
+    num_classes: K.
+    where: optional bool [B]; padding rows are not counted.
+
+  Returns:
+    float64 NumPy [K].
+
+  Raises:
+    ValueError: as `per_class_correct`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> predictions, labels = jnp.array([0, 1, 1, 2]), jnp.array([0, 1, 2, 2])
+    >>> print(mr2_jax.per_class_accuracy(predictions, labels, 4))  # class 3 has no example
+    [1.  1.  0.5 nan]
+  """
   correct, counts = per_class_correct(predictions, labels, num_classes, where=where)
   return accuracy_from_counts(correct, counts)
 
 
-def class_mean(sums: Array, counts: Array) -> np.ndarray:
+def class_mean(sums: ArrayLike, counts: ArrayLike) -> np.ndarray:
   """m_k = sums_k / counts_k as float64 NumPy, NaN where counts_k = 0 (a class without examples has
-  no mean: its accuracy or loss is NaN, never 0). sums may be [K] or [K, ...]."""
+  no mean: its accuracy or loss is NaN, never 0). sums may be [K] or [K, ...].
+
+  Args:
+    sums: [K] or [K, ...] per-class sums.
+    counts: [K] per-class counts.
+
+  Returns:
+    float64 NumPy array of the sums' shape.
+
+  Examples:
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.class_mean(np.array([3.0, 0.0, 1.0]), np.array([2, 0, 4])))
+    [1.5   nan 0.25]
+  """
   sums = np.asarray(sums, np.float64)
   counts = np.asarray(counts, np.float64)
   counts = counts.reshape(counts.shape + (1,) * (sums.ndim - counts.ndim))
@@ -68,17 +122,48 @@ def class_mean(sums: Array, counts: Array) -> np.ndarray:
     return np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), np.nan)
 
 
-def accuracy_from_counts(correct: Array, counts: Array) -> np.ndarray:
-  """acc_k = correct_k / count_k as float64 NumPy, NaN where count_k = 0."""
+def accuracy_from_counts(correct: ArrayLike, counts: ArrayLike) -> np.ndarray:
+  """acc_k = correct_k / count_k as float64 NumPy, NaN where count_k = 0.
+
+  Args:
+    correct: [K] correct predictions per class (`per_class_correct`, summed over batches).
+    counts: [K] examples per class.
+
+  Returns:
+    float64 NumPy [K].
+
+  Examples:
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> print(mr2_jax.accuracy_from_counts(np.array([1.0, 0.0]), np.array([2.0, 0.0])))
+    [0.5 nan]
+  """
   return class_mean(correct, counts)
 
 
-def difficulty_tertiles(reference_accuracy: Array) -> np.ndarray:
+def difficulty_tertiles(reference_accuracy: ArrayLike) -> np.ndarray:
   """Easy / Medium / Hard group of each class from a reference (ERM) run's per-class accuracy.
 
   Classes are sorted by reference accuracy, descending (ties by class index), and the sorted order is
   split into three near-equal parts (np.array_split: the first parts take the remainder).
-  Returns int [K]: 0 Easy (top third), 1 Medium, 2 Hard (bottom third). MR2 spec, 'Evaluation protocol'.
+  Zhu et al., ICLR 2026, arXiv 2602.00205, evaluation protocol: the groups are fixed from ERM and
+  reused for every method.
+
+  Args:
+    reference_accuracy: [K] per-class accuracy of the reference (ERM) run, K ≥ 3, no NaN.
+
+  Returns:
+    int32 NumPy [K]: 0 Easy (top third), 1 Medium, 2 Hard (bottom third).
+
+  Raises:
+    ValueError: not a [K] vector with K ≥ 3, or a NaN entry.
+
+  Examples:
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> erm_accuracy = np.array([0.9, 0.5, 0.7, 0.95, 0.6, 0.8])
+    >>> print(mr2_jax.difficulty_tertiles(erm_accuracy))  # 0 Easy, 1 Medium, 2 Hard
+    [0 2 1 0 2 1]
   """
   reference_accuracy = np.asarray(reference_accuracy, np.float64)
   if reference_accuracy.ndim != 1 or reference_accuracy.size < 3:
@@ -94,8 +179,28 @@ def difficulty_tertiles(reference_accuracy: Array) -> np.ndarray:
   return groups
 
 
-def group_accuracy(class_accuracy: Array, groups: Array) -> np.ndarray:
-  """Mean per-class accuracy within each group: [3] for Easy, Medium, Hard (NaN-free classes only)."""
+def group_accuracy(class_accuracy: ArrayLike, groups: ArrayLike) -> np.ndarray:
+  """Mean per-class accuracy within each group: [3] for Easy, Medium, Hard (NaN-free classes only).
+
+  Zhu et al., ICLR 2026, arXiv 2602.00205 report Overall, Easy, Medium and Hard.
+
+  Args:
+    class_accuracy: [K] per-class accuracy (NaN for classes without test examples).
+    groups: int [K] from `difficulty_tertiles`.
+
+  Returns:
+    float64 NumPy [3]; NaN for a group with no class.
+
+  Raises:
+    ValueError: the two of different shapes.
+
+  Examples:
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> groups = np.array([0, 2, 1, 0, 2, 1])
+    >>> print(mr2_jax.group_accuracy(np.array([0.9, 0.5, 0.7, 0.95, 0.6, 0.8]), groups))
+    [0.925 0.75  0.55 ]
+  """
   class_accuracy = np.asarray(class_accuracy, np.float64)
   groups = np.asarray(groups)
   if class_accuracy.shape != groups.shape:
@@ -109,20 +214,47 @@ def group_accuracy(class_accuracy: Array, groups: Array) -> np.ndarray:
   return np.array(means)
 
 
-def worst_class_accuracy(class_accuracy: Array) -> float:
-  """min_k acc_k over classes with examples."""
+def worst_class_accuracy(class_accuracy: ArrayLike) -> float:
+  """min_k acc_k over classes with examples.
+
+  Args:
+    class_accuracy: [K] per-class accuracy (NaN entries ignored).
+
+  Returns:
+    Python float.
+
+  Examples:
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> print(mr2_jax.worst_class_accuracy(np.array([0.9, np.nan, 0.4])))
+    0.4
+  """
   return float(np.nanmin(np.asarray(class_accuracy, np.float64)))
 
 
-def class_accuracy_std(class_accuracy: Array) -> float:
-  """Population standard deviation (ddof = 0) of per-class accuracies over classes with examples."""
+def class_accuracy_std(class_accuracy: ArrayLike) -> float:
+  """Population standard deviation (ddof = 0) of per-class accuracies over classes with examples.
+
+  Args:
+    class_accuracy: [K] per-class accuracy (NaN entries ignored).
+
+  Returns:
+    Python float.
+
+  Examples:
+    >>> import numpy as np
+    >>> import mr2_jax
+    >>> print(mr2_jax.class_accuracy_std(np.array([0.5, 1.0, np.nan])))
+    0.25
+  """
   return float(np.nanstd(np.asarray(class_accuracy, np.float64)))
 
 
-def rho(class_losses: Array, present: Array | None = None) -> jax.Array:
+def rho(class_losses: ArrayLike, present: ArrayLike | None = None) -> jax.Array:
   """ρ = std_c(L_c) / mean_c(L_c): the coefficient of variation of the per-class mean losses.
 
-  This is the *project's* definition (the paper reports ρ but its formula was not available): L_c are
+  The loss imbalance coefficient of Wang et al., ICML 2026, arXiv 2605.10047, in the *project's*
+  definition (the paper reports ρ, but its formula was not available to us): L_c are
   the per-class mean training losses on the whole training set (accumulate them with
   `NCAccumulator.update(..., per_example_loss=...)`), std is the population standard deviation over
   classes (ddof = 0). ρ = 0 exactly when all class losses are equal (also when they are all 0); NaN
@@ -134,6 +266,19 @@ def rho(class_losses: Array, present: Array | None = None) -> jax.Array:
 
   Returns:
     scalar ρ.
+
+  Raises:
+    ValueError: losses not rank 1, `present` of another shape.
+    TypeError: non-floating losses.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.rho(jnp.array([1.0, 1.0, 1.0])))
+    0.0
+    >>> print(np.asarray(reweight_jax.rho(jnp.array([1.0, 2.0, 3.0])), float).round(4))
+    0.4082
   """
   class_losses = checks.check_floating(class_losses, 1, "class_losses")
   if present is None:

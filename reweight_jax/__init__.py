@@ -1,7 +1,11 @@
-"""Inverse-view loss reweighting towards Neural Collapse (REWEIGHT spec), with baselines and metrics.
+"""Inverse-view loss reweighting towards Neural Collapse, with baselines and metrics.
 
-Wang, Tong, Xie, Gao, "Rethinking Loss Reweighting for Imbalance Learning as an Inverse Problem: A
-Neural Collapse Point of View", arXiv 2605.10047 (ICML 2026).
+J. Wang, Z. Tong, Z. Xie, Z. Gao, "Rethinking Loss Reweighting for Imbalance Learning as an Inverse
+Problem: A Neural Collapse Point of View", ICML 2026, arXiv 2605.10047; the authors released a
+PyTorch reference for CIFAR-LT. Also: the long-tail baselines it is compared against, the
+comparison methods of MR2 (Zhu et al., ICLR 2026, arXiv 2602.00205), the ETF-DR and GLMC
+pipelines the reweighting is plugged into, Neural-Collapse metrics and the MiLeLR schedule; each
+function cites its paper.
 """
 
 from mr2_reweight_core.checks import traced_checks

@@ -1,19 +1,19 @@
 """Baseline class weights and per-example losses for long-tailed classification.
 
-REWEIGHT spec, 'Common baselines (canonical defaults)'. Losses follow optax: a pure function of
-arrays returning per-example values [B] (0 where `where` is False); the reduction is the caller's.
-Weight functions return [K] vectors with mean 1 over the classes. Convention shared by all of them
-(the spec is silent): a class with zero training examples is treated as having one, so every weight
-and logit adjustment stays finite.
+The baselines of Wang et al., ICML 2026, arXiv 2605.10047, with their papers' default settings.
+Losses follow optax: a pure function of arrays returning per-example values [B] (0 where `where` is
+False); the reduction is the caller's. Weight functions return [K] vectors with mean 1 over the
+classes. Convention shared by all of them (the papers are silent): a class with zero training
+examples is treated as having one, so every weight and logit adjustment stays finite.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_class_vector
@@ -27,28 +27,61 @@ from mr2_reweight_core.cross_entropy import label_log_prob as _label_log_prob
 from reweight_jax.priors import class_prior
 from reweight_jax.priors import mean_normalize
 
-Array = Any
-
 
 # ---------------------------------------------------------------------------------------------------
 # Class weights
 # ---------------------------------------------------------------------------------------------------
 
-def inverse_frequency_weights(class_counts: Array) -> jax.Array:
-  """w_c ∝ 1 / max(n_c, 1), normalised to mean 1 (spec, 'Common baselines': inverse frequency)."""
+def inverse_frequency_weights(class_counts: ArrayLike) -> jax.Array:
+  """Inverse-frequency class weights w_c ∝ 1 / max(n_c, 1), normalised to mean 1.
+
+  The inverse-frequency baseline of Wang et al., ICML 2026, arXiv 2605.10047 (and the class
+  weights of the IB loss, Park et al., ICCV 2021, arXiv 2110.02444).
+
+  Args:
+    class_counts: [K] non-negative training-set class counts n_c (integer or floating).
+
+  Returns:
+    float32 [K] weights with mean 1.
+
+  Raises:
+    ValueError: counts not rank 1 or (eagerly) negative.
+    TypeError: counts neither integer nor floating.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(np.asarray(reweight_jax.inverse_frequency_weights(jnp.array([100, 10, 1])), float).round(4))
+    [0.027  0.2703 2.7027]
+  """
   return class_prior(check_counts(class_counts, "class_counts"), "inv_freq")
 
 
-def class_balanced_weights(class_counts: Array, beta: float = 0.9999) -> jax.Array:
+def class_balanced_weights(class_counts: ArrayLike, beta: float = 0.9999) -> jax.Array:
   """Effective-number weights w_c ∝ (1 − β) / (1 − β^{n_c}), normalised to mean 1.
 
-  Cui et al. 2019, "Class-Balanced Loss Based on Effective Number of Samples"; spec, 'Common baselines'
-  (β = 0.9999). 1 − β^n is evaluated as −expm1(n·log β) with log β taken in double precision, because
-  1 − β is not representable to float32 accuracy for β close to 1.
+  Cui et al., "Class-Balanced Loss Based on Effective Number of Samples", CVPR 2019, arXiv
+  1901.05555 (β = 0.9999 for CIFAR-LT). 1 − β^n is evaluated as −expm1(n·log β) with log β taken in
+  double precision, because 1 − β is not representable to float32 accuracy for β close to 1.
 
   Args:
     class_counts: [K] non-negative training-set class counts n_c.
     beta: Python float β in [0, 1). β = 0 gives uniform weights.
+
+  Returns:
+    float32 [K] weights with mean 1.
+
+  Raises:
+    ValueError: β outside [0, 1), counts not rank 1 or (eagerly) negative.
+    TypeError: counts neither integer nor floating.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(np.asarray(reweight_jax.class_balanced_weights(jnp.array([100, 10, 1]), 0.99), float).round(4))
+    [0.0422 0.28   2.6777]
   """
   class_counts = check_counts(class_counts, "class_counts")
   beta = float(beta)
@@ -60,15 +93,34 @@ def class_balanced_weights(class_counts: Array, beta: float = 0.9999) -> jax.Arr
   return nan_where_negative(mean_normalize((1 - beta) / effective_num), class_counts)
 
 
-def ldam_drw_weights(class_counts: Array, epoch: Array, *, drw_epoch: int = 160,
+def ldam_drw_weights(class_counts: ArrayLike, epoch: ArrayLike, *, drw_epoch: int = 160,
                      beta: float = 0.9999) -> jax.Array:
   """Deferred re-weighting (DRW) for LDAM: uniform before `drw_epoch`, class-balanced from it on.
 
-  Cao et al. 2019, "Learning Imbalanced Datasets with Label-Distribution-Aware Margin Loss"; spec,
-  'Common baselines' ("DRW switches on class-balanced weights at epoch 160"). `epoch` may be traced.
+  Cao et al., "Learning Imbalanced Datasets with Label-Distribution-Aware Margin Loss", NeurIPS
+  2019, arXiv 1906.07413 (deferred re-weighting with class-balanced weights from epoch 160 of 200).
+
+  Args:
+    class_counts: [K] non-negative training-set class counts n_c.
+    epoch: the current epoch (may be traced).
+    drw_epoch: the first epoch with class-balanced weights.
+    beta: β of `class_balanced_weights`.
 
   Returns:
     [K] weights to pass as `class_weights` to `ldam_loss`.
+
+  Raises:
+    ValueError: β outside [0, 1), counts not rank 1 or (eagerly) negative.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> counts = jnp.array([100, 10, 1])
+    >>> print(reweight_jax.ldam_drw_weights(counts, epoch=10, drw_epoch=160))
+    [1. 1. 1.]
+    >>> print(np.asarray(reweight_jax.ldam_drw_weights(counts, epoch=160, beta=0.99), float).round(4))
+    [0.0422 0.28   2.6777]
   """
   balanced = class_balanced_weights(class_counts, beta)
   return jnp.where(jnp.asarray(epoch) >= drw_epoch, balanced, jnp.ones_like(balanced))
@@ -78,17 +130,39 @@ def ldam_drw_weights(class_counts: Array, epoch: Array, *, drw_epoch: int = 160,
 # Per-example losses
 # ---------------------------------------------------------------------------------------------------
 
-def focal_loss(logits: Array, labels: Array, *, gamma: float = 1.0,
-               class_weights: Array | None = None, where: Array | None = None) -> jax.Array:
+def focal_loss(logits: ArrayLike, labels: ArrayLike, *, gamma: float = 1.0,
+               class_weights: ArrayLike | None = None, where: ArrayLike | None = None) -> jax.Array:
   """Focal loss w_y·(1 − p_y)^γ · CE, per example [B].
 
-  Lin et al. 2017, "Focal Loss for Dense Object Detection"; spec, 'Common baselines' (γ = 1 or 2;
+  Lin et al., "Focal Loss for Dense Object Detection", ICCV 2017, arXiv 1708.02002 (γ = 1 or 2;
   default 1 as in the LDAM-DRW CIFAR-LT code). 1 − p_y is computed as −expm1(log p_y).
 
   Args:
-    logits: [B, K]. labels: int [B]. gamma: focusing exponent γ ≥ 0.
+    logits: float [B, K].
+    labels: int [B] in [0, K).
+    gamma: focusing exponent γ ≥ 0 (0 gives cross-entropy).
     class_weights: optional [K] per-class weights w (1 if None).
-    where: optional bool [B].
+    where: optional bool [B]; False marks padding.
+
+  Returns:
+    float [B] per-example losses: 0 where `where` is False, NaN for an out-of-range label under
+    `jit` (never a clipped class).
+
+  Raises:
+    ValueError: logits not [B, K], labels not [B], class_weights not [K], a `where` of another
+      shape, or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> print(np.asarray(reweight_jax.focal_loss(logits, labels, gamma=2.0), float).round(4))
+    [0.0041 0.1657 0.0008 0.0641]
+    >>> print(np.asarray(reweight_jax.focal_loss(logits, labels, gamma=0.0), float).round(4))  # γ = 0: CE
+    [0.1698 0.6803 0.0949 0.4644]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   log_prob = _label_log_prob(logits, labels, in_range)
@@ -96,27 +170,70 @@ def focal_loss(logits: Array, labels: Array, *, gamma: float = 1.0,
   return _finish(-modulator * log_prob, labels, in_range, where, class_weights, logits.shape[1])
 
 
-def ldam_margins(class_counts: Array, max_margin: float = 0.5) -> jax.Array:
-  """Δ_c = C / max(n_c, 1)^{1/4}, with C such that max_c Δ_c = `max_margin` (spec: 0.5)."""
+def ldam_margins(class_counts: ArrayLike, max_margin: float = 0.5) -> jax.Array:
+  """LDAM's margins Δ_c = C / max(n_c, 1)^{1/4}, with C such that max_c Δ_c = `max_margin`.
+
+  Cao et al., NeurIPS 2019, arXiv 1906.07413 (the largest margin 0.5 in their CIFAR code).
+
+  Args:
+    class_counts: [K] non-negative training-set class counts n_c.
+    max_margin: the rarest class's margin.
+
+  Returns:
+    float32 [K] margins.
+
+  Raises:
+    ValueError: counts not rank 1 or (eagerly) negative.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(np.asarray(reweight_jax.ldam_margins(jnp.array([10000, 625, 16])), float).round(4))
+    [0.1 0.2 0.5]
+  """
   class_counts = check_counts(class_counts, "class_counts")
   raw = jnp.power(jnp.maximum(class_counts, 1.0), -0.25)
   return nan_where_negative(raw * (max_margin / jnp.max(raw)), class_counts)
 
 
-def ldam_loss(logits: Array, labels: Array, class_counts: Array, *, max_margin: float = 0.5,
-              scale: float = 30.0, class_weights: Array | None = None,
-              where: Array | None = None) -> jax.Array:
+def ldam_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
+              max_margin: float = 0.5, scale: float = 30.0, class_weights: ArrayLike | None = None,
+              where: ArrayLike | None = None) -> jax.Array:
   """LDAM: CE on s·(z − Δ_y·e_y), per example [B], optionally weighted by w_y (DRW).
 
-  Cao et al. 2019; spec, 'Common baselines': "subtract margin Δ_c = C / n_c^{1/4} (max margin 0.5)
-  from the true-class logit, scale s = 30". Pass `class_weights=ldam_drw_weights(...)` for LDAM-DRW.
-  (The original code reduces a weighted batch by Σ w_y ℓ / Σ w_y; the reduction is the caller's.)
+  Cao et al., NeurIPS 2019, arXiv 1906.07413: the margin Δ_c = C / n_c^{1/4} (largest 0.5) is
+  subtracted from the true-class logit and the logits scaled by s = 30. Pass
+  `class_weights=ldam_drw_weights(...)` for LDAM-DRW. (The original code reduces a weighted batch by
+  Σ w_y ℓ / Σ w_y; the reduction is the caller's.)
 
   Args:
-    logits: [B, K] (normalised-feature logits in the original recipe). labels: int [B].
+    logits: float [B, K] (normalised-feature logits in the original recipe).
+    labels: int [B] in [0, K).
     class_counts: [K] training-set class counts n_c.
-    max_margin: largest margin (that of the rarest class). scale: s.
-    class_weights: optional [K]. where: optional bool [B].
+    max_margin: largest margin (that of the rarest class).
+    scale: the logit scale s (30 in the paper's CIFAR recipe).
+    class_weights: optional [K] weights w_y (DRW: `ldam_drw_weights`).
+    where: optional bool [B]; False marks padding.
+
+  Returns:
+    float [B] per-example losses: 0 where `where` is False, NaN for an out-of-range label under
+    `jit` (never a clipped class).
+
+  Raises:
+    ValueError: logits not [B, K], labels not [B], class_counts not [K], a `where` of another shape,
+      or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> counts = jnp.array([100, 10, 1])
+    >>> print(np.asarray(reweight_jax.ldam_loss(logits / 30, labels, counts), float).round(4))
+    [ 3.1026  8.4094 12.6931  7.9096]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   margins = check_class_vector(ldam_margins(class_counts, max_margin), logits.shape[1],
@@ -127,11 +244,38 @@ def ldam_loss(logits: Array, labels: Array, class_counts: Array, *, max_margin: 
   return _finish(per_example, labels, in_range, where, class_weights, logits.shape[1])
 
 
-def logit_adjusted_loss(logits: Array, labels: Array, class_counts: Array, *, tau: float = 1.0,
-                        where: Array | None = None) -> jax.Array:
+def logit_adjusted_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
+                        tau: float = 1.0, where: ArrayLike | None = None) -> jax.Array:
   """Logit-adjusted CE: CE(z + τ·log π, y), π_c = max(n_c, 1) / Σ_k max(n_k, 1), per example [B].
 
-  Menon et al. 2021, "Long-tail learning via logit adjustment"; spec, 'Common baselines' (τ = 1).
+  Menon et al., "Long-tail learning via logit adjustment", ICLR 2021, arXiv 2007.07314 (the
+  logit-adjusted loss, τ = 1).
+
+  Args:
+    logits: float [B, K].
+    labels: int [B] in [0, K).
+    class_counts: [K] non-negative training-set class counts n_c (they give the prior π).
+    tau: τ ≥ 0 (0 gives cross-entropy).
+    where: optional bool [B]; False marks padding.
+
+  Returns:
+    float [B] per-example losses: 0 where `where` is False, NaN for an out-of-range label under
+    `jit` (never a clipped class).
+
+  Raises:
+    ValueError: logits not [B, K], labels not [B], class_counts not [K] or (eagerly) negative,
+      a `where` of another shape, or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> counts = jnp.array([100, 10, 1])
+    >>> print(np.asarray(reweight_jax.logit_adjusted_loss(logits, labels, counts, tau=1.0), float).round(4))
+    [0.0139 1.9604 1.8682 1.5478]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   class_counts = check_class_vector(check_counts(class_counts, "class_counts"), logits.shape[1],
@@ -142,30 +286,79 @@ def logit_adjusted_loss(logits: Array, labels: Array, class_counts: Array, *, ta
   return _finish(per_example, labels, in_range, where, None, logits.shape[1])
 
 
-def balanced_softmax_loss(logits: Array, labels: Array, class_counts: Array, *,
-                          where: Array | None = None) -> jax.Array:
+def balanced_softmax_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
+                          where: ArrayLike | None = None) -> jax.Array:
   """Balanced Softmax: CE(z + log n_c, y), per example [B].
 
-  Ren et al. 2020, "Balanced Meta-Softmax for Long-Tailed Visual Recognition"; spec, 'Common
-  baselines'. Equal to `logit_adjusted_loss` with τ = 1 (log n_c and log π_c differ by a constant that
-  the softmax cancels); kept under its own name because the literature reports it separately.
+  Ren et al., "Balanced Meta-Softmax for Long-Tailed Visual Recognition", NeurIPS 2020, arXiv
+  2007.10740. Equal to `logit_adjusted_loss` with τ = 1 (log n_c and log π_c differ by a constant
+  that the softmax cancels); kept under its own name because the literature reports it separately.
+
+  Args:
+    logits: float [B, K].
+    labels: int [B] in [0, K).
+    class_counts: [K] non-negative training-set class counts n_c.
+    where: optional bool [B]; False marks padding.
+
+  Returns:
+    float [B] per-example losses: 0 where `where` is False, NaN for an out-of-range label under
+    `jit` (never a clipped class).
+
+  Raises:
+    ValueError: logits not [B, K], labels not [B], class_counts not [K] or (eagerly) negative,
+      a `where` of another shape, or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> counts = jnp.array([100, 10, 1])
+    >>> print(np.asarray(reweight_jax.balanced_softmax_loss(logits, labels, counts), float).round(4))
+    [0.0139 1.9604 1.8682 1.5478]
   """
   return logit_adjusted_loss(logits, labels, class_counts, tau=1.0, where=where)
 
 
-def ib_loss(logits: Array, labels: Array, features: Array, *, alpha: float = 1000.0,
-            epsilon: float = 1e-3, class_weights: Array | None = None,
-            where: Array | None = None) -> jax.Array:
+def ib_loss(logits: ArrayLike, labels: ArrayLike, features: ArrayLike, *, alpha: float = 1000.0,
+            epsilon: float = 1e-3, class_weights: ArrayLike | None = None,
+            where: ArrayLike | None = None) -> jax.Array:
   """Influence-balanced loss: w_y·CE·α / (‖softmax(z) − e_y‖₁·‖h‖₁ + ε), per example [B].
 
-  Park et al. 2021, "Influence-Balanced Loss for Imbalanced Visual Classification"; spec, 'Common
-  baselines' (α = 1000, switched on from epoch 100 — before that, train with plain CE). As in the
+  Park et al., "Influence-Balanced Loss for Imbalanced Visual Classification", ICCV 2021, arXiv
+  2110.02444 (α = 1000, switched on from epoch 100 — before that, train with plain CE). As in the
   original code, gradients flow through the influence factor, and ε = 1e-3; the original passes
   inverse-frequency `class_weights`.
 
   Args:
-    logits: [B, K]. labels: int [B]. features: [B, d] penultimate features h.
-    alpha: α. epsilon: ε. class_weights: optional [K]. where: optional bool [B].
+    logits: float [B, K].
+    labels: int [B] in [0, K).
+    features: float [B, d] penultimate features h.
+    alpha: α, the loss scale.
+    epsilon: ε in the denominator.
+    class_weights: optional [K] weights w_y (inverse frequency in the original).
+    where: optional bool [B]; False marks padding (its features may be anything).
+
+  Returns:
+    float [B] per-example losses: 0 where `where` is False, NaN for an out-of-range label under
+    `jit` (never a clipped class).
+
+  Raises:
+    ValueError: logits not [B, K], labels not [B], features not [B, d], a `where` of another shape,
+      or (eagerly) a label outside [0, K).
+    TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> features = jnp.array([[1.0, 0.0], [0.5, 0.5], [0.0, 2.0], [1.0, 1.0]])
+    >>> print(np.asarray(reweight_jax.ib_loss(logits, labels, features, alpha=1.0), float).round(4))
+    [0.5419 0.6885 0.2613 0.3123]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   features = check_floating(features, 2, "features")

@@ -1,6 +1,7 @@
-"""ETF-DR: a fixed simplex-ETF classifier trained with the dot-regression loss (PIPELINES spec,
-'ETF-DR'; Yang et al., "Inducing Neural Collapse in Imbalanced Learning: Do We Really Need a
-Learnable Classifier at the End of Deep Neural Network?", NeurIPS 2022).
+"""ETF-DR: a fixed simplex-ETF classifier trained with the dot-regression loss.
+
+Yang et al., "Inducing Neural Collapse in Imbalanced Learning: Do We Really Need a Learnable
+Classifier at the End of Deep Neural Network?", NeurIPS 2022, arXiv 2203.09081).
 
 The classifier M [d, K] is drawn once from a seed (`etf_classifier`) and never trained; the head
 normalises the features (BatchNorm1d, a flax module of the model, then `etf_normalize`); the loss
@@ -8,20 +9,21 @@ pulls each normalised feature onto its class's column of W = M·diag(E), where G
 (`given_ew`) scales class c by E_c = √(B/(C_b·n_c)) so that every class present in the batch gets
 the same total loss (`dot_regression_loss`). Prediction is argmax_c hᵀm_c.
 
-With the inverse reweighting (PIPELINES spec, 'Plugging the reweighting in'), ŵ weights the
+With the inverse reweighting (Wang et al., ICML 2026, arXiv 2605.10047, who report ETF-DR with it;
+the per-label weighting is the project's definition), ŵ weights the
 per-label DR losses with E ≡ 1 (`dot_regression_loss(..., class_scale=None)`), since GivenEw
 already balances the classes.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
+from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_class_vector
 from mr2_reweight_core.checks import check_floating
@@ -31,14 +33,14 @@ from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_unit_scalar
 from mr2_reweight_core.checks import check_where
 
-Array = Any
-
 # The reference clamps ‖h‖ at 1e-8 in the normalisation and in the loss (`H_length`).
 _MIN_NORM = 1e-8
 
 
 def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
-  """The fixed simplex-ETF classifier M, float32 [d, K]:
+  """The fixed simplex-ETF classifier M, float32 [d, K].
+
+  Yang et al., NeurIPS 2022, arXiv 2203.09081: the simplex equiangular tight frame, drawn at random:
 
       A ∈ R^{d×K}, A_jk iid U[0, 1)   (`np.random.default_rng(seed)`, host side)
       A = P R                          (reduced QR, d ≥ K, sign-fixed so that diag(R) > 0)
@@ -58,6 +60,20 @@ def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
 
   Returns:
     float32 [dim, num_classes].
+
+  Raises:
+    ValueError: K < 2, d < K, a negative or non-integer seed.
+    TypeError: a non-int `num_classes` or `dim`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> etf = reweight_jax.etf_classifier(3, 4, seed=0)
+    >>> print(etf.shape, np.asarray(etf.T @ etf, float).round(4))
+    (4, 3) [[ 1.  -0.5 -0.5]
+     [-0.5  1.  -0.5]
+     [-0.5 -0.5  1. ]]
   """
   num_classes = check_num_classes(num_classes)
   if num_classes < 2:
@@ -78,12 +94,30 @@ def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
   return jnp.asarray(etf, jnp.float32)
 
 
-def etf_normalize(features: Array) -> jax.Array:
+def etf_normalize(features: ArrayLike) -> jax.Array:
   """h / max(‖h‖, 1e-8) over the last axis, in the features' dtype (computed in ≥ float32).
 
-  The head's normalisation after BatchNorm1d. Its gradient is finite everywhere: for ‖h‖ < 1e-8
-  it is the gradient of h / 1e-8 (a zero row maps to zero), where autodiff of a clamped norm
-  would give 0 · ∞ = NaN.
+  The head's normalisation after BatchNorm1d. Its gradient is finite everywhere: for ‖h‖ < 1e-8 it
+  is the gradient of h / 1e-8 (a zero row maps to zero), where autodiff of a clamped norm would give
+  0 · ∞ = NaN. Yang et al., NeurIPS 2022, arXiv 2203.09081 (the feature normalisation of the ETF
+  head).
+
+  Args:
+    features: float [..., d] features h.
+
+  Returns:
+    h / max(‖h‖, 1e-8), features' shape and dtype.
+
+  Raises:
+    TypeError: features not floating or of rank 0.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.etf_normalize(jnp.array([[3.0, 4.0], [0.0, 0.0]])))
+    [[0.6 0.8]
+     [0.  0. ]]
   """
   features = jnp.asarray(features)
   if features.ndim < 1 or not jnp.issubdtype(features.dtype, jnp.floating):
@@ -100,9 +134,11 @@ def _safe_norm(h: jax.Array) -> jax.Array:
   return jnp.where(large, jnp.sqrt(jnp.where(large, squared, 1.0)), _MIN_NORM)
 
 
-def given_ew(labels: Array, num_classes: int, *, where: Array | None = None,
+def given_ew(labels: ArrayLike, num_classes: int, *, where: ArrayLike | None = None,
              axis_name: str | None = None) -> jax.Array:
-  """GivenEw class scales E, float32 [K], of the (global) batch:
+  """GivenEw class scales E, float32 [K], of the (global) batch.
+
+  Yang et al., NeurIPS 2022, arXiv 2203.09081 (the GivenEw option of their code):
 
       E_c = √(B / (C_b · n_c))   if n_c > 0,   else 1,
 
@@ -112,7 +148,8 @@ def given_ew(labels: Array, num_classes: int, *, where: Array | None = None,
   a function of the labels, hence a constant for back-propagation.
 
   Data parallel (`axis_name`): counts are psum-reduced (`mr2_reweight_core.class_sums`), so every device
-  returns the E of the concatenated batch.
+  returns the E of the concatenated batch (typed replicated under `shard_map`'s `check_vma=True`).
+  Without it, `jax.jit` over labels laid out with `NamedSharding` gives the same E, replicated.
 
   Args:
     labels: int [B] labels in [0, K).
@@ -123,6 +160,17 @@ def given_ew(labels: Array, num_classes: int, *, where: Array | None = None,
   Returns:
     float32 [K]; a real row with an out-of-range label (possible only under `jit`) makes every
     entry NaN on every device, never a clipped class.
+
+  Raises:
+    ValueError: labels not [B], a `where` of another shape, or (eagerly) a label outside [0, K).
+    TypeError: non-integer labels, a non-int `num_classes`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(np.asarray(reweight_jax.given_ew(jnp.array([0, 0, 0, 1]), 3), float).round(4))
+    [0.8165 1.4142 1.    ]
   """
   num_classes = check_num_classes(num_classes)
   labels = jnp.asarray(labels)
@@ -144,7 +192,7 @@ def given_ew(labels: Array, num_classes: int, *, where: Array | None = None,
   return jnp.where(bad_rows > 0, jnp.nan, scales)
 
 
-def _check_classifier(features: Array, classifier: Array) -> tuple[jax.Array, jax.Array]:
+def _check_classifier(features: ArrayLike, classifier: ArrayLike) -> tuple[jax.Array, jax.Array]:
   features = check_floating(features, 2, "features")
   classifier = check_floating(classifier, 2, "classifier")
   if classifier.shape[0] != features.shape[1]:
@@ -153,8 +201,8 @@ def _check_classifier(features: Array, classifier: Array) -> tuple[jax.Array, ja
   return features, classifier
 
 
-def _dot_regression(features: jax.Array, labels: Array, classifier: jax.Array,
-                    class_scale: Array | None, where: Array | None, axis_name: str | None,
+def _dot_regression(features: jax.Array, labels: ArrayLike, classifier: jax.Array,
+                    class_scale: ArrayLike | None, where: ArrayLike | None, axis_name: str | None,
                     labels_name: str) -> tuple[jax.Array, jax.Array]:
   """(this device's share of the mean, per-example ℓ [B]) for checked features and classifier."""
   num_classes = classifier.shape[1]
@@ -172,7 +220,8 @@ def _dot_regression(features: jax.Array, labels: Array, classifier: jax.Array,
   # neither the value nor the gradient; their per-example value is set below.
   h = jnp.where(valid[:, None], features.astype(dtype), 0.0)
   index = index_labels(labels, valid)
-  targets = classifier.astype(dtype).T[index] * scales[index][:, None]  # w_i [B, d]
+  targets = (explicit_mesh.take(classifier.astype(dtype).T, index)
+             * explicit_mesh.take(scales, index)[:, None])  # w_i [B, d]
   h_norm = jax.lax.stop_gradient(_safe_norm(h)[:, 0])
   target_norm = jax.lax.stop_gradient(jnp.sqrt(jnp.sum(targets * targets, axis=-1)))
   residual = jnp.sum(h * targets, axis=-1) - target_norm * h_norm
@@ -185,10 +234,12 @@ def _dot_regression(features: jax.Array, labels: Array, classifier: jax.Array,
   return loss, per_example
 
 
-def dot_regression_loss(features: Array, labels: Array, classifier: Array, *,
-                        class_scale: Array | None = None, where: Array | None = None,
+def dot_regression_loss(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
+                        class_scale: ArrayLike | None = None, where: ArrayLike | None = None,
                         axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
-  """The dot-regression (DR) loss of ETF-DR; returns `(loss, per_example)`:
+  """The dot-regression (DR) loss of ETF-DR; returns `(loss, per_example)`.
+
+  Yang et al., NeurIPS 2022, arXiv 2203.09081, the dot-regression loss:
 
       w_i = E_{y_i} · m_{y_i}                          (m_c = classifier[:, c]; E ≡ 1 by default)
       ℓ_i = ½ (h_iᵀw_i − sg(‖w_i‖) · sg(‖h_i‖))² / sg(‖h_i‖),   ‖h_i‖ clamped at 1e-8
@@ -204,7 +255,11 @@ def dot_regression_loss(features: Array, labels: Array, classifier: Array, *,
   Data parallel (`axis_name`): B counts the real rows of the global batch and the returned loss is
   this device's share N_devices · Σ_{local i} ℓ_i / B: `lax.pmean` of it (and of the gradients) is
   the loss (gradient) of the concatenated batch on one device. `class_scale` must be the global
-  batch's (`given_ew(..., axis_name=...)`).
+  batch's (`given_ew(..., axis_name=...)`). Under `jax.shard_map`'s default `check_vma=True` the
+  loss is still this share; take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over
+  the devices itself (the share's own gradient is N_devices times the global one). Without
+  `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes)
+  sees the global batch: the loss is the global value.
 
   Args:
     features: [B, d] features h.
@@ -218,16 +273,36 @@ def dot_regression_loss(features: Array, labels: Array, classifier: Array, *,
   Returns:
     (loss, per_example [B]) in ≥ float32; padding rows give 0. A real row with an out-of-range
     label raises eagerly; under `jit` its ℓ_i and the loss are NaN (never a clipped class).
+
+  Raises:
+    ValueError: features not [B, d], a classifier not [d, K], labels not [B], `class_scale` not
+      [K], or (eagerly) a label outside [0, K).
+    TypeError: non-floating features or classifier, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> etf = reweight_jax.etf_classifier(3, 4, seed=0)
+    >>> h = reweight_jax.etf_normalize(etf.T + jnp.array([0.0, 0.0, 0.0, 0.5]))  # near its column
+    >>> loss, per_example = reweight_jax.dot_regression_loss(h, jnp.array([0, 1, 2]), etf)
+    >>> print(f"{loss:.4f}", np.asarray(per_example, float).round(4))
+    0.0031 [0.0001 0.0055 0.0035]
+    >>> print(f"{reweight_jax.dot_regression_loss(etf.T, jnp.array([0, 1, 2]), etf)[0]:.4f}")  # on the ETF
+    0.0000
   """
   features, classifier = _check_classifier(features, classifier)
   return _dot_regression(features, labels, classifier, class_scale, where, axis_name, "labels")
 
 
-def mixup_dot_regression_loss(features: Array, labels: Array, labels_b: Array, lam: Array,
-                              classifier: Array, class_scale: Array | None, *,
-                              where: Array | None = None, axis_name: str | None = None
-                              ) -> tuple[jax.Array, jax.Array]:
-  """The DR loss of a mixup batch x̃ = λx + (1−λ)x_π; returns `(loss, per_example)`:
+def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: ArrayLike,
+                              lam: ArrayLike, classifier: ArrayLike,
+                              class_scale: ArrayLike | None, *, where: ArrayLike | None = None,
+                              axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
+  """The DR loss of a mixup batch x̃ = λx + (1−λ)x_π; returns `(loss, per_example)`.
+
+  Yang et al., NeurIPS 2022, arXiv 2203.09081 train ETF-DR with mixup (Zhang et al., "mixup: Beyond
+  Empirical Risk Minimization", ICLR 2018, arXiv 1710.09412):
 
       loss = λ · DR(h, y) + (1 − λ) · DR(h, y_π),   per_example_i = λ ℓ_i(y_i) + (1 − λ) ℓ_i(y_π(i))
 
@@ -247,6 +322,23 @@ def mixup_dot_regression_loss(features: Array, labels: Array, labels_b: Array, l
 
   Returns:
     (loss, per_example [B]); NaN under `jit` for a real row with an out-of-range label or label_b.
+
+  Raises:
+    ValueError: features not [B, d], a classifier not [d, K], labels not [B], `class_scale` not
+      [K], λ not a scalar or (eagerly) outside [0, 1],
+      or (eagerly) a label outside [0, K).
+    TypeError: non-floating features or classifier, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> etf = reweight_jax.etf_classifier(3, 4, seed=0)
+    >>> h = reweight_jax.etf_normalize(0.7 * etf.T + 0.3 * etf.T[jnp.array([1, 2, 0])])
+    >>> loss, _ = reweight_jax.mixup_dot_regression_loss(
+    ...     h, jnp.array([0, 1, 2]), jnp.array([1, 2, 0]), 0.7, etf, None)
+    >>> print(f"{loss:.4f}")
+    0.1789
   """
   features, classifier = _check_classifier(features, classifier)
   lam = check_unit_scalar(lam, "lam", "mixing weight λ")

@@ -1,13 +1,15 @@
-"""FairDRO with classes as groups (COMPARISONS spec, 'FairDRO, classes as groups').
+"""FairDRO with classes as groups.
 
-Jung et al., ICLR 2023; reference code `sangwon-jung94/FairDRO`, `trainer/fairdro.py`.
+Jung et al., "Re-weighting Based Group Fairness Regularization via Classwise Robust Optimization",
+ICLR 2023, arXiv 2303.00442; reference code `sangwon-jung94/FairDRO`, `trainer/fairdro.py`. One of
+MR2's comparison methods (Zhu et al., ICLR 2026, arXiv 2602.00205).
 
 The original is, per label, a χ²-DRO over sensitive groups; for class-wise disparity there is one
 distribution q over the K classes. Per epoch:
 
   1. after epoch e the trainer runs a full pass over the training set and accumulates per-class loss
      sums and counts (exact under data parallelism: psum the sums and counts); the class losses are
-     L_c = sums_c / counts_c, `class_mean(sums, counts)` (or 1 − accuracy for the spec's
+     L_c = sums_c / counts_c, `class_mean(sums, counts)` (or 1 − accuracy, the reference's
      `use-01loss`: `class_mean(counts − correct, counts)` from `per_class_correct`);
   2. `fairdro_best_response(L, rho, present=counts > 0)` is the closed-form q*;
   3. `fairdro_update(q, q*, e, E)` moves q part of the way towards q* (smoothed best response).
@@ -25,11 +27,11 @@ here q starts uniform (1/K) and the loss is Σ_c q_c g_c, not rescaled.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_class_mask
 from mr2_reweight_core.checks import check_class_vector
@@ -39,20 +41,40 @@ from mr2_reweight_core.checks import is_concrete
 from reweight_jax.group_dro import ClassWeightedAux
 from reweight_jax.group_dro import class_weighted_loss
 
-Array = Any
-
 FAIRDRO_SCHEDULES = ("linear", "cos")
 
 
 def init_fairdro_q(num_classes: int) -> jax.Array:
-  """q = 1/K for every class: FairDRO's q before the first best response (float32 [K])."""
+  """q = 1/K for every class: FairDRO's q before the first best response (float32 [K]).
+
+  Jung et al., ICLR 2023, arXiv 2303.00442 (q starts at the centre of the χ² ball).
+
+  Args:
+    num_classes: K, a positive Python int.
+
+  Returns:
+    float32 [K], each 1/K.
+
+  Raises:
+    TypeError: `num_classes` is not an int.
+    ValueError: `num_classes` < 1.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.init_fairdro_q(4))
+    [0.25 0.25 0.25 0.25]
+  """
   num_classes = check_num_classes(num_classes)
   return jnp.full((num_classes,), 1.0 / num_classes, jnp.float32)
 
 
-def fairdro_best_response(class_losses: Array, rho: float = 0.5, *, clip: bool = False,
-                          present: Array | None = None) -> jax.Array:
-  """The closed-form worst-case q* over the χ² ball around uniform (COMPARISONS spec, 'FairDRO').
+def fairdro_best_response(class_losses: ArrayLike, rho: float = 0.5, *, clip: bool = False,
+                          present: ArrayLike | None = None) -> jax.Array:
+  """The closed-form worst-case q* over the χ² ball around uniform
+
+  Jung et al., ICLR 2023, arXiv 2303.00442, with classes as groups:
 
       maximise Σ_c q_c L_c  s.t.  ½·K'·Σ_c (q_c − 1/K')² ≤ ρ,  Σ_c q_c = 1   (q ≥ 0 ignored)
       q*_c = 1/K' + √(2ρ/K') · (L_c − L̄) / ‖L − L̄‖₂,   L̄ = (1/K') Σ_c L_c
@@ -64,7 +86,7 @@ def fairdro_best_response(class_losses: Array, rho: float = 0.5, *, clip: bool =
 
   Negative weights: q*_c < 0 exactly when (L̄ − L_c)/‖L − L̄‖ > 1/√(2ρK'), i.e. for classes much
   easier than average once ρ is large (with K = 100 from ρ ≈ 0.1); such a class's loss is then
-  pushed *up*. The spec keeps the nonnegativity constraint ignored by default; log `jnp.min(q)`.
+  pushed *up*. The nonnegativity constraint is ignored by default; log `jnp.min(q)`.
   `clip=True` takes max(q*, 0) and renormalises to sum 1 (then no longer on the sphere of radius
   √(2ρ/K')).
 
@@ -78,7 +100,7 @@ def fairdro_best_response(class_losses: Array, rho: float = 0.5, *, clip: bool =
   Args:
     class_losses: [K] per-class mean training losses L_c (float; computed in float32 or wider).
       Entries of absent classes are ignored and may be NaN (as `class_mean` gives them).
-    rho: ball radius ρ > 0 (spec default 0.5; the README uses 0.3–5 by data set).
+    rho: ball radius ρ > 0 (default 0.5; the reference's README uses 0.3–5 by data set).
     clip: clip negative weights at 0 and renormalise.
     present: optional bool [K], False for classes without training examples (e.g. `counts > 0`).
       Default: every class is present, and a NaN loss propagates to q* (a diverged run is not
@@ -86,6 +108,18 @@ def fairdro_best_response(class_losses: Array, rho: float = 0.5, *, clip: bool =
 
   Returns:
     q* [K], float32 (or the wider dtype of `class_losses`).
+
+  Raises:
+    ValueError: ρ ≤ 0 (when concrete), losses not rank 1, `present` not [K].
+    TypeError: non-floating losses, a non-boolean `present`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> q_star = reweight_jax.fairdro_best_response(jnp.array([0.5, 1.0, 1.5]), rho=0.1)
+    >>> print(np.asarray(q_star, float).round(4), f"{q_star.sum():.4f}")
+    [0.1508 0.3333 0.5159] 1.0000
   """
   class_losses = check_floating(class_losses, 1, "class_losses")
   num_classes = class_losses.shape[0]
@@ -120,8 +154,9 @@ def fairdro_best_response(class_losses: Array, rho: float = 0.5, *, clip: bool =
   return jnp.where(num_present > 0, q_star, jnp.full((num_classes,), 1.0 / num_classes, dtype))
 
 
-def fairdro_step_size(epoch: Array, num_epochs: int, schedule: str = "linear") -> jax.Array:
-  """The smoothing step α_e of FairDRO's best response after epoch e of E (COMPARISONS spec).
+def fairdro_step_size(epoch: ArrayLike, num_epochs: int, schedule: str = "linear") -> jax.Array:
+  """The smoothing step α_e of FairDRO's best response after epoch e of E
+  (Jung et al., ICLR 2023, arXiv 2303.00442; the cos variant is the reference code's).
 
       linear:  α_e = 1 − e/E
       cos:     α_e = ½·(1 + cos(π·e/E))
@@ -137,6 +172,19 @@ def fairdro_step_size(epoch: Array, num_epochs: int, schedule: str = "linear") -
 
   Returns:
     α_e, a float32 scalar.
+
+  Raises:
+    ValueError: `num_epochs` not a positive int, an unknown `schedule`, `epoch` not a scalar or
+      (when concrete) outside [0, E].
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.fairdro_step_size(0, 10), reweight_jax.fairdro_step_size(5, 10))
+    1.0 0.5
+    >>> print(f"{reweight_jax.fairdro_step_size(5, 10, 'cos'):.4f}")
+    0.5000
   """
   if (isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer))
       or num_epochs < 1):
@@ -154,9 +202,11 @@ def fairdro_step_size(epoch: Array, num_epochs: int, schedule: str = "linear") -
   return 0.5 * (1.0 + jnp.cos(math.pi * fraction))
 
 
-def fairdro_update(q: Array, q_star: Array, epoch: Array, num_epochs: int,
+def fairdro_update(q: ArrayLike, q_star: ArrayLike, epoch: ArrayLike, num_epochs: int,
                    schedule: str = "linear") -> jax.Array:
-  """Smoothed best response after epoch e of E: q ← q + α_e·(q* − q) (COMPARISONS spec, 'FairDRO').
+  """Smoothed best response after epoch e of E: q ← q + α_e·(q* − q)
+
+  Jung et al., ICLR 2023, arXiv 2303.00442: the smoothed best response.
 
   α_e is `fairdro_step_size(epoch, num_epochs, schedule)`. q stays on {Σq = 1} when q and q* are
   (a convex combination, α_e ∈ [0, 1]); it stays nonnegative when q* is (e.g. `clip=True`).
@@ -164,10 +214,24 @@ def fairdro_update(q: Array, q_star: Array, epoch: Array, num_epochs: int,
   Args:
     q: [K] current weights (`init_fairdro_q` at the start).
     q_star: [K] this epoch's `fairdro_best_response`.
-    epoch, num_epochs, schedule: as in `fairdro_step_size`.
+    epoch: e, the 0-based epoch just finished (as in `fairdro_step_size`).
+    num_epochs: E.
+    schedule: 'linear' or 'cos'.
 
   Returns:
     The new q [K], in q's dtype.
+
+  Raises:
+    ValueError: q not rank 1, q* not [K], or a bad epoch, E or schedule (`fairdro_step_size`).
+    TypeError: non-floating q or q*.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> q = reweight_jax.init_fairdro_q(2)
+    >>> print(reweight_jax.fairdro_update(q, jnp.array([0.9, 0.1]), epoch=5, num_epochs=10))
+    [0.7 0.3]
   """
   q = check_floating(q, 1, "q")
   q_star = check_class_vector(q_star, q.shape[0], "q_star")
@@ -177,10 +241,12 @@ def fairdro_update(q: Array, q_star: Array, epoch: Array, num_epochs: int,
   return new_q.astype(q.dtype)
 
 
-def fairdro_loss(per_example_loss: Array, labels: Array, q: Array, *,
-                 axis_name: str | None = None, where: Array | None = None
+def fairdro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *,
+                 axis_name: str | None = None, where: ArrayLike | None = None
                  ) -> tuple[jax.Array, ClassWeightedAux]:
-  """FairDRO's step loss Σ_c q_c g_c with q constant; returns `(loss, aux)` (COMPARISONS spec).
+  """FairDRO's step loss Σ_c q_c g_c with q constant; returns `(loss, aux)`
+
+  Jung et al., ICLR 2023, arXiv 2303.00442, with classes as groups:
 
       g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch, as in Group DRO)
       loss = Σ_c q_c g_c,  ∂loss/∂ℓ_i = q_{y_i} / n_{y_i}
@@ -189,7 +255,11 @@ def fairdro_loss(per_example_loss: Array, labels: Array, q: Array, *,
   (nonnegativity is ignored by default), which is why this is not Group DRO with η = 0 (that takes
   log q). This is `class_weighted_loss`: under `axis_name` g_c comes from the global batch and the
   returned loss is this device's share (`lax.pmean` of it, and of the gradients, is the global
-  value).
+  value). Under `jax.shard_map`'s default `check_vma=True` the loss is still this share and aux is
+  typed replicated; take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the
+  devices itself (the share's own gradient is N_devices times the global one). Without `axis_name`,
+  `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global
+  batch: the loss is the global value, aux replicated.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).
@@ -201,5 +271,19 @@ def fairdro_loss(per_example_loss: Array, labels: Array, q: Array, *,
   Returns:
     (loss, ClassWeightedAux(class_losses g [K], present [K])); an out-of-range label of a real row
     makes the loss NaN.
+
+  Raises:
+    ValueError: losses not [B] like the labels, q not rank 1, a `where` of another shape, or
+      (eagerly) a label outside [0, K).
+    TypeError: non-floating losses or q, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> per_example, labels = jnp.array([0.2, 0.4, 1.5, 0.9]), jnp.array([0, 0, 1, 2])
+    >>> loss, aux = reweight_jax.fairdro_loss(per_example, labels, jnp.array([0.2, 0.5, 0.3]))
+    >>> print(f"{loss:.4f}")  # 0.2·0.3 + 0.5·1.5 + 0.3·0.9
+    1.0800
   """
   return class_weighted_loss(per_example_loss, labels, q, axis_name=axis_name, where=where)

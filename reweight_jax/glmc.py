@@ -1,5 +1,9 @@
-"""Global and Local Mixture Consistency cumulative learning (PIPELINES spec, §3 'GLMC'; Du et al.,
-CVPR 2023, `ynu-yangpeng/GLMC`, `GLMC-2023/Trainer.py` and `utils/util.py`).
+"""Global and Local Mixture Consistency cumulative learning.
+
+Du et al., "Global and Local Mixture Consistency Cumulative Learning for Long-tailed Visual
+Recognitions", CVPR 2023, arXiv 2305.08661; reference code `ynu-yangpeng/GLMC`
+(`GLMC-2023/Trainer.py` and `utils/util.py`). Wang et al. (ICML 2026, arXiv 2605.10047) report the
+inverse reweighting inside it (`mixed_inverse_reweighted_loss`).
 
 One GLMC step sees two batches of B rows paired row by row: an instance-balanced one (a shuffled
 epoch) with labels a and a re-balanced one (drawn with replacement, P(row) ∝ n_y^(−r),
@@ -15,9 +19,9 @@ and the loss of the two forward passes (`glmc_loss`):
     L = α_e L_bal + (1 − α_e) L_reb + w_con L_con,   α_e = 1 − (e/E)²   (`glmc_alpha`)
 
 λ is drawn by the caller, once per step and the same on every device: λ ~ Beta(1, 1) = U(0, 1), the
-released code's actual draw (its `--beta 0.5` never reaches `GLMC_mixed`, spec defect (1); there is
-no β option here). The CutMix targets use λ, not the fraction of the image the clipped box actually
-replaces: that is the method's definition (spec defect (2)), kept and not corrected.
+released code's actual draw (its `--beta 0.5` never reaches `GLMC_mixed`, a defect of the release;
+there is no β option here). The CutMix targets use λ, not the fraction of the image the clipped box
+actually replaces: that is the method's definition (as released), kept and not corrected.
 
 Host-side (NumPy, once per step or epoch): the re-balanced sampling and the CutMix box. On the
 device (jax, jittable): the mixtures, targets, the consistency term and the loss. Inference uses the
@@ -32,6 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
@@ -46,8 +51,6 @@ from mr2_reweight_core.checks import index_labels
 from mr2_reweight_core.checks import is_concrete
 from mr2_reweight_core.checks import nan_where_negative
 from mr2_reweight_core.checks import take_class_values
-
-Array = Any
 
 # ε of the cosine's norms, as torch's F.cosine_similarity (the reference's SimSiam loss).
 _COSINE_EPS = 1e-8
@@ -88,7 +91,7 @@ def _check_positive_int(value: Any, name: str) -> int:
   return int(value)
 
 
-def _check_host_labels(labels: Array, class_counts: Array) -> tuple[np.ndarray, np.ndarray]:
+def _check_host_labels(labels: ArrayLike, class_counts: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   labels = np.asarray(labels)
   if labels.ndim != 1 or labels.size < 1:
     raise ValueError(f"labels: expected a non-empty rank-1 [N] array, got shape {labels.shape}.")
@@ -113,14 +116,17 @@ def _check_host_labels(labels: Array, class_counts: Array) -> tuple[np.ndarray, 
   return labels, counts
 
 
-def glmc_rebalanced_probabilities(labels: Array, class_counts: Array, r: float) -> np.ndarray:
-  """The re-balanced sampler's probability of each training row (host-side NumPy, float64 [N]):
+def glmc_rebalanced_probabilities(labels: ArrayLike, class_counts: ArrayLike, r: float
+                                  ) -> np.ndarray:
+  """The re-balanced sampler's probability of each training row (host-side NumPy, float64 [N]).
+
+  Du et al., CVPR 2023, arXiv 2305.08661 (the re-balanced branch's sampler):
 
       P(i) = n_{y_i}^(−r) / Σ_j n_{y_j}^(−r)
 
   (`main.py`'s `WeightedRandomSampler` weights; their per-class normalisation cancels here). The
   probability of class c is n_c^(1−r) / Σ_k n_k^(1−r): r = 0 is plain uniform sampling of rows (the
-  reference's setting for CIFAR-100-LT IF 100, spec defect (4): the second loader is then no
+  reference's setting for CIFAR-100-LT IF 100, as released: the second loader is then no
   re-balancing at all), r = 1 samples classes uniformly. Computed in log space, so large counts and
   exponents neither overflow nor underflow.
 
@@ -132,6 +138,18 @@ def glmc_rebalanced_probabilities(labels: Array, class_counts: Array, r: float) 
 
   Returns:
     float64 [N], non-negative, summing to 1.
+
+  Raises:
+    ValueError: labels not a non-empty [N] in [0, K), counts not a non-empty [K] of finite
+      non-negative values, a class of `labels` with n_c = 0, r negative or not finite.
+    TypeError: non-integer labels, counts neither integer nor floating, r not a real scalar.
+
+  Examples:
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> labels = np.array([0, 0, 0, 1])
+    >>> print(reweight_jax.glmc_rebalanced_probabilities(labels, np.bincount(labels), r=1.0))
+    [0.16666667 0.16666667 0.16666667 0.5       ]
   """
   labels, counts = _check_host_labels(labels, class_counts)
   r = _check_exponent(r, "r")
@@ -140,10 +158,11 @@ def glmc_rebalanced_probabilities(labels: Array, class_counts: Array, r: float) 
   return weights / weights.sum()
 
 
-def glmc_rebalanced_indices(labels: Array, class_counts: Array, r: float, size: int,
+def glmc_rebalanced_indices(labels: ArrayLike, class_counts: ArrayLike, r: float, size: int,
                             rng: np.random.Generator) -> np.ndarray:
   """`size` training-row indices drawn independently with replacement from
-  `glmc_rebalanced_probabilities(labels, class_counts, r)` (host-side NumPy).
+  `glmc_rebalanced_probabilities(labels, class_counts, r)` (host-side NumPy; Du et al., CVPR 2023,
+  arXiv 2305.08661).
 
   The reference's re-balanced loader draws N rows with replacement per pass and restarts it when it
   runs out; since the draws are independent, drawing each step's B rows afresh is the same
@@ -152,12 +171,27 @@ def glmc_rebalanced_indices(labels: Array, class_counts: Array, r: float, size: 
   `choice`'s cumulative sum): negligible next to a training step at CIFAR or ImageNet-LT sizes.
 
   Args:
-    labels, class_counts, r: as `glmc_rebalanced_probabilities`.
+    labels: int [N] training labels in [0, K).
+    class_counts: [K] training counts n_c.
+    r: the exponent, finite and ≥ 0.
     size: number of draws, a positive int (the batch size B).
     rng: the `np.random.Generator` to draw from (advanced by one `choice`).
 
   Returns:
     int64 [size] row indices in [0, N).
+
+  Raises:
+    ValueError: as `glmc_rebalanced_probabilities`, or a non-positive `size`.
+    TypeError: a non-int `size`, an `rng` that is not a Generator.
+
+  Examples:
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> labels = np.array([0, 0, 0, 1])
+    >>> rows = reweight_jax.glmc_rebalanced_indices(labels, np.bincount(labels), 1.0, size=6,
+    ...                                             rng=np.random.default_rng(0))
+    >>> print(rows.shape, rows.dtype)
+    (6,) int64
   """
   probabilities = glmc_rebalanced_probabilities(labels, class_counts, r)
   size = _check_positive_int(size, "size")
@@ -179,7 +213,10 @@ def _check_host_lam(lam: Any) -> float:
 
 def cutmix_box(lam: float, height: int, width: int,
                rng: np.random.Generator) -> tuple[int, int, int, int]:
-  """The CutMix box of one step (host-side; `utils/util.py`, `rand_bbox`), (y0, y1, x0, x1):
+  """The CutMix box of one step (host-side; `utils/util.py`, `rand_bbox`), (y0, y1, x0, x1).
+
+  Yun et al., "CutMix", ICCV 2019, arXiv 1905.04899, as Du et al., CVPR 2023, arXiv 2305.08661 draw
+  it:
 
       h = ⌊⌈H·√(1 − λ)⌉ / 2⌋,  w = ⌊⌈W·√(1 − λ)⌉ / 2⌋
       c_y ~ U{0, …, H − 1},  c_x ~ U{0, …, W − 1}          (drawn in this order from `rng`)
@@ -187,16 +224,27 @@ def cutmix_box(lam: float, height: int, width: int,
 
   λ = 1 gives h = w = 0, an empty box; λ = 0 with even H, W and the centre at (H/2, W/2) covers the
   whole image. Near the border the box is clipped, so the fraction of the image it replaces,
-  (y1 − y0)(x1 − x0)/(HW), is in general not 1 − λ; GLMC's targets use λ regardless (spec defect
-  (2), kept: it is the method's definition).
+  (y1 − y0)(x1 − x0)/(HW), is in general not 1 − λ; GLMC's targets use λ regardless (as released,
+  kept: it is the method's definition).
 
   Args:
     lam: the step's λ in [0, 1].
-    height, width: image size H, W (positive ints).
+    height: image height H, a positive int.
+    width: image width W, a positive int.
     rng: `np.random.Generator` for the centre (two `integers` draws).
 
   Returns:
     Python ints 0 ≤ y0 ≤ y1 ≤ H, 0 ≤ x0 ≤ x1 ≤ W, for `cutmix`.
+
+  Raises:
+    ValueError: λ not a scalar in [0, 1], a non-positive height or width.
+    TypeError: a non-int height or width, an `rng` that is not a Generator.
+
+  Examples:
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.cutmix_box(0.75, 8, 8, np.random.default_rng(0)))
+    (4, 8, 3, 7)
   """
   lam = _check_host_lam(lam)
   height = _check_positive_int(height, "height")
@@ -216,7 +264,7 @@ def cutmix_box(lam: float, height: int, width: int,
 # Device side: mixtures, targets, losses (jax)
 # ------------------------------------------------------------------------------------------------
 
-def _check_images(images_a: Array, images_b: Array) -> tuple[jax.Array, jax.Array]:
+def _check_images(images_a: ArrayLike, images_b: ArrayLike) -> tuple[jax.Array, jax.Array]:
   images_a = jnp.asarray(images_a)
   images_b = jnp.asarray(images_b)
   if images_b.shape != images_a.shape:
@@ -228,19 +276,37 @@ def _check_images(images_a: Array, images_b: Array) -> tuple[jax.Array, jax.Arra
   return images_a, images_b
 
 
-def _check_unit_scalar(value: Array, name: str, what: str) -> jax.Array:
+def _check_unit_scalar(value: ArrayLike, name: str, what: str) -> jax.Array:
   """`checks.check_unit_scalar` as a float array; under `jit` NaN when outside [0, 1]."""
   value = check_unit_scalar(value, name, what)
   value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
   return jnp.where((value >= 0) & (value <= 1), value, jnp.nan)
 
 
-def mix_images(images_a: Array, images_b: Array, lam: Array) -> jax.Array:
+def mix_images(images_a: ArrayLike, images_b: ArrayLike, lam: ArrayLike) -> jax.Array:
   """The global (mixup) mixture x_g = λ·a + (1 − λ)·b, in the images' dtype.
 
+  Zhang et al., "mixup", ICLR 2018, arXiv 1710.09412; the global mixture of Du et al., CVPR 2023,
+  arXiv 2305.08661.
+
   Args:
-    images_a, images_b: floating arrays of one shape and dtype (e.g. [B, H, W, C]).
+    images_a: floating images (e.g. [B, H, W, C]).
+    images_b: images of the same shape and dtype.
     lam: scalar λ in [0, 1] (eagerly checked; NaN images under `jit` when outside).
+
+  Returns:
+    λ·a + (1 − λ)·b, shape and dtype of the images.
+
+  Raises:
+    ValueError: images of different shapes, λ not a scalar or (eagerly) outside [0, 1].
+    TypeError: images of different or non-floating dtypes.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.mix_images(jnp.zeros((1, 2)), jnp.ones((1, 2)), 0.75))
+    [[0.25 0.25]]
   """
   images_a, images_b = _check_images(images_a, images_b)
   if not jnp.issubdtype(images_a.dtype, jnp.floating):
@@ -249,20 +315,38 @@ def mix_images(images_a: Array, images_b: Array, lam: Array) -> jax.Array:
   return lam * images_a + (1 - lam) * images_b
 
 
-def cutmix(images_a: Array, images_b: Array, box: Array) -> jax.Array:
+def cutmix(images_a: ArrayLike, images_b: ArrayLike, box: ArrayLike) -> jax.Array:
   """The local (CutMix) mixture: `images_a` with rows [y0, y1) × columns [x0, x1) of every image
-  taken from `images_b`; one box for the whole batch (`cutmix_box`).
+  taken from `images_b`; one box for the whole batch (`cutmix_box`). The local mixture of
+  Du et al., CVPR 2023, arXiv 2305.08661.
 
   The box is applied as a mask, so it may be traced (one compile for every box); under `jit` a box
   reaching outside the image acts as its intersection with the image.
 
   Args:
-    images_a, images_b: [B, H, W, C] arrays of one shape and dtype.
+    images_a: [B, H, W, C] images.
+    images_b: [B, H, W, C] images of the same dtype, the box's source.
     box: (y0, y1, x0, x1) integers with 0 ≤ y0 ≤ y1 ≤ H and 0 ≤ x0 ≤ x1 ≤ W (checked when
       concrete).
 
   Returns:
     [B, H, W, C] in the images' dtype.
+
+  Raises:
+    ValueError: images not of rank 4 or of different shapes, a box that is not 4 integers or (when
+      concrete) outside the image.
+    TypeError: images of different dtypes.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> a, b = jnp.zeros((1, 4, 4, 1)), jnp.ones((1, 4, 4, 1))
+    >>> print(reweight_jax.cutmix(a, b, (1, 3, 0, 2))[0, :, :, 0])
+    [[0. 0. 0. 0.]
+     [1. 1. 0. 0.]
+     [1. 1. 0. 0.]
+     [0. 0. 0. 0.]]
   """
   images_a, images_b = _check_images(images_a, images_b)
   if images_a.ndim != 4:
@@ -285,8 +369,11 @@ def cutmix(images_a: Array, images_b: Array, box: Array) -> jax.Array:
   return jnp.where(inside[None, :, :, None], images_b, images_a)
 
 
-def soft_cross_entropy(logits: Array, targets: Array, *, where: Array | None = None) -> jax.Array:
-  """Per-example cross-entropy against soft targets [B]:
+def soft_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, where: ArrayLike | None = None
+                       ) -> jax.Array:
+  """Per-example cross-entropy against soft targets [B].
+
+  The ce of Du et al., CVPR 2023, arXiv 2305.08661, against mixed (and weighted) targets:
 
       ce(z_i, t_i) = −Σ_k t_ik · log softmax(z_i)_k
 
@@ -301,6 +388,19 @@ def soft_cross_entropy(logits: Array, targets: Array, *, where: Array | None = N
 
   Returns:
     float [B]; NaN for a row whose targets hold NaN (a bad label under `jit`).
+
+  Raises:
+    ValueError: logits not rank 2, targets of another shape, a `where` of another shape.
+    TypeError: non-floating logits or targets.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
+    >>> targets = jnp.array([[0.7, 0.3, 0.0], [0.0, 0.0, 1.0]])
+    >>> print(np.asarray(reweight_jax.soft_cross_entropy(logits, targets), float).round(4))
+    [0.7698 1.0986]
   """
   logits = check_floating(logits, 2, "logits")
   targets = check_floating(targets, 2, "targets")
@@ -316,8 +416,10 @@ def soft_cross_entropy(logits: Array, targets: Array, *, where: Array | None = N
   return jnp.where(real, -jnp.sum(terms, axis=-1), 0)
 
 
-def glmc_class_weights(class_counts: Array, exponent: float) -> jax.Array:
-  """The re-balanced head's label weights (`Trainer.update_weight`), float32 [K]:
+def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
+  """The re-balanced head's label weights (`Trainer.update_weight`), float32 [K].
+
+  Du et al., CVPR 2023, arXiv 2305.08661, the weights of the re-balanced branch:
 
       v_c = n_c^(−ℓw) / mean_{k: n_k > 0} n_k^(−ℓw)   for n_c > 0,     v_c = 0 for n_c = 0
 
@@ -332,6 +434,17 @@ def glmc_class_weights(class_counts: Array, exponent: float) -> jax.Array:
 
   Returns:
     float32 [K]; NaN everywhere under `jit` when a count is negative or none is positive.
+
+  Raises:
+    ValueError: counts not rank 1, (eagerly) negative or all 0, ℓw negative or not finite.
+    TypeError: counts neither integer nor floating, ℓw not a real scalar.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(np.asarray(reweight_jax.glmc_class_weights(jnp.array([100, 10, 0]), 1.0), float).round(4))
+    [0.1818 1.8182 0.    ]
   """
   counts = check_counts(class_counts, "class_counts")
   exponent = _check_exponent(exponent, "exponent")
@@ -345,17 +458,17 @@ def glmc_class_weights(class_counts: Array, exponent: float) -> jax.Array:
   return nan_where_negative(weights, counts)
 
 
-def mixed_targets(labels_a: Array, labels_b: Array, lam: Array, num_classes: int,
-                  class_weights: Array | None = None) -> jax.Array:
-  """GLMC's mixed targets [B, K]:
+def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_classes: int,
+                  class_weights: ArrayLike | None = None) -> jax.Array:
+  """GLMC's mixed targets [B, K] (Du et al., CVPR 2023, arXiv 2305.08661):
 
       y_i   = λ e_{a_i} + (1 − λ) e_{b_i}                      (class_weights None)
       y^w_i = λ v_{a_i} e_{a_i} + (1 − λ) v_{b_i} e_{b_i}      (class_weights v)
 
   used for both the mixup and the CutMix pass (GLMC's CutMix targets use λ, not the clipped box's
   area). Without weights each row sums to 1. `class_weights` enter as given, so a caller passing
-  weights that carry a gradient (the inverse reweighting's ŵ under gradient flow, PIPELINES §4)
-  keeps it.
+  weights that carry a gradient (the inverse reweighting's ŵ under gradient flow,
+  `mixed_inverse_reweighted_loss`) keeps it.
 
   Args:
     labels_a: int [B] labels of the instance-balanced rows, in [0, K).
@@ -367,6 +480,19 @@ def mixed_targets(labels_a: Array, labels_b: Array, lam: Array, num_classes: int
   Returns:
     float [B, K] (float32, or the weights' dtype if wider). A row with an out-of-range label a_i or
     b_i is NaN under `jit` (never a clipped class); eagerly it raises `ValueError`.
+
+  Raises:
+    ValueError: labels not [B] of one length, λ not a scalar or (eagerly) outside [0, 1],
+      `class_weights` not [K], or (eagerly) a label outside [0, K).
+    TypeError: non-integer labels, non-floating weights.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.mixed_targets(jnp.array([0, 1]), jnp.array([2, 1]), 0.75, 3))
+    [[0.75 0.   0.25]
+     [0.   1.   0.  ]]
   """
   num_classes = check_num_classes(num_classes)
   labels_a = jnp.asarray(labels_a)
@@ -399,9 +525,12 @@ def _cosine(p: jax.Array, z: jax.Array) -> jax.Array:
   return jnp.sum(p * z, axis=-1) / (_safe_norm(p) * _safe_norm(z))
 
 
-def glmc_consistency(pred_g: Array, proj_g: Array, pred_l: Array, proj_l: Array, *,
-                     where: Array | None = None) -> jax.Array:
-  """The cumulative (SimSiam) consistency of the two mixtures, per example [B]:
+def glmc_consistency(pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike, proj_l: ArrayLike, *,
+                     where: ArrayLike | None = None) -> jax.Array:
+  """The cumulative (SimSiam) consistency of the two mixtures, per example [B].
+
+  Du et al., CVPR 2023, arXiv 2305.08661 (a SimSiam loss: Chen & He, "Exploring Simple Siamese
+  Representation Learning", CVPR 2021, arXiv 2011.10566):
 
       c_i = −cos(p_g,i, sg(z_l,i)) − cos(p_l,i, sg(z_g,i)),
       cos(p, z) = ⟨p, z⟩ / (max(‖p‖, ε) · max(‖z‖, ε)),   ε = 1e-8
@@ -412,11 +541,26 @@ def glmc_consistency(pred_g: Array, proj_g: Array, pred_l: Array, proj_l: Array,
   `F.cosine_similarity`) keep a zero row finite, with a zero gradient. Computed in at least float32.
 
   Args:
-    pred_g, proj_g, pred_l, proj_l: [B, D] floating, one shape.
+    pred_g: float [B, D] predictor output p_g of the global (mixup) pass.
+    proj_g: float [B, D] projection z_g of the global pass.
+    pred_l: float [B, D] predictor output p_l of the local (CutMix) pass.
+    proj_l: float [B, D] projection z_l of the local pass.
     where: optional bool [B]; padding rows give 0 and no gradient.
 
   Returns:
     float [B] in [−2, 2].
+
+  Raises:
+    ValueError: arrays not rank 2 or of different shapes, a `where` of another shape.
+    TypeError: non-floating arrays.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> p, z = jnp.array([[1.0, 0.0], [0.6, 0.8]]), jnp.array([[1.0, 0.0], [1.0, 0.0]])
+    >>> print(reweight_jax.glmc_consistency(p, z, p, z))  # −2 cos(p, z): −2 and −1.2
+    [-2.  -1.2]
   """
   pred_g = check_floating(pred_g, 2, "pred_g")
   arrays = [pred_g]
@@ -433,8 +577,10 @@ def glmc_consistency(pred_g: Array, proj_g: Array, pred_l: Array, proj_l: Array,
   return jnp.where(real, consistency, 0)
 
 
-def glmc_alpha(epoch: Array, num_epochs: int) -> jax.Array:
-  """The cumulative-learning weight of the balanced branch, float32 scalar (jittable in `epoch`):
+def glmc_alpha(epoch: ArrayLike, num_epochs: int) -> jax.Array:
+  """The cumulative-learning weight of the balanced branch, float32 scalar (jittable in `epoch`).
+
+  Du et al., CVPR 2023, arXiv 2305.08661, the cumulative learning schedule:
 
       α_e = 1 − (e / E)²
 
@@ -445,6 +591,20 @@ def glmc_alpha(epoch: Array, num_epochs: int) -> jax.Array:
     epoch: scalar e in [0, E] (integer or floating; may be traced). Eagerly outside → ValueError;
       under `jit` NaN (never a clipped value, which would silently flip the branch weights).
     num_epochs: E, a positive Python int.
+
+  Returns:
+    float32 scalar α_e in [0, 1].
+
+  Raises:
+    ValueError: `epoch` not a real scalar or (eagerly) outside [0, E].
+    TypeError: `num_epochs` not an int.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.glmc_alpha(0, 200), reweight_jax.glmc_alpha(100, 200))
+    1.0 0.75
   """
   num_epochs = _check_positive_int(num_epochs, "num_epochs")
   epoch = jnp.asarray(epoch)
@@ -460,12 +620,16 @@ def glmc_alpha(epoch: Array, num_epochs: int) -> jax.Array:
   return jnp.where((epoch >= 0) & (epoch <= num_epochs), alpha, jnp.nan)
 
 
-def glmc_loss(logits_fc_g: Array, logits_fc_l: Array, logits_cb_g: Array, logits_cb_l: Array,
-              pred_g: Array, proj_g: Array, pred_l: Array, proj_l: Array, labels_a: Array,
-              labels_b: Array, lam: Array, class_weights: Array, alpha: Array, w_con: Array, *,
-              axis_name: str | None = None, where: Array | None = None
+def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: ArrayLike,
+              logits_cb_l: ArrayLike, pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike,
+              proj_l: ArrayLike, labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike,
+              class_weights: ArrayLike, alpha: ArrayLike, w_con: ArrayLike, *,
+              axis_name: str | None = None, where: ArrayLike | None = None
               ) -> tuple[jax.Array, GLMCAux]:
-  """GLMC's loss of one step (`Trainer.train`), returns `(loss, GLMCAux)`:
+  """GLMC's loss of one step (`Trainer.train`), returns `(loss, GLMCAux)`.
+
+  Du et al., CVPR 2023, arXiv 2305.08661: the global and local mixture losses of the two heads and
+  the cumulative consistency:
 
       y   = λ e_a + (1 − λ) e_b,   y^w = λ v_a e_a + (1 − λ) v_b e_b          (`mixed_targets`)
       L_bal = mean_i ce(fc(x_g)_i, y_i)    + mean_i ce(fc(x_l)_i, y_i)
@@ -476,18 +640,30 @@ def glmc_loss(logits_fc_g: Array, logits_fc_l: Array, logits_cb_g: Array, logits
   ce is `soft_cross_entropy`; g is the mixup pass (x_g), l the CutMix pass (x_l); both passes use
   the same targets. The gradient flows into the four logits and the two predictions, not into the
   projections (stop-gradient); `class_weights` enter as given (v is a constant; the inverse
-  reweighting's ŵ of PIPELINES §4 may be passed in its place, with or without its gradient).
+  reweighting's ŵ (`mixed_inverse_reweighted_loss`) may be passed in its place, with or without its
+  gradient).
 
   Data parallel (`axis_name`): the means run over the real rows of the global batch (their count
   psum-ed), λ, v, α and w_con must be the same on every device, and the loss and each aux term are
   this device's share N_devices · (Σ_{local i} …) / B_global: `lax.pmean` of it, and of the
-  parameter gradients, is the value (gradient) of the concatenated batch on one device.
+  parameter gradients, is the value (gradient) of the concatenated batch on one device. Under
+  `jax.shard_map`'s default `check_vma=True` the loss is still this share and so are the aux terms;
+  take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the
+  share's own gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over a
+  batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss
+  is the global value, and so are the aux terms.
 
   Args:
-    logits_fc_g, logits_fc_l: [B, K] logits of the instance-balanced head fc on x_g and x_l.
-    logits_cb_g, logits_cb_l: [B, K] logits of the re-balanced head fc_cb on x_g and x_l.
-    pred_g, proj_g, pred_l, proj_l: [B, D] predictor outputs p and projections z of the passes.
-    labels_a, labels_b: int [B] labels of the paired instance-balanced and re-balanced rows.
+    logits_fc_g: float [B, K] logits of the instance-balanced head fc on x_g.
+    logits_fc_l: float [B, K] logits of fc on x_l.
+    logits_cb_g: float [B, K] logits of the re-balanced head fc_cb on x_g.
+    logits_cb_l: float [B, K] logits of fc_cb on x_l.
+    pred_g: float [B, D] predictor output p of the global pass.
+    proj_g: float [B, D] projection z of the global pass.
+    pred_l: float [B, D] predictor output p of the local pass.
+    proj_l: float [B, D] projection z of the local pass.
+    labels_a: int [B] labels of the instance-balanced rows.
+    labels_b: int [B] labels of the paired re-balanced rows.
     lam: scalar λ of the step in [0, 1].
     class_weights: [K] v (`glmc_class_weights`), or ŵ.
     alpha: scalar α in [0, 1] (`glmc_alpha`; NaN loss under `jit` when outside).
@@ -500,6 +676,24 @@ def glmc_loss(logits_fc_g: Array, logits_fc_l: Array, logits_cb_g: Array, logits
   Returns:
     (loss, GLMCAux). A real row with an out-of-range label makes the loss (and L_bal, L_reb) NaN
     under `jit`; eagerly it raises `ValueError` naming labels_a or labels_b.
+
+  Raises:
+    ValueError: logits of different shapes, labels not [B], arrays of mismatched batch sizes, α or λ
+      not a scalar in [0, 1] (eagerly), `w_con` negative or not a real scalar, or (eagerly) a label
+      outside [0, K).
+    TypeError: non-floating logits or projections, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0]])
+    >>> pred, proj = jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([[1.0, 0.1], [0.1, 1.0]])
+    >>> loss, aux = reweight_jax.glmc_loss(
+    ...     logits, logits, logits, logits, pred, proj, pred, proj, jnp.array([0, 1]),
+    ...     jnp.array([2, 2]), 0.6, jnp.array([0.5, 1.0, 1.5]), alpha=0.75, w_con=1.0)
+    >>> print(f"{loss:.4f}", f"{aux.balanced:.4f}", f"{aux.rebalanced:.4f}", f"{aux.consistency:.4f}")
+    0.6898 2.4501 3.3692 -1.9901
   """
   logits_fc_g = check_floating(logits_fc_g, 2, "logits_fc_g")
   for name, value in (("logits_fc_l", logits_fc_l), ("logits_cb_g", logits_cb_g),

@@ -1,4 +1,6 @@
-"""Class-level Group DRO (COMPARISONS spec, 'Class-level Group DRO'; Sagawa et al. 2020).
+"""Class-level Group DRO (Sagawa et al., "Distributionally Robust Neural Networks
+for Group Shifts", ICLR 2020, arXiv 1911.08731: online group DRO, Algorithm 1; one of MR2's
+comparison methods).
 
 Groups are classes. The state is the group distribution q ∈ Δ^K (start: `init_group_dro_q`, 1/K each),
 carried in the train state like any other loss state. The step loss Σ_c q_c g_c with global-batch
@@ -7,10 +9,11 @@ class means is `class_weighted_loss`, shared with FairDRO (`reweight_jax/fairdro
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
@@ -19,8 +22,6 @@ from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
 from reweight_jax.inverse_weights import slot_class_losses
-
-Array = Any
 
 
 class GroupDROAux(NamedTuple):
@@ -47,8 +48,8 @@ class _BatchClasses(NamedTuple):
   present: jax.Array  # bool [K]
 
 
-def _batch_classes(per_example_loss: Array, labels: Array, num_classes: int, *,
-                   axis_name: str | None, where: Array | None) -> _BatchClasses:
+def _batch_classes(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: int, *,
+                   axis_name: str | None, where: ArrayLike | None) -> _BatchClasses:
   labels = jnp.asarray(labels)
   in_range = check_labels(labels, num_classes)
   per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
@@ -74,28 +75,33 @@ def _weighted_share(q: jax.Array, batch: _BatchClasses, axis_name: str | None) -
   slot_weights = class_sums.gather_from_classes(
       jax.lax.stop_gradient(q).astype(dtype), batch.slots) / jnp.maximum(
           batch.slots.counts, 1.0).astype(dtype)
-  example_weights = jnp.where(batch.valid, slot_weights[batch.slots.slot], 0.0)
+  example_weights = jnp.where(batch.valid, class_sums.at_rows(slot_weights, batch.slots), 0.0)
   loss = class_sums.num_devices(axis_name) * jnp.sum(
       example_weights * jnp.where(batch.valid, batch.per_example_loss, 0.0))
   return jnp.where(jnp.all(batch.in_range | ~batch.real), loss, jnp.nan)
 
 
-def class_weighted_loss(per_example_loss: Array, labels: Array, q: Array, *,
-                        axis_name: str | None = None, where: Array | None = None
+def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *,
+                        axis_name: str | None = None, where: ArrayLike | None = None
                         ) -> tuple[jax.Array, ClassWeightedAux]:
   """Σ_c q_c g_c over the (global) batch with fixed class weights q; returns `(loss, aux)`.
 
       g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch)
       loss = Σ_c q_c g_c                 (q a constant: ∂loss/∂ℓ_i = q_{y_i}/n_{y_i})
 
-  The step loss of Group DRO (with its updated q) and of FairDRO (COMPARISONS spec, 'Class-level
-  Group DRO' and 'FairDRO, classes as groups'). q may be any real vector (FairDRO's q may have
-  negative entries); it is not normalised here.
+  The step loss of Group DRO (Sagawa et al., ICLR 2020, arXiv 1911.08731; with its updated q) and of
+  FairDRO (Jung et al., ICLR 2023, arXiv 2303.00442), with classes as groups. q may be any real
+  vector (FairDRO's q may have negative entries); it is not normalised here.
 
   Data parallel (`axis_name`): g_c comes from the global batch (class sums and counts psum-ed), q
-  must be the same on every device, and the returned loss is this device's share
-  N_devices · Σ_{local i} q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated
-  batch and `lax.pmean` of the parameter gradients is its gradient.
+  must be the same on every device, and the returned loss is this device's share N_devices ·
+  Σ_{local i} q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated batch and
+  `lax.pmean` of the parameter gradients is its gradient. Under `jax.shard_map`'s default
+  `check_vma=True` the loss is still this share and aux is typed replicated; take the gradient of
+  `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the share's own gradient is
+  N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out with
+  `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global value,
+  aux replicated.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i.
@@ -106,6 +112,20 @@ def class_weighted_loss(per_example_loss: Array, labels: Array, q: Array, *,
 
   Returns:
     (loss, ClassWeightedAux); an out-of-range label of a real row makes the loss NaN.
+
+  Raises:
+    ValueError: losses not [B] like the labels, q not rank 1, a `where` of another shape, or
+      (eagerly) a label outside [0, K).
+    TypeError: non-floating losses or q, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> per_example, labels = jnp.array([0.2, 0.4, 1.5, 0.9]), jnp.array([0, 0, 1, 2])
+    >>> loss, aux = reweight_jax.class_weighted_loss(per_example, labels, jnp.array([0.5, 0.25, 0.25]))
+    >>> print(f"{loss:.4f}", np.asarray(aux.class_losses, float).round(4))  # 0.5·0.3 + 0.25·1.5 + 0.25·0.9
+    0.7500 [0.3 1.5 0.9]
   """
   q = check_floating(q, 1, "q")
   batch = _batch_classes(per_example_loss, labels, q.shape[0], axis_name=axis_name, where=where)
@@ -114,22 +134,59 @@ def class_weighted_loss(per_example_loss: Array, labels: Array, q: Array, *,
 
 
 def init_group_dro_q(num_classes: int) -> jax.Array:
-  """q = 1/K for every class (the start of Group DRO's exponentiated-gradient ascent)."""
+  """q = 1/K for every class (the start of Group DRO's exponentiated-gradient ascent).
+
+  Sagawa et al., ICLR 2020, arXiv 1911.08731, Algorithm 1 (q starts uniform).
+
+  Args:
+    num_classes: K.
+
+  Returns:
+    float32 [K], each 1/K.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.init_group_dro_q(4))
+    [0.25 0.25 0.25 0.25]
+  """
   return jnp.full((num_classes,), 1.0 / num_classes, jnp.float32)
 
 
-def group_dro_adjustment(class_counts: Array, c: float) -> jax.Array:
+def group_dro_adjustment(class_counts: ArrayLike, c: float) -> jax.Array:
   """The generalisation adjustment C/√n_c of each class (n_c training counts; a class with none
-  is treated as having one, as the other count-based weights here do)."""
+  is treated as having one, as the other count-based weights here do).
+
+  Sagawa et al., ICLR 2020, arXiv 1911.08731: the group adjustment C/√n_g added to each group's
+  loss before the update of q.
+
+  Args:
+    class_counts: [K] training-set class counts n_c.
+    c: the constant C ≥ 0.
+
+  Returns:
+    float32 [K].
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.group_dro_adjustment(jnp.array([100, 4, 0]), c=1.0))
+    [0.1 0.5 1. ]
+  """
   counts = jnp.maximum(jnp.asarray(class_counts, jnp.float32), 1.0)
   return c / jnp.sqrt(counts)
 
 
-def group_dro_loss(per_example_loss: Array, labels: Array, q: Array, *, eta: float = 0.01,
-                   adjustment: Array | None = None, normalize: bool = False,
-                   axis_name: str | None = None, where: Array | None = None
+def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *,
+                   eta: float = 0.01, adjustment: ArrayLike | None = None, normalize: bool = False,
+                   axis_name: str | None = None, where: ArrayLike | None = None
                    ) -> tuple[jax.Array, jax.Array, GroupDROAux]:
   """One Group DRO step with classes as groups; returns `(loss, new_q, aux)`.
+
+  Sagawa et al., ICLR 2020, arXiv 1911.08731, Algorithm 1 (online group DRO), with the groups the
+  K classes as MR2 (Zhu et al., ICLR 2026, arXiv 2602.00205) compares it:
 
       g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch)
       a_c = g_c + adjustment_c           (optionally a / Σ_k a_k, `normalize`)
@@ -139,13 +196,18 @@ def group_dro_loss(per_example_loss: Array, labels: Array, q: Array, *, eta: flo
 
   Absent classes get exp(η·adjustment_c) (exp(0) without adjustment) and lose mass relative to the
   present ones. The reference adds the adjustment to g in place, so its logged loss includes C/√n_c;
-  here the loss is Σ_c q_c g_c without it (the spec's definition). The multiplicative update is
+  here the loss is Σ_c q_c g_c without it (the paper's objective). The multiplicative update is
   taken in log space (q ← softmax(log q + η a)), so it neither overflows nor underflows to NaN.
 
   Data parallel (`axis_name`): g_c comes from the global batch (class sums and counts psum-ed), q is
-  the same on every device, and the returned loss is this device's share
-  N_devices · Σ_{local i} q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated
-  batch and `lax.pmean` of the parameter gradients is its gradient.
+  the same on every device, and the returned loss is this device's share N_devices · Σ_{local i}
+  q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated batch and `lax.pmean` of
+  the parameter gradients is its gradient. Under `jax.shard_map`'s default `check_vma=True` the loss
+  is still this share and the new q and aux are typed replicated (`out_specs=P()`); take the
+  gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the share's own
+  gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out
+  with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global
+  value, q and aux replicated.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).
@@ -159,6 +221,21 @@ def group_dro_loss(per_example_loss: Array, labels: Array, q: Array, *, eta: flo
 
   Returns:
     (loss, new_q, GroupDROAux); an out-of-range label of a real row makes the loss NaN.
+
+  Raises:
+    ValueError: η < 0, an `adjustment` that is not [K], losses not [B] like the labels, or (eagerly)
+      a label outside [0, K).
+    TypeError: non-floating losses or q, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> per_example, labels = jnp.array([0.2, 0.4, 1.5, 0.9]), jnp.array([0, 0, 1, 2])
+    >>> q = reweight_jax.init_group_dro_q(3)
+    >>> loss, q, aux = reweight_jax.group_dro_loss(per_example, labels, q, eta=1.0)
+    >>> print(f"{loss:.4f}", np.asarray(q, float).round(4))  # mass moves to the class with the largest loss
+    1.1266 [0.1628 0.5405 0.2967]
   """
   q = check_floating(q, 1, "q")
   num_classes = q.shape[0]

@@ -1,18 +1,19 @@
 """Batch-level inverse weights: per-class batch losses and the closed-form minimiser.
 
-REWEIGHT spec, 'Inverse problem and closed form'. The functions work on any vector of classes: the
-public ones take [K] vectors, and `inverse_reweighted_loss` calls the same equations on the compact
-per-slot vectors of `mr2_reweight_core.class_sums` (only the classes of the batch), so that K = 8142 with a batch
-of 32 costs O(B), not O(K), per step.
+Wang et al., ICML 2026, arXiv 2605.10047: the inverse problem and its closed form. The functions
+work on any vector of classes: the public ones take [K] vectors, and `inverse_reweighted_loss` calls
+the same equations on the compact per-slot vectors of `mr2_reweight_core.class_sums` (only the
+classes of the batch), so that K = 8142 with a batch of 32 costs O(B), not O(K), per step.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
@@ -23,8 +24,6 @@ from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_where
 from mr2_reweight_core.checks import is_concrete
-
-Array = Any
 
 
 class BatchClassLosses(NamedTuple):
@@ -54,13 +53,13 @@ def slot_class_losses(per_example_loss: jax.Array, valid: jax.Array,
   return loss_sums / jnp.maximum(slots.counts, 1.0).astype(loss_sums.dtype), present
 
 
-def batch_class_losses(per_example_loss: Array, labels: Array, num_classes: int, *,
-                       where: Array | None = None,
+def batch_class_losses(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: int, *,
+                       where: ArrayLike | None = None,
                        axis_name: str | None = None) -> BatchClassLosses:
   """Per-class mean batch losses L_c = (1/n_c) Σ_{i: y_i = c} ℓ_i, for the classes present.
 
-  REWEIGHT spec, 'Inverse problem and closed form', "Per step": "L_c = mean of ℓ_i over the batch
-  samples of class c (classes present in the batch)".
+  Wang et al., ICML 2026, arXiv 2605.10047: the per-class losses L_c of the inverse problem, over
+  the classes present in the (global) batch.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (e.g. softmax cross-entropy).
@@ -71,6 +70,20 @@ def batch_class_losses(per_example_loss: Array, labels: Array, num_classes: int,
 
   Returns:
     `BatchClassLosses` with [K] vectors (identical on every device under `axis_name`).
+
+  Raises:
+    ValueError: losses not [B] like the labels, a `where` of another shape, `num_classes` < 1, or
+      (eagerly) a label outside [0, K).
+    TypeError: non-floating losses, non-integer labels, a non-int `num_classes`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> per_example, labels = jnp.array([0.2, 0.4, 1.5]), jnp.array([0, 0, 2])
+    >>> out = reweight_jax.batch_class_losses(per_example, labels, 3)
+    >>> print(np.asarray(out.class_losses, float).round(4), out.present, out.class_counts)
+    [0.3 0.  1.5] [ True False  True] [2. 0. 1.]
   """
   num_classes = check_num_classes(num_classes)
   labels = jnp.asarray(labels)
@@ -92,7 +105,21 @@ def batch_class_losses(per_example_loss: Array, labels: Array, num_classes: int,
 def mean_class_loss(class_losses: jax.Array, present: jax.Array) -> jax.Array:
   """L̄ = mean of L_c over the present classes (a class-level mean, not a sample mean); 0 if none.
 
-  REWEIGHT spec, 'Inverse problem and closed form', "Per step".
+  Wang et al., ICML 2026, arXiv 2605.10047: the target L̄ of the inverse problem.
+
+  Args:
+    class_losses: [K] per-class mean losses L_c.
+    present: bool [K], the classes that enter the mean.
+
+  Returns:
+    scalar L̄ in the losses' dtype.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.mean_class_loss(jnp.array([0.3, 0.0, 1.5]), jnp.array([True, False, True])))
+    0.9
   """
   safe_losses = jnp.where(present, class_losses, 0)
   num_present = jnp.sum(present).astype(safe_losses.dtype)
@@ -100,7 +127,7 @@ def mean_class_loss(class_losses: jax.Array, present: jax.Array) -> jax.Array:
 
 
 def closed_form_weights(class_losses: jax.Array, present: jax.Array, prior: jax.Array,
-                        alpha: Array, eps: float) -> jax.Array:
+                        alpha: ArrayLike, eps: float) -> jax.Array:
   """w*_c = (L̄·L_c + α·w⁰_c) / (L_c² + α + ε) for present classes, w⁰_c for absent ones.
 
   Unchecked core of `inverse_weights`; the vectors may be per class [K] or per slot [S].
@@ -112,16 +139,16 @@ def closed_form_weights(class_losses: jax.Array, present: jax.Array, prior: jax.
   return jnp.where(present, solution, prior)
 
 
-def check_alpha(alpha: Array) -> None:
+def check_alpha(alpha: ArrayLike) -> None:
   """Raises if a concrete Tikhonov strength α is negative or not a scalar."""
   if np.ndim(alpha) != 0:
     raise ValueError(f"alpha: expected a scalar, got shape {np.shape(alpha)}.")
-  if is_concrete(alpha) and not float(alpha) >= 0:
-    raise ValueError(f"alpha: expected α ≥ 0, got {float(alpha)}.")
+  if is_concrete(alpha) and not float(np.asarray(alpha)) >= 0:
+    raise ValueError(f"alpha: expected α ≥ 0, got {float(np.asarray(alpha))}.")
 
 
-def inverse_weights(class_losses: Array, present: Array, *, prior: Array, alpha: Array = 0.0,
-                    eps: float = 1e-8) -> jax.Array:
+def inverse_weights(class_losses: ArrayLike, present: ArrayLike, *, prior: ArrayLike,
+                    alpha: ArrayLike = 0.0, eps: float = 1e-8) -> jax.Array:
   """Closed-form batch-level weights: the minimiser of the Tikhonov-regularised inverse problem.
 
       min_w Σ_c (w_c·L_c − L̄)² + α·(w_c − w⁰_c)²
@@ -129,8 +156,9 @@ def inverse_weights(class_losses: Array, present: Array, *, prior: Array, alpha:
       w*_c = w⁰_c                                   for absent classes
       L̄   = mean of L_c over the present classes
 
-  REWEIGHT spec, 'Inverse problem and closed form'. With α = 0, w*_c = L̄·L_c / (L_c² + ε) ≈ L̄ / L_c;
-  a present class with L_c = 0 then gets w*_c = 0 (the ε-regularised limit), not infinity.
+  Wang et al., ICML 2026, arXiv 2605.10047: the closed form of the inverse problem. With α = 0, w*_c
+  = L̄·L_c / (L_c² + ε) ≈ L̄ / L_c; a present class with L_c = 0 then gets w*_c = 0 (the
+  ε-regularised limit), not infinity.
 
   Args:
     class_losses: [K] per-class mean losses L_c (values of absent classes are ignored).
@@ -141,6 +169,21 @@ def inverse_weights(class_losses: Array, present: Array, *, prior: Array, alpha:
 
   Returns:
     [K] weights w*.
+
+  Raises:
+    ValueError: vectors that are not [K], α < 0 or not a scalar, ε ≤ 0.
+    TypeError: non-floating losses or prior, a non-boolean `present`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> class_losses, present = jnp.array([0.5, 2.0, 0.0]), jnp.array([True, True, False])
+    >>> print(np.asarray(reweight_jax.inverse_weights(class_losses, present, prior=jnp.ones(3)), float).round(4))
+    [2.5   0.625 1.   ]
+    >>> print(np.asarray(reweight_jax.inverse_weights(class_losses, present, prior=jnp.ones(3),
+    ...                                             alpha=1.0), float).round(4))
+    [1.3 0.7 1. ]
   """
   class_losses = check_floating(class_losses, 1, "class_losses")
   num_classes = class_losses.shape[0]

@@ -1,4 +1,6 @@
-"""Just Train Twice (COMPARISONS spec, 'JTT'; Liu et al. ICML 2021, `anniesch/jtt`).
+"""Just Train Twice (Liu et al., "Just Train Twice: Improving Group Robustness without Training
+Group Information", ICML 2021, arXiv 2107.09044, Algorithm 1; reference code `anniesch/jtt`; one of
+MR2's comparison methods).
 
 JTT is two ERM runs and a data-set edit between them, so there is no loss function here:
 
@@ -25,17 +27,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
 
-Array = Any
 
+def jtt_error_set(logits: ArrayLike, labels: ArrayLike, *, where: ArrayLike | None = None
+                  ) -> jax.Array:
+  """The error set of JTT's stage-1 model as a mask, bool [N].
 
-def jtt_error_set(logits: Array, labels: Array, *, where: Array | None = None) -> jax.Array:
-  """The error set of JTT's stage-1 model as a mask, bool [N]:
+  Liu et al., ICML 2021, arXiv 2107.09044, Algorithm 1 (the examples the identification model
+  misclassifies):
 
       E_i = 1[argmax_k z_ik ≠ y_i]   (False for rows with `where` False)
 
@@ -52,6 +57,22 @@ def jtt_error_set(logits: Array, labels: Array, *, where: Array | None = None) -
   Returns:
     bool [N]. Eagerly an out-of-range label raises `ValueError`; under `jit` no prediction can
     equal it, so it is in the error set (use `traced_checks()` with `checkify` for the error).
+
+  Raises:
+    ValueError: logits not [N, K], labels not [N], a `where` of another shape, or (eagerly) a label
+      outside [0, K).
+    TypeError: non-floating logits or non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> print(reweight_jax.jtt_error_set(logits, labels))
+    [False False False False]
+    >>> print(reweight_jax.jtt_error_set(logits, jnp.array([0, 1, 2, 0])))  # row 3 predicts 1
+    [False False False  True]
   """
   logits = check_floating(logits, 2, "logits")
   labels = jnp.asarray(labels)
@@ -61,7 +82,7 @@ def jtt_error_set(logits: Array, labels: Array, *, where: Array | None = None) -
   return real & (jnp.argmax(logits, axis=-1) != labels)
 
 
-def _check_error_set(error_set: Array) -> np.ndarray:
+def _check_error_set(error_set: ArrayLike) -> np.ndarray:
   error_set = np.asarray(error_set)
   if error_set.ndim != 1:
     raise ValueError(f"error_set: expected rank 1 [N], got shape {error_set.shape}.")
@@ -79,18 +100,39 @@ def _check_upweight(upweight: int) -> int:
   return int(upweight)
 
 
-def jtt_epoch_length(error_set: Array, upweight: int) -> int:
-  """Examples in one stage-2 epoch: N + λ_up·|E|."""
+def jtt_epoch_length(error_set: ArrayLike, upweight: int) -> int:
+  """Examples in one stage-2 epoch: N + λ_up·|E|.
+
+  Liu et al., ICML 2021, arXiv 2107.09044: each error-set example appears 1 + λ_up times.
+
+  Args:
+    error_set: bool [N] mask of the error set E.
+    upweight: λ_up, a non-negative int.
+
+  Returns:
+    int, the epoch's length.
+
+  Raises:
+    ValueError: `error_set` not rank 1, a negative `upweight`.
+    TypeError: a non-boolean `error_set`, a non-int `upweight`.
+
+  Examples:
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(reweight_jax.jtt_epoch_length(np.array([False, True, False, True]), upweight=20))
+    44
+  """
   error_set = _check_error_set(error_set)
   return int(error_set.shape[0] + _check_upweight(upweight) * np.count_nonzero(error_set))
 
 
-def jtt_upsampled_indices(error_set: Array, upweight: int, *, seed: Any = None,
+def jtt_upsampled_indices(error_set: ArrayLike, upweight: int, *, seed: Any = None,
                           rng: np.random.Generator | None = None) -> np.ndarray:
   """Dataset indices of one stage-2 epoch, shuffled: example i appears 1 + λ_up·1[i ∈ E] times.
 
-  Host-side NumPy, drawn once per epoch. Give exactly one of `seed` (an int or a sequence of ints,
-  e.g. `(seed, epoch)`, for a list that is a pure function of its arguments) or `rng` (a
+  Liu et al., ICML 2021, arXiv 2107.09044, Algorithm 1 (the up-sampled training set of the final
+  model). Host-side NumPy, drawn once per epoch. Give exactly one of `seed` (an int or a sequence of
+  ints, e.g. `(seed, epoch)`, for a list that is a pure function of its arguments) or `rng` (a
   `np.random.Generator`, advanced by one permutation).
 
   Args:
@@ -102,6 +144,18 @@ def jtt_upsampled_indices(error_set: Array, upweight: int, *, seed: Any = None,
 
   Returns:
     int64 [jtt_epoch_length(error_set, upweight)].
+
+  Raises:
+    ValueError: both or neither of `seed` and `rng`, `error_set` not rank 1, a negative `upweight`.
+    TypeError: a non-boolean `error_set`, a non-int `upweight`, an `rng` that is not a Generator.
+
+  Examples:
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> error_set = np.array([False, True, False])
+    >>> indices = reweight_jax.jtt_upsampled_indices(error_set, 2, seed=(0, 1))
+    >>> print(sorted(indices.tolist()))  # example 1 three times
+    [0, 1, 1, 1, 2]
   """
   error_set = _check_error_set(error_set)
   upweight = _check_upweight(upweight)

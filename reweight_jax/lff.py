@@ -1,4 +1,6 @@
-"""Learning from Failure (COMPARISONS spec, 'LfF'; Nam et al. NeurIPS 2020, `alinlab/LfF`).
+"""Learning from Failure (Nam et al., "Learning from Failure: Training Debiased Classifier from
+Biased Classifier", NeurIPS 2020, arXiv 2007.02561, Algorithm 1; reference code `alinlab/LfF`; one
+of MR2's comparison methods).
 
 Two models of the same architecture see the same batches: a biased one f_B, trained with the
 generalized cross-entropy (GCE) so that it latches onto easy (bias-aligned) examples, and the
@@ -11,14 +13,16 @@ the train state as usual (one backward pass of the summed loss, one optimiser pe
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
+from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_labels
@@ -33,11 +37,9 @@ from mr2_reweight_core.cross_entropy import cross_entropy_loss
 from mr2_reweight_core.cross_entropy import finish_per_example as _finish
 from mr2_reweight_core.cross_entropy import label_log_prob as _label_log_prob
 
-Array = Any
-
 
 class LfFState(NamedTuple):
-  """Per-example loss EMAs over the training set.
+  """Per-example loss EMAs over the training set (Nam et al., NeurIPS 2020, arXiv 2007.02561).
 
   Attributes:
     ema_biased: float32 [N], e_B (0 where unvisited).
@@ -59,7 +61,26 @@ class LfFAux(NamedTuple):
 
 
 def init_lff_state(num_examples: int) -> LfFState:
-  """e_B = e_D = 0 and nothing seen, for a training set of `num_examples` examples."""
+  """e_B = e_D = 0 and nothing seen, for a training set of `num_examples` examples.
+
+  Nam et al., NeurIPS 2020, arXiv 2007.02561: the per-example loss EMAs of the two models.
+
+  Args:
+    num_examples: N, a positive Python int.
+
+  Returns:
+    `LfFState` with float32 [N] zeros and ``seen`` bool [N] False.
+
+  Raises:
+    TypeError: `num_examples` is not an int.
+    ValueError: `num_examples` < 1.
+
+  Examples:
+    >>> import reweight_jax
+    >>> state = reweight_jax.init_lff_state(5)
+    >>> print(state.ema_biased, state.seen)
+    [0. 0. 0. 0. 0.] [False False False False False]
+  """
   if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)):
     raise TypeError(f"num_examples: expected a Python int, got {type(num_examples).__name__}.")
   if num_examples < 1:
@@ -68,9 +89,13 @@ def init_lff_state(num_examples: int) -> LfFState:
                   jnp.zeros((num_examples,), bool))
 
 
-def gce_loss(logits: Array, labels: Array, *, q: float = 0.7,
-             where: Array | None = None) -> jax.Array:
-  """Generalized cross-entropy as LfF codes it, per example [B]:
+def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: float = 0.7,
+             where: ArrayLike | None = None) -> jax.Array:
+  """Generalized cross-entropy as LfF codes it, per example [B].
+
+  Zhang & Sabuncu, "Generalized Cross Entropy Loss for Training Deep Neural Networks with Noisy
+  Labels", NeurIPS 2018, arXiv 1805.07836, as LfF (Nam et al., NeurIPS 2020, arXiv 2007.02561)
+  trains its biased model with it:
 
       ℓ_i = q · sg(p_{i,y_i}^q) · (−log p_{i,y_i}),   p_i = softmax(z_i)
 
@@ -79,12 +104,27 @@ def gce_loss(logits: Array, labels: Array, *, q: float = 0.7,
   p_y^q is exp(q · log p_y) from the stable log-softmax, so it neither overflows nor is 0^q.
 
   Args:
-    logits: [B, K]. labels: int [B] in [0, K).
+    logits: float [B, K].
+    labels: int [B] in [0, K).
     q: exponent in (0, 1] (0.7, the reference's default).
     where: optional bool [B]; padding rows give 0 and no gradient.
 
   Returns:
     float [B]; NaN for an out-of-range label under `jit` (never a clipped class).
+
+  Raises:
+    ValueError: q outside (0, 1], logits not [B, K], labels not [B], or (eagerly) a label outside
+      [0, K).
+    TypeError: non-floating logits or non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> print(np.asarray(reweight_jax.gce_loss(logits, labels, q=0.7), float).round(4))
+    [0.1056 0.2958 0.0622 0.2348]
   """
   if not 0 < q <= 1:
     raise ValueError(f"q: expected an exponent in (0, 1], got {q}.")
@@ -108,7 +148,7 @@ def _check_state(state: LfFState) -> int:
   return num_examples
 
 
-def _check_indices(indices: Array, num_examples: int, where: jax.Array,
+def _check_indices(indices: ArrayLike, num_examples: int, where: jax.Array,
                    batch_name: str = "labels") -> jax.Array:
   """Checks dataset indices int [B] (B = where's length); returns the mask of in-range ones.
 
@@ -133,10 +173,12 @@ def _check_indices(indices: Array, num_examples: int, where: jax.Array,
   return in_range
 
 
-def lff_update_ema(state: LfFState, indices: Array, loss_biased: Array, loss_debiased: Array, *,
-                   alpha: float = 0.7, where: Array | None = None,
+def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
+                   loss_debiased: ArrayLike, *, alpha: float = 0.7, where: ArrayLike | None = None,
                    axis_name: str | None = None) -> LfFState:
-  """The loss EMAs after one (global) batch, at the batch's dataset positions (`util.py`, `EMA`):
+  """The loss EMAs after one (global) batch, at the batch's dataset positions.
+
+  Nam et al., NeurIPS 2020, arXiv 2007.02561 (the reference's `util.py`, `EMA`):
 
       e_i ← ℓ_i                        on the first visit of example i,
       e_i ← α · e_i + (1 − α) · ℓ_i    afterwards,          for e = e_B, e_D.
@@ -154,7 +196,8 @@ def lff_update_ema(state: LfFState, indices: Array, loss_biased: Array, loss_deb
   Args:
     state: `LfFState` with N entries.
     indices: int [B] dataset positions in [0, N) of the local batch.
-    loss_biased, loss_debiased: [B] per-example losses ℓ_B, ℓ_D (cross-entropy in the reference).
+    loss_biased: [B] per-example losses ℓ_B of the biased model (cross-entropy in the reference).
+    loss_debiased: [B] per-example losses ℓ_D of the debiased model.
     alpha: EMA decay α in [0, 1] (0.7).
     where: optional bool [B]; False marks padding, which writes nothing.
     axis_name: data-parallel axis name or None.
@@ -162,6 +205,23 @@ def lff_update_ema(state: LfFState, indices: Array, loss_biased: Array, loss_deb
   Returns:
     The new `LfFState`. A real row with an out-of-range index raises eagerly; under `jit` it writes
     nothing (never a clipped position) and `lff_weights` / `lff_loss` give it NaN.
+
+  Raises:
+    ValueError: α outside [0, 1], a state whose fields differ in shape, losses or indices not [B],
+      or (eagerly) an index outside [0, N).
+    TypeError: non-floating losses or EMAs, a non-boolean `seen`, non-integer indices.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> state = reweight_jax.init_lff_state(4)
+    >>> state = reweight_jax.lff_update_ema(state, jnp.array([1, 3]), jnp.array([1.0, 2.0]),
+    ...                                     jnp.array([0.5, 0.5]))
+    >>> state = reweight_jax.lff_update_ema(state, jnp.array([1]), jnp.array([0.0]), jnp.array([1.5]),
+    ...                                     alpha=0.5)
+    >>> print(state.ema_biased, state.ema_debiased, state.seen)
+    [0.  0.5 0.  2. ] [0.  1.  0.  0.5] [False  True False  True]
   """
   if not 0 <= alpha <= 1:
     raise ValueError(f"alpha: expected an EMA decay in [0, 1], got {alpha}.")
@@ -174,10 +234,11 @@ def lff_update_ema(state: LfFState, indices: Array, loss_biased: Array, loss_deb
   in_range = _check_indices(indices, num_examples, real, "loss_biased")
   writes = real & in_range
   positions = jnp.where(writes, indices, num_examples).astype(jnp.int32)
-  losses = jax.lax.stop_gradient(jnp.stack([loss_biased, loss_debiased]).astype(jnp.float32))
-  if axis_name is not None:
-    positions = jax.lax.all_gather(positions, axis_name, tiled=True)
-    losses = jax.lax.all_gather(losses, axis_name, axis=1, tiled=True)
+  # The global batch's positions and losses on every device (also when the batch is laid out over
+  # Explicit mesh axes without `axis_name`): the update reads and writes the N-sized state there.
+  (positions, loss_biased, loss_debiased), _ = class_sums.replicated_batch(
+      axis_name, positions, *jax.lax.stop_gradient((loss_biased, loss_debiased)))
+  losses = jnp.stack([loss_biased, loss_debiased]).astype(jnp.float32)
   # The last row of the global batch writing each position; earlier repeats write nothing.
   rows = jnp.arange(positions.shape[0], dtype=jnp.int32)
   last_row = jax.ops.segment_max(rows, positions, num_segments=num_examples)
@@ -193,9 +254,11 @@ def lff_update_ema(state: LfFState, indices: Array, loss_biased: Array, loss_deb
   return LfFState(ema_biased, ema_debiased, seen)
 
 
-def lff_weights(state: LfFState, indices: Array, labels: Array, dataset_labels: Array,
-                num_classes: int, *, where: Array | None = None) -> jax.Array:
-  """LfF's per-example weights of the debiased model's cross-entropy, [B] in [0, 1):
+def lff_weights(state: LfFState, indices: ArrayLike, labels: ArrayLike, dataset_labels: ArrayLike,
+                num_classes: int, *, where: ArrayLike | None = None) -> jax.Array:
+  """LfF's per-example weights of the debiased model's cross-entropy, [B] in [0, 1).
+
+  Nam et al., NeurIPS 2020, arXiv 2007.02561, Algorithm 1 (the relative difficulty score):
 
       ẽ_i = e_i / max{e_j : y_j = y_i, j = 1..N}     (unvisited examples have e_j = 0)
       W_i = ẽ_B,i / (ẽ_B,i + ẽ_D,i + 1e-8)
@@ -219,6 +282,23 @@ def lff_weights(state: LfFState, indices: Array, labels: Array, dataset_labels: 
 
   Returns:
     float32 [B]; NaN for a real row with an out-of-range label or index under `jit`.
+
+  Raises:
+    ValueError: a bad state, `dataset_labels` not [N], indices or labels not [B], or (eagerly) a
+      label or index out of range.
+    TypeError: non-integer labels or indices.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> state = reweight_jax.init_lff_state(3)
+    >>> state = reweight_jax.lff_update_ema(state, jnp.array([0, 1, 2]), jnp.array([2.0, 1.0, 1.0]),
+    ...                                     jnp.array([1.0, 1.0, 0.5]))
+    >>> dataset_labels = jnp.array([0, 0, 1])
+    >>> weights = reweight_jax.lff_weights(state, jnp.array([0, 1, 2]), dataset_labels, dataset_labels, 2)
+    >>> print(np.asarray(weights, float).round(4))
+    [0.5    0.3333 0.5   ]
   """
   num_examples = _check_state(state)
   num_classes = check_num_classes(num_classes)
@@ -238,18 +318,20 @@ def lff_weights(state: LfFState, indices: Array, labels: Array, dataset_labels: 
       emas)  # [2, K]; −inf for a class without examples
   class_max = jnp.where(class_max > 0, class_max, 1.0)  # ẽ = 0/1 = 0 where the maximum is 0
   batch_max = jax.vmap(lambda m: take_class_values(m, labels, label_ok))(class_max)  # [2, B]
-  batch_emas = emas[:, jnp.where(index_ok, indices, 0)]
+  batch_emas = explicit_mesh.take(emas.T, jnp.where(index_ok, indices, 0)).T
   normalized = batch_emas / batch_max
   weights = normalized[0] / (normalized[0] + normalized[1] + 1e-8)
   weights = jnp.where(index_ok, weights, jnp.nan)
   return jnp.where(real, weights, 0.0)
 
 
-def lff_loss(logits_biased: Array, logits_debiased: Array, labels: Array, indices: Array,
-             state: LfFState, dataset_labels: Array, *, q: float = 0.7, alpha: float = 0.7,
-             axis_name: str | None = None, where: Array | None = None
+def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: ArrayLike,
+             indices: ArrayLike, state: LfFState, dataset_labels: ArrayLike, *, q: float = 0.7,
+             alpha: float = 0.7, axis_name: str | None = None, where: ArrayLike | None = None
              ) -> tuple[jax.Array, LfFState, LfFAux]:
-  """One LfF step of both models; returns `(loss, new_state, aux)` (`train.py` of the reference):
+  """One LfF step of both models; returns `(loss, new_state, aux)`.
+
+  Nam et al., NeurIPS 2020, arXiv 2007.02561, Algorithm 1 (and `train.py` of the reference):
 
       ℓ_B,i = CE(z^B_i, y_i), ℓ_D,i = CE(z^D_i, y_i)   update the EMAs (`lff_update_ema`, constants)
       W_i   from the updated EMAs                        (`lff_weights`, a constant)
@@ -266,12 +348,14 @@ def lff_loss(logits_biased: Array, logits_debiased: Array, labels: Array, indice
   the loss (gradient) of the concatenated batch on one device.
 
   Args:
-    logits_biased, logits_debiased: [B, K] logits of f_B and f_D.
+    logits_biased: float [B, K] logits of the biased model f_B.
+    logits_debiased: float [B, K] logits of the debiased model f_D (the one evaluated).
     labels: int [B] in [0, K).
     indices: int [B] the examples' positions in the training set, [0, N).
     state: `LfFState` (`init_lff_state(N)` at the start).
     dataset_labels: int [N], every training example's label (for the class maxima).
-    q: GCE exponent (0.7). alpha: EMA decay (0.7).
+    q: GCE exponent in (0, 1] (0.7).
+    alpha: EMA decay in [0, 1] (0.7).
     axis_name: data-parallel axis name or None.
     where: optional bool [B]; False marks padding, which counts nowhere and writes nothing. Its
       logits (inf, NaN) and indices may be anything; its labels too under `jit` (eagerly they are
@@ -280,6 +364,24 @@ def lff_loss(logits_biased: Array, logits_debiased: Array, labels: Array, indice
   Returns:
     (loss, new_state, LfFAux). A real row with an out-of-range label or index makes the loss NaN
     under `jit` and writes nothing into the state.
+
+  Raises:
+    ValueError: logits of different shapes, labels or indices not [B], a bad state, q or α out of
+      range, or (eagerly) a label or index out of range.
+    TypeError: non-floating logits, non-integer labels or indices.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
+    >>> labels = jnp.array([0, 1, 2, 1])
+    >>> state = reweight_jax.init_lff_state(4)  # a training set of 4 examples, all in this batch
+    >>> indices, dataset_labels = jnp.array([0, 1, 2, 3]), labels
+    >>> loss, state, aux = reweight_jax.lff_loss(logits, 2 * logits, labels, indices, state,
+    ...                                          dataset_labels)
+    >>> print(f"{loss:.4f}", np.asarray(aux.weights, float).round(4), int(state.seen.sum()))
+    0.2551 [0.5   0.5   0.5   0.621] 4
   """
   logits_biased = check_floating(logits_biased, 2, "logits_biased")
   logits_debiased = check_floating(logits_debiased, 2, "logits_debiased")

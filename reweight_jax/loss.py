@@ -1,6 +1,7 @@
 """The inverse-reweighted loss: batch-level closed form × macro factor, clipped.
 
-REWEIGHT spec, 'Inverse problem and closed form' and 'Two levels':
+Wang et al., ICML 2026, arXiv 2605.10047: the closed form of the inverse problem (batch level)
+times the macro factor (macro level):
 
     ŵ_c  = clip(β_c · w*_c, 0, max_weight)
     loss = (1/B) Σ_i ŵ_{y_i} ℓ_i
@@ -20,10 +21,11 @@ Results should say which of the two produced them.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
@@ -38,8 +40,6 @@ from reweight_jax.inverse_weights import slot_class_losses
 from reweight_jax.macro import check_gamma
 from reweight_jax.macro import macro_factor_unchecked
 from reweight_jax.state import ReweightState
-
-Array = Any
 
 
 class ReweightAux(NamedTuple):
@@ -68,8 +68,9 @@ def _clip(weights: jax.Array, max_weight: float | None) -> jax.Array:
   return jnp.clip(weights, 0, max_weight)
 
 
-def check_reweight_arguments(state: ReweightState, prior: Array, alpha: Array, gamma: Array,
-                             max_weight: float | None, eps: float) -> tuple[jax.Array, jax.Array]:
+def check_reweight_arguments(state: ReweightState, prior: ArrayLike, alpha: ArrayLike,
+                             gamma: ArrayLike, max_weight: float | None, eps: float
+                             ) -> tuple[jax.Array, jax.Array]:
   """The checks every inverse-reweighted loss makes on its state and hyper-parameters; returns
   (the state's batch counts B [K], the prior [K])."""
   batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
@@ -95,8 +96,9 @@ class SlotClassWeights(NamedTuple):
 
 def slot_class_weights(slot_losses: jax.Array, slot_present: jax.Array,
                        slots: class_sums.ClassSlots, state: ReweightState, prior: jax.Array, *,
-                       alpha: Array, gamma: Array, max_weight: float | None, macro: bool,
-                       stop_gradient: bool, refresh_macro: Array, eps: float) -> SlotClassWeights:
+                       alpha: ArrayLike, gamma: ArrayLike, max_weight: float | None, macro: bool,
+                       stop_gradient: bool, refresh_macro: ArrayLike, eps: float
+                       ) -> SlotClassWeights:
   """Steps 1, 2 and 4 of a reweighted step from the batch's per-class losses L_c (in slots):
 
       β ← macro_factor(B, γ) if refresh_macro else the state's β     (counts before this batch)
@@ -132,22 +134,28 @@ def slot_class_weights(slot_losses: jax.Array, slot_present: jax.Array,
 
 
 def inverse_reweighted_loss(
-    per_example_loss: Array,
-    labels: Array,
+    per_example_loss: ArrayLike,
+    labels: ArrayLike,
     state: ReweightState,
     *,
-    alpha: Array,
-    prior: Array,
-    gamma: Array,
+    alpha: ArrayLike,
+    prior: ArrayLike,
+    gamma: ArrayLike,
     max_weight: float | None = 10.0,
     macro: bool = True,
     stop_gradient: bool = False,
-    refresh_macro: Array = True,
+    refresh_macro: ArrayLike = True,
     axis_name: str | None = None,
-    where: Array | None = None,
+    where: ArrayLike | None = None,
     eps: float = 1e-8,
 ) -> tuple[jax.Array, ReweightState, ReweightAux]:
   """Inverse-view reweighted loss of one step; returns `(loss, new_state, aux)`.
+
+  Wang et al., ICML 2026, arXiv 2605.10047: the batch-level weights w* (closed form of the
+  Tikhonov-regularised inverse problem) times the macro factor β, clipped:
+
+      ŵ_c  = clip(β_c · w*_c, 0, max_weight),   w*_c = (L̄·L_c + α·w⁰_c) / (L_c² + α + ε)
+      loss = (1/B) Σ_i ŵ_{y_i} ℓ_i
 
   Order of operations in a step:
     1. if `refresh_macro`: β ← macro_factor(B, γ) from the counts *before* this batch;
@@ -187,6 +195,27 @@ def inverse_reweighted_loss(
   Returns:
     `(loss, new_state, aux)`: scalar loss (this device's share under `axis_name`), the updated
     `ReweightState` and `ReweightAux`.
+
+  Raises:
+    ValueError: shapes that do not match (losses [B], labels [B], state and prior [K]), α < 0, γ <
+      0, ε ≤ 0, a non-positive `max_weight`, or (eagerly) a label outside [0, K).
+    TypeError: non-floating losses or state, non-integer labels, a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> per_example = jnp.array([0.2, 0.4, 1.5, 0.9])
+    >>> labels = jnp.array([0, 0, 1, 2])
+    >>> state = reweight_jax.init_reweight_state(3)
+    >>> loss, state, aux = reweight_jax.inverse_reweighted_loss(
+    ...     per_example, labels, state, alpha=0.0, prior=jnp.ones(3), gamma=1.0)
+    >>> print(f"{loss:.4f}")  # = L̄, the mean of the class means 0.3, 1.5, 0.9
+    0.9000
+    >>> print(np.asarray(aux.inverse_weights, float).round(4))  # w*_c ≈ L̄ / L_c
+    [3.  0.6 1. ]
+    >>> print(state.batch_counts)  # B_c: each class was in one batch
+    [1. 1. 1.]
   """
   batch_counts, prior = check_reweight_arguments(state, prior, alpha, gamma, max_weight, eps)
   num_classes = batch_counts.shape[0]
@@ -208,7 +237,7 @@ def inverse_reweighted_loss(
                               stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps)
   slot_weights = weights.weights
 
-  example_weights = jnp.where(valid, slot_weights[slots.slot], 0)
+  example_weights = jnp.where(valid, class_sums.at_rows(slot_weights, slots), 0)
   weighted_sum = jnp.sum(example_weights * jnp.where(valid, per_example_loss, 0))
   global_valid = jnp.sum(slots.counts).astype(dtype)
   loss = class_sums.num_devices(axis_name) * weighted_sum / jnp.maximum(global_valid, 1)

@@ -1,32 +1,30 @@
 """Macro-level factor β from the number of batches that contained each class.
 
-REWEIGHT spec, 'Two levels', item 2.
+Wang et al., ICML 2026, arXiv 2605.10047: the macro level of the two-level reweighting.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_counts
 from mr2_reweight_core.checks import nan_where_negative
 from reweight_jax.priors import mean_normalize
 
-Array = Any
 
-
-def macro_factor_unchecked(batch_counts: jax.Array, gamma: Array) -> jax.Array:
+def macro_factor_unchecked(batch_counts: jax.Array, gamma: ArrayLike) -> jax.Array:
   """β_c = max(B_c, 1)^(−γ) / mean_k max(B_k, 1)^(−γ) without argument checks (traced callers)."""
-  return mean_normalize(jnp.power(jnp.maximum(batch_counts, 1.0), -gamma))
+  return mean_normalize(jnp.power(jnp.maximum(batch_counts, 1.0), -jnp.asarray(gamma)))
 
 
-def macro_factor(batch_counts: Array, gamma: Array = 1.0) -> jax.Array:
+def macro_factor(batch_counts: ArrayLike, gamma: ArrayLike = 1.0) -> jax.Array:
   """Macro factor β_c = max(B_c, 1)^(−γ), normalised to mean 1 over all K classes.
 
-  REWEIGHT spec, 'Two levels': B_c is the number of batches that contained class c, counted from when
-  reweighting starts; tail classes, seen in few batches, get a larger factor. γ = 1 by default.
+  Wang et al., ICML 2026, arXiv 2605.10047, the macro level: B_c is the number of batches that
+  contained class c, counted from when reweighting starts; tail classes, seen in few batches, get a
+  larger factor. γ = 1 by default.
 
   Args:
     batch_counts: [K] non-negative batch counts B_c (integer or floating).
@@ -34,13 +32,24 @@ def macro_factor(batch_counts: Array, gamma: Array = 1.0) -> jax.Array:
 
   Returns:
     float32 [K] factors with mean 1 (all ones when every B_c ≤ 1 or γ = 0).
+
+  Raises:
+    ValueError: counts not rank 1 or (eagerly) negative, γ < 0.
+    TypeError: counts neither integer nor floating.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> print(np.asarray(reweight_jax.macro_factor(jnp.array([10.0, 5.0, 1.0]), gamma=1.0), float).round(4))
+    [0.2308 0.4615 2.3077]
   """
   batch_counts = check_counts(batch_counts, "batch_counts")
   check_gamma(gamma)
   return nan_where_negative(macro_factor_unchecked(batch_counts, gamma), batch_counts)
 
 
-def check_gamma(gamma: Array) -> None:
+def check_gamma(gamma: ArrayLike) -> None:
   """Raises if a concrete γ is negative (β would then favour head classes)."""
   if isinstance(gamma, (int, float)) and not gamma >= 0:
     raise ValueError(f"gamma: expected the macro exponent γ >= 0, got {gamma}.")

@@ -1,14 +1,15 @@
 """The inverse reweighting of mixed-label batches (mixup, CutMix, GLMC's soft labels).
 
-PIPELINES spec, §4 'Plugging the reweighting in' (the project's definition; no integration code is
-released). Row i of the batch carries two labels a_i, b_i with weights λ and 1 − λ (one λ per
-batch) and two per-example losses ℓ_i^a, ℓ_i^b, its loss against a_i and against b_i (the caller's:
-CE −log softmax(z_i)_{a_i}, or ETF-DR's DR loss with y = a_i). Each label enters the class
-statistics with its weight:
+The project's definition of the inverse reweighting (Wang et al., ICML 2026, arXiv 2605.10047)
+inside mixed-label pipelines such as ETF-DR's mixup and GLMC; the paper reports these combinations
+but releases no integration code. Row i of the batch carries two labels a_i, b_i with weights λ and
+1 − λ (one λ per batch) and two per-example losses ℓ_i^a, ℓ_i^b, its loss against a_i and against
+b_i (the caller's: CE −log softmax(z_i)_{a_i}, or ETF-DR's DR loss with y = a_i). Each label enters
+the class statistics with its weight:
 
     m_c  = Σ_i (λ·1[a_i = c] + (1 − λ)·1[b_i = c])                       class mass
     L_c  = Σ_i (λ·1[a_i = c]·ℓ_i^a + (1 − λ)·1[b_i = c]·ℓ_i^b) / m_c     present ⇔ m_c > 0
-    ŵ_c  = clip(β_c · w*_c, 0, max_weight),   w* the closed form of REWEIGHT.md from these L_c
+    ŵ_c  = clip(β_c · w*_c, 0, max_weight),   w* the paper's closed form from these L_c
     loss = (1/B) Σ_i (λ·ŵ_{a_i}·ℓ_i^a + (1 − λ)·ŵ_{b_i}·ℓ_i^b)
 
 Everything after L_c — L̄, w*, the macro factor β and its refresh, the clip, the two gradient modes,
@@ -23,17 +24,19 @@ tests/test_reweight_mixed_labels.py):
 * α = 0, no clip active, β ≡ 1: Σ_i (λŵ_{a_i}ℓ_i^a + (1 − λ)ŵ_{b_i}ℓ_i^b)
   = Σ_c m_c·w*_c·L_c = L̄·Σ_c m_c = B·L̄ (up to ε), so loss = L̄; with β, loss = L̄·S/B,
   S = Σ_c m_c·β_c. Under gradient flow ∂loss/∂ℓ_i^a = λ/(P·m_{a_i}) (P present classes): a
-  per-batch class-balanced mean over the label mass, as REWEIGHT.md states for the unmixed loss.
+  per-batch class-balanced mean over the label mass, as for the unmixed loss.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
+from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_labels
@@ -44,8 +47,6 @@ from reweight_jax.inverse_weights import mean_class_loss
 from reweight_jax.loss import check_reweight_arguments
 from reweight_jax.loss import slot_class_weights
 from reweight_jax.state import ReweightState
-
-Array = Any
 
 
 class MixedReweightAux(NamedTuple):
@@ -75,31 +76,32 @@ class MixedReweightAux(NamedTuple):
 
 
 def mixed_inverse_reweighted_loss(
-    loss_a: Array,
-    loss_b: Array,
-    labels_a: Array,
-    labels_b: Array,
-    lam: Array,
+    loss_a: ArrayLike,
+    loss_b: ArrayLike,
+    labels_a: ArrayLike,
+    labels_b: ArrayLike,
+    lam: ArrayLike,
     state: ReweightState,
     *,
-    alpha: Array,
-    prior: Array,
-    gamma: Array,
+    alpha: ArrayLike,
+    prior: ArrayLike,
+    gamma: ArrayLike,
     max_weight: float | None = 10.0,
     macro: bool = True,
     stop_gradient: bool = False,
-    refresh_macro: Array = True,
+    refresh_macro: ArrayLike = True,
     axis_name: str | None = None,
-    where: Array | None = None,
+    where: ArrayLike | None = None,
     eps: float = 1e-8,
 ) -> tuple[jax.Array, ReweightState, MixedReweightAux]:
   """Inverse-view reweighted loss of a mixed-label batch; returns `(loss, new_state, aux)`.
 
-  PIPELINES spec, §4 (see the module docstring for the equations and identities):
+  The inverse reweighting of Wang et al., ICML 2026, arXiv 2605.10047, over the label mass of
+  mixed labels (the project's definition; see the module docstring for the identities):
 
       m_c  = Σ_i (λ·1[a_i=c] + (1−λ)·1[b_i=c])
       L_c  = Σ_i (λ·1[a_i=c]·ℓ_i^a + (1−λ)·1[b_i=c]·ℓ_i^b) / m_c
-      ŵ_c  = clip(β_c·w*_c, 0, max_weight)      (REWEIGHT spec, as `inverse_reweighted_loss`)
+      ŵ_c  = clip(β_c·w*_c, 0, max_weight)      (as `inverse_reweighted_loss`)
       loss = (1/B) Σ_i (λ·ŵ_{a_i}·ℓ_i^a + (1−λ)·ŵ_{b_i}·ℓ_i^b)
 
   The order of operations, the β refresh cadence (`refresh_macro`), the gradient modes
@@ -138,6 +140,24 @@ def mixed_inverse_reweighted_loss(
   Returns:
     `(loss, new_state, aux)`: scalar loss (this device's share under `axis_name`), the updated
     `ReweightState` and `MixedReweightAux`.
+
+  Raises:
+    ValueError: shapes that do not match (losses and labels [B], state and prior [K]), λ not a
+      scalar or (eagerly) outside [0, 1], α < 0, γ < 0, ε ≤ 0, a non-positive `max_weight`, or
+      (eagerly) a label outside [0, K).
+    TypeError: non-floating losses or state, non-integer labels, a non-boolean `where`.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> loss_a, loss_b = jnp.array([0.2, 1.0, 0.6]), jnp.array([0.8, 0.4, 0.5])
+    >>> labels_a, labels_b = jnp.array([0, 1, 2]), jnp.array([1, 2, 0])
+    >>> loss, state, aux = reweight_jax.mixed_inverse_reweighted_loss(
+    ...     loss_a, loss_b, labels_a, labels_b, 0.7, reweight_jax.init_reweight_state(3),
+    ...     alpha=0.0, prior=jnp.ones(3), gamma=1.0)
+    >>> print(f"{loss:.4f}", np.asarray(aux.class_mass, float).round(2))
+    0.5900 [1. 1. 1.]
   """
   batch_counts, prior = check_reweight_arguments(state, prior, alpha, gamma, max_weight, eps)
   num_classes = batch_counts.shape[0]
@@ -185,7 +205,8 @@ def mixed_inverse_reweighted_loss(
     return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)
 
   index = index_labels(labels, labelled)
-  part_class_weights = jnp.where(counted, slot_weights[slots.slot], class_weights[index])
+  part_class_weights = jnp.where(counted, class_sums.at_rows(slot_weights, slots),
+                                 explicit_mesh.take(class_weights, index))
   part_class_weights = jnp.where(labelled, part_class_weights, 0)
   weighted_sum = jnp.sum(part_class_weights * weighted_losses)
   global_rows = jnp.sum(real.astype(dtype))

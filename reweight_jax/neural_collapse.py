@@ -1,9 +1,12 @@
 """Neural Collapse metrics NC1–NC4 (and ρ), one-shot and streaming.
 
-REWEIGHT spec, 'NC metrics (standard definitions, Papyan et al. 2020; Zhu et al. 2021)'. With
+The standard definitions of Papyan, Han, Donoho, "Prevalence of neural collapse during the terminal
+phase of deep learning training", PNAS 2020, arXiv 2008.08186, and Zhu et al., "A Geometric
+Analysis of Neural Collapse with Unconstrained Features", NeurIPS 2021, arXiv 2105.02375, as Wang
+et al. (ICML 2026, arXiv 2605.10047) report them. With
 features h_i, class means μ_c over the valid examples of class c, N valid examples, K' classes present
 (n_c > 0), μ_G = (1/N) Σ_i h_i the global sample mean, centred means M = [μ_c − μ_G] (stored here as a
-[K, d] matrix, row c = μ_c − μ_G, i.e. the spec's Mᵀ) and classifier W [K, d]:
+[K, d] matrix, row c = μ_c − μ_G, i.e. the papers' Mᵀ) and classifier W [K, d]:
 
     Σ_W = (1/N) Σ_i (h_i − μ_{y_i})(h_i − μ_{y_i})ᵀ           Σ_B = (1/K') Σ_c (μ_c − μ_G)(μ_c − μ_G)ᵀ
     NC1 = (1/K') Tr(Σ_W Σ_B⁺)
@@ -11,7 +14,7 @@ features h_i, class means μ_c over the valid examples of class c, N valid examp
     NC3 = ‖ W/‖W‖_F − M/‖M‖_F ‖_F²
     NC4 = fraction of examples with argmax_c (W h + b)_c ≠ argmin_c ‖h − μ_c‖
 
-Conventions where the spec is silent:
+Conventions where the papers are silent:
 * μ_G is the global *sample* mean, as in Papyan et al. On long-tailed data it is pulled towards the
   head classes, so an exact simplex ETF of the class means scores 0 only when the classes are balanced.
 * Classes with no example are left out of every metric (K' counts present classes; W's rows of absent
@@ -33,20 +36,20 @@ NC4 needs the final class means, so it takes a second pass over the data (`updat
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
+from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_where
 from mr2_reweight_core.metrics import rho
-
-Array = Any
 
 
 class NCMetrics(NamedTuple):
@@ -59,8 +62,8 @@ class NCMetrics(NamedTuple):
   rho: jax.Array
 
 
-def _check_classifier(classifier: Array, num_classes: int, feature_dim: int,
-                      bias: Array | None) -> tuple[jax.Array, jax.Array]:
+def _check_classifier(classifier: ArrayLike, num_classes: int, feature_dim: int,
+                      bias: ArrayLike | None) -> tuple[jax.Array, jax.Array]:
   classifier = check_floating(classifier, 2, "classifier")
   if classifier.shape != (num_classes, feature_dim):
     raise ValueError(f"classifier: expected shape ({num_classes}, {feature_dim}) [K, d], got "
@@ -123,7 +126,7 @@ class NCAccumulator(NamedTuple):
   def feature_dim(self) -> int:
     return self.class_means.shape[1]
 
-  def _check_features(self, features: Array, batch: int | None = None) -> jax.Array:
+  def _check_features(self, features: ArrayLike, batch: int | None = None) -> jax.Array:
     features = check_floating(features, 2, "features")
     if batch is not None:
       check_batch_dim(features, batch, "features")
@@ -132,8 +135,9 @@ class NCAccumulator(NamedTuple):
                        f"{features.shape[1]}.")
     return features.astype(jnp.float32)
 
-  def update(self, features: Array, labels: Array, *, per_example_loss: Array | None = None,
-             where: Array | None = None, axis_name: str | None = None) -> "NCAccumulator":
+  def update(self, features: ArrayLike, labels: ArrayLike, *,
+             per_example_loss: ArrayLike | None = None, where: ArrayLike | None = None,
+             axis_name: str | None = None) -> "NCAccumulator":
     """Pass 1: merges a batch of features [B, d] (and optionally losses [B]) into the statistics."""
     labels = jnp.asarray(labels)
     in_range = check_labels(labels, self.num_classes)
@@ -145,8 +149,8 @@ class NCAccumulator(NamedTuple):
     safe_features = jnp.where(valid[:, None], features, 0)
     batch_means = (class_sums.slot_sum(safe_features, slots, axis_name=axis_name)
                    / jnp.maximum(batch_counts, 1)[:, None])
-    centred = jnp.where(valid[:, None], features - batch_means[slots.slot], 0)
-    batch_scatter = centred.T @ centred
+    centred = jnp.where(valid[:, None], features - class_sums.at_rows(batch_means, slots), 0)
+    batch_scatter = jnp.matmul(centred.T, centred, out_sharding=explicit_mesh.replicated(centred))
     if axis_name is not None:
       batch_scatter = jax.lax.psum(batch_scatter, axis_name)
 
@@ -178,8 +182,8 @@ class NCAccumulator(NamedTuple):
         class_means=class_sums.scatter_to_classes(self.class_means, merged_means, slots, present),
         within_scatter=within_scatter, loss_sums=loss_sums, loss_counts=loss_counts)
 
-  def update_ncc(self, features: Array, classifier: Array, *, bias: Array | None = None,
-                 where: Array | None = None, axis_name: str | None = None) -> "NCAccumulator":
+  def update_ncc(self, features: ArrayLike, classifier: ArrayLike, *, bias: ArrayLike | None = None,
+                 where: ArrayLike | None = None, axis_name: str | None = None) -> "NCAccumulator":
     """Pass 2 (after all of pass 1): counts NC4 mismatches of a batch against the final means."""
     features = self._check_features(features)
     classifier, bias = _check_classifier(classifier, self.num_classes, self.feature_dim, bias)
@@ -196,7 +200,7 @@ class NCAccumulator(NamedTuple):
     return self._replace(ncc_mismatches=self.ncc_mismatches + mismatches,
                          ncc_examples=self.ncc_examples + examples)
 
-  def finalize(self, classifier: Array) -> NCMetrics:
+  def finalize(self, classifier: ArrayLike) -> NCMetrics:
     """NC1–NC4 and ρ from the accumulated statistics and the classifier W [K, d]."""
     classifier, _ = _check_classifier(classifier, self.num_classes, self.feature_dim, None)
     present = self.counts > 0
@@ -232,17 +236,39 @@ class NCAccumulator(NamedTuple):
                      rho=rho(class_losses, loss_present))
 
 
-def nc_metrics(features: Array, labels: Array, classifier: Array, *, bias: Array | None = None,
-               per_example_loss: Array | None = None, where: Array | None = None) -> NCMetrics:
+def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
+               bias: ArrayLike | None = None, per_example_loss: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> NCMetrics:
   """NC1–NC4 (and ρ when `per_example_loss` is given) of a whole set at once.
 
+  Papyan et al., PNAS 2020, arXiv 2008.08186; Zhu et al., NeurIPS 2021, arXiv 2105.02375 (see the
+  module docstring for the equations and conventions).
+
   Args:
-    features: [N, d] features h_i. labels: int [N] in [0, K). classifier: [K, d] W.
-    bias: optional [K] classifier bias (NC4 only). per_example_loss: optional [N] losses for ρ.
+    features: float [N, d] features h_i.
+    labels: int [N] in [0, K).
+    classifier: float [K, d] classifier W.
+    bias: optional [K] classifier bias (NC4 only).
+    per_example_loss: optional [N] losses for ρ.
     where: optional bool [N] validity mask.
 
   Returns:
     `NCMetrics` (a single `NCAccumulator` update and NCC pass, then `finalize`).
+
+  Raises:
+    ValueError: features not [N, d], a classifier not [K, d], labels or losses not [N], or (eagerly)
+      a label outside [0, K).
+    TypeError: non-floating features, classifier or losses, non-integer labels.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> etf = reweight_jax.etf_classifier(3, 3, seed=0)  # a simplex ETF, columns [d, K]
+    >>> features, labels = jnp.concatenate([etf.T, etf.T]), jnp.array([0, 1, 2, 0, 1, 2])
+    >>> metrics = reweight_jax.nc_metrics(features, labels, classifier=etf.T)
+    >>> print(np.asarray(jnp.array([metrics.nc1, metrics.nc2, metrics.nc3, metrics.nc4]), float).round(4))
+    [0. 0. 0. 0.]
   """
   classifier = check_floating(classifier, 2, "classifier")
   features = check_floating(features, 2, "features")

@@ -1,16 +1,14 @@
-"""Prior weights w⁰ of the inverse problem (REWEIGHT spec, 'Inverse problem and closed form')."""
+"""Prior weights w⁰ of the inverse problem (Wang et al., ICML 2026,
+arXiv 2605.10047)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_counts
 from mr2_reweight_core.checks import nan_where_negative
-
-Array = Any
 
 PRIOR_KINDS = ("uniform", "inv_freq", "inv_sqrt_freq")
 
@@ -20,17 +18,16 @@ def mean_normalize(values: jax.Array) -> jax.Array:
   return values / jnp.mean(values, axis=-1, keepdims=True)
 
 
-def class_prior(counts: Array, kind: str) -> jax.Array:
+def class_prior(counts: ArrayLike, kind: str) -> jax.Array:
   """Prior weights w⁰_c, normalised to mean 1 over the K classes.
 
       uniform:        w⁰_c = 1
       inv_freq:       w⁰_c ∝ 1 / max(n_c, 1)
       inv_sqrt_freq:  w⁰_c ∝ 1 / √max(n_c, 1)
 
-  REWEIGHT spec, 'Inverse problem and closed form' ("uniform (default), inverse frequency, or inverse
-  square-root frequency, each normalised to mean 1 over classes").
+  Wang et al., ICML 2026, arXiv 2605.10047: the prior w⁰ of the Tikhonov term, uniform by default.
 
-  Convention (the spec is silent): a class with no training example is treated as having one, as
+  Convention (the paper is silent): a class with no training example is treated as having one, as
   the macro factor does with B_c, so that every weight stays finite.
 
   Args:
@@ -39,6 +36,20 @@ def class_prior(counts: Array, kind: str) -> jax.Array:
 
   Returns:
     float32 [K] prior weights with mean 1.
+
+  Raises:
+    ValueError: an unknown `kind`, counts not rank 1 or (eagerly) negative.
+    TypeError: counts neither integer nor floating.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> counts = jnp.array([100, 10, 1])
+    >>> print(reweight_jax.class_prior(counts, 'uniform'))
+    [1. 1. 1.]
+    >>> print(np.asarray(reweight_jax.class_prior(counts, 'inv_freq'), float).round(4))
+    [0.027  0.2703 2.7027]
   """
   counts = check_counts(counts, "counts")
   if kind not in PRIOR_KINDS:

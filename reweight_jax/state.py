@@ -1,4 +1,5 @@
-"""State carried across steps by `inverse_reweighted_loss` (REWEIGHT spec, 'Two levels')."""
+"""State carried across steps by `inverse_reweighted_loss` (Wang et al.,
+ICML 2026, arXiv 2605.10047: the macro level)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from mr2_reweight_core.checks import check_num_classes
 class ReweightState(NamedTuple):
   """Macro-level state (a NamedTuple, hence a registered pytree; checkpoint it with the model).
 
+  Wang et al., ICML 2026, arXiv 2605.10047: the batch counts B_c of the macro level.
+
   Attributes:
     batch_counts: float32 [K], B_c, the number of (global) batches that contained class c since
       reweighting started. Exact as float32 up to 2^24 batches.
@@ -24,7 +27,29 @@ class ReweightState(NamedTuple):
 
 
 def init_reweight_state(num_classes: int) -> ReweightState:
-  """B_c = 0 and β = 1 for all K classes (call when reweighting starts, e.g. epoch 160 of 200)."""
+  """B_c = 0 and β = 1 for all K classes (call when reweighting starts, e.g. epoch 160 of 200).
+
+  Wang et al., ICML 2026, arXiv 2605.10047: the macro level counts batches from the start of the
+  reweighting, and the released recipe starts it at epoch 160 of 200.
+
+  Args:
+    num_classes: K, a positive Python int.
+
+  Returns:
+    `ReweightState` with float32 [K] counts 0 and β 1.
+
+  Raises:
+    TypeError: `num_classes` is not an int.
+    ValueError: `num_classes` < 1.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> state = reweight_jax.init_reweight_state(3)
+    >>> print(state.batch_counts, state.beta)
+    [0. 0. 0.] [1. 1. 1.]
+  """
   num_classes = check_num_classes(num_classes)
   return ReweightState(batch_counts=jnp.zeros((num_classes,), jnp.float32),
                        beta=jnp.ones((num_classes,), jnp.float32))

@@ -55,11 +55,25 @@ def import_closure(path: str) -> frozenset[str]:
   return frozenset(names)
 
 
+def marked_harness(path: str) -> bool:
+  """True when the file sets `pytestmark = pytest.mark.harness` at module level: it needs the
+  checkout's harness without importing it (it runs or reads a file under experiments/)."""
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read(), filename=path)
+  for node in tree.body:
+    if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark"
+                                             for t in node.targets)
+        and "mark.harness" in ast.unparse(node.value)):
+      return True
+  return False
+
+
 def missing_top_levels(path: str) -> list[str]:
   """The top-level packages the file's import closure needs that cannot be imported here, sorted
   (`tests` itself excluded); the harness `experiments` counts as missing when it is not importable
-  or when `library_only` mode is on."""
-  missing = set()
+  or when `library_only` mode is on, and for a file marked `harness` (`marked_harness`) in that
+  mode."""
+  missing = {"experiments"} if library_only() and marked_harness(path) else set()
   for name in import_closure(path):
     top = name.split(".")[0]
     if top == "tests" or top in missing:

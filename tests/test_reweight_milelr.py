@@ -111,3 +111,20 @@ def test_schedule_on_a_trainer_that_drops_the_last_partial_batch():
     assert float(trainer(k)) == float(schedule(k))
   with pytest.raises(ValueError, match="steps_per_epoch"):
     reweight_jax.milelr_schedule(0.3, np.asarray(counts), 128, steps_per_epoch=0)
+
+
+@pytest.mark.parametrize("switch_epoch", [160, None])
+@pytest.mark.parametrize("steps_per_epoch", [97, 2816])
+def test_last_steps_stay_at_float32_rounding(steps_per_epoch, switch_epoch):
+  """The last updates, and two past the end (s clipped at 1 − ε), against the float64 transcription
+  to a few float32 ulps: 1 − s comes from the updates left, T − t, not from a rounded s (in float32
+  1 − s was off by 4e-3 relative on the last update after a switch, 2e-2 without one)."""
+  counts = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # CIFAR-10-LT IF 100
+  schedule = reweight_jax.milelr_schedule(0.3, np.asarray(counts), 128, switch_epoch=switch_epoch,
+                                          steps_per_epoch=steps_per_epoch)
+  end = 200 * steps_per_epoch
+  steps = np.arange(end - 64, end + 2)
+  expected = np.array([0.3 * ref.factor(int(k), counts, 128, switch_epoch=switch_epoch,
+                                        steps_per_epoch=steps_per_epoch) for k in steps])
+  got = np.asarray(jax.jit(jax.vmap(schedule))(jnp.asarray(steps)), np.float64)
+  np.testing.assert_allclose(got, expected, rtol=4 * np.finfo(np.float32).eps, atol=0)

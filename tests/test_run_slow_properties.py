@@ -4,8 +4,13 @@ test."""
 
 import os
 
+import pytest
+
 from tests import run_slow_properties as runner
 from tests import strategies as S
+
+# It runs or reads the checkout's harness files: left out of the library-only run.
+pytestmark = pytest.mark.harness
 
 TEST = "tests/test_properties_losses.py::test_registry_entry_slow[mr2]"
 OTHER = "tests/test_reweight_glmc.py::test_property_matches_reference_slow"

@@ -6,6 +6,11 @@ laid out like the checkout (the script reads `experiments/results` relative to w
 import pathlib
 import subprocess
 
+import pytest
+
+# It runs or reads the checkout's harness files: left out of the library-only run.
+pytestmark = pytest.mark.harness
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "standard_size.sh"
 
 

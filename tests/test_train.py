@@ -68,7 +68,7 @@ def run_steps(config, num_steps, modes):
     config = copy.deepcopy(config)
     config.parallel = parallel
     model = train_state.build_model(config, 10,
-                                    axis_name=None if parallel == "none" else runners.AXIS)
+                                    axis_name=runners.axis_name(parallel))
     state = train_state.create_train_state(config, model, train_split.images.shape[1:], 10, lr_fn,
                                            jax.random.key(0), train_labels=train_split.labels)
     runner = runners.make_runner(parallel, losses.make_loss_fn(config), task, lr_fn,
@@ -112,7 +112,7 @@ DEFAULT_LOSSES = ("ce", "mr2+inverse_reweight")
     for loss in losses.LOSSES])
 def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(loss):
   assert jax.local_device_count() == NUM_DEVICES
-  modes = [("none", 1), ("pmap", NUM_DEVICES), ("shard_map", NUM_DEVICES)]
+  modes = [("none", 1), ("jit", NUM_DEVICES), ("pmap", NUM_DEVICES), ("shard_map", NUM_DEVICES)]
   results = run_steps(tiny_config(loss), num_steps=2, modes=modes)
   assert all(np.isfinite(metrics["loss"]) for _, metrics in results.values())
   for mode in modes[1:]:
@@ -124,14 +124,31 @@ def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(los
     assert float(np.sum(state.loss_state["reweight"].batch_counts)) > 0
 
 
+def test_jit_and_shard_map_runners_use_todays_defaults():
+  """'shard_map' runs on `jax.make_mesh`'s default axis types (Explicit in JAX 0.10) with its
+  default check_vma=True (the runner passes neither); the model and loss see no axis under 'jit'."""
+  import inspect
+  train_split = digits_train()
+  task = steps.Task(tuple(float(c) for c in train_split.class_counts), 1)
+  layout = runners._MeshLayout(jax.devices())
+  assert layout.mesh.axis_types == jax.make_mesh((NUM_DEVICES,), (runners.AXIS,)).axis_types
+  assert "check_vma" not in inspect.getsource(runners.make_runner)
+  assert runners.axis_name("jit") is None and runners.axis_name("none") is None
+  assert runners.axis_name("shard_map") == runners.axis_name("pmap") == runners.AXIS
+  with pytest.raises(ValueError, match="parallel"):
+    runners.make_runner("auto", None, task, None)
+
+
 def test_two_view_entry_over_8_devices_equals_one_device():
   """SupCon's path through the step (two views flattened view-major, the projection head's output
   read from the model wrapper, positives over the global batch) under shard_map on 8 devices equals
   one device: parameters (encoder, head, projection), BatchNorm statistics and the loss. LfF's
   (dataset indices, biased twin) and JTT's run in the slow parametrisation above."""
   config = tiny_config("supcon")
-  results = run_steps(config, num_steps=2, modes=[("none", 1), ("shard_map", NUM_DEVICES)])
-  assert_same_training(results["shard_map", NUM_DEVICES], results["none", 1])
+  modes = [("none", 1), ("jit", NUM_DEVICES), ("shard_map", NUM_DEVICES)]
+  results = run_steps(config, num_steps=2, modes=modes)
+  for mode in modes[1:]:
+    assert_same_training(results[mode], results["none", 1])
   state = results["none", 1][0]
   assert "projection" in state.params and "head" in state.params
   assert np.isfinite(results["none", 1][1]["supcon_loss"])
@@ -145,7 +162,7 @@ def test_two_view_entry_over_8_devices_equals_one_device():
     pytest.param("mr2+inverse_reweight", marks=pytest.mark.slow),
 ])
 def test_1_2_4_8_devices_pmap_and_shard_map_equal_one_device(loss):
-  modes = [("none", 1)] + [(p, n) for p in ("pmap", "shard_map") for n in (1, 2, 4, 8)]
+  modes = [("none", 1)] + [(p, n) for p in ("jit", "pmap", "shard_map") for n in (1, 2, 4, 8)]
   results = run_steps(tiny_config(loss), num_steps=3, modes=modes)
   for mode in modes[1:]:
     assert_same_training(results[mode], results["none", 1])

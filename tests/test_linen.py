@@ -1,9 +1,12 @@
-"""mr2_jax.heads: cosine classifier value against NumPy."""
+"""mr2_jax.linen: the cosine classifier's value against NumPy (needs the `flax` extra)."""
 
 import jax
 import numpy as np
+import pytest
 
 import mr2_jax
+
+pytest.importorskip("flax")
 
 
 def test_cosine_classifier_matches_numpy_and_is_bounded_by_scale():

@@ -1,0 +1,339 @@
+"""One page per entry of the harness's loss registry, written from the registry at build time.
+
+Everything on a page is read from the code, so the pages cannot drift from it:
+`experiments.losses.REGISTRY` (the entry: its config sub-trees, state, start, before entry, trainer
+hooks), `experiments.losses.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
+(defaults), the shipped configs (which select the entry), and the docstrings of the library
+functions the entry's step calls (found in the code objects of its `apply`), whose summary,
+equation and argument descriptions are quoted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pathlib
+import re
+import types
+
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
+_SPEC = re.compile(r"\s*\([^()]*\bspec\b[^()]*\)")
+
+
+def page_name(loss: str) -> str:
+  return loss.replace("+", "_plus_")
+
+
+def _title(text: str, mark: str = "=") -> str:
+  return f"{text}\n{mark * len(text)}\n"
+
+
+def _indent(text: str, by: str = "   ") -> str:
+  return "\n".join(by + line if line.strip() else "" for line in text.splitlines())
+
+
+def _called_names(fn, module, seen=None) -> dict[str, None]:
+  """Global and attribute names the function (its nested code, closures and the module's helpers
+  it calls) refers to, in order of first reference."""
+  seen = {} if seen is None else seen
+  if not isinstance(fn, types.FunctionType) or id(fn) in seen.get("__ids__", set()):
+    return seen
+  seen.setdefault("__ids__", set()).add(id(fn))
+  codes = [fn.__code__]
+  while codes:
+    code = codes.pop(0)
+    for name in code.co_names:
+      seen.setdefault(name, None)
+      helper = vars(module).get(name)
+      if isinstance(helper, types.FunctionType) and helper.__module__ == module.__name__:
+        _called_names(helper, module, seen)
+    codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+  for cell in fn.__closure__ or ():
+    try:
+      _called_names(cell.cell_contents, module, seen)
+    except ValueError:  # an empty cell
+      pass
+  return seen
+
+
+def library_functions(entry, losses) -> list[tuple[str, object]]:
+  """(qualified name, object) of the public library functions the entry's step calls."""
+  import mr2_jax
+  import reweight_jax
+  names = _called_names(entry.apply, losses)
+  found = []
+  for name in names:
+    if name == "__ids__":
+      continue
+    for package in (mr2_jax, reweight_jax):
+      if name in package.__all__ and package.__name__ in names:
+        obj = getattr(package, name)
+        if callable(obj) and not inspect.isclass(obj):
+          found.append((f"{package.__name__}.{name}", obj))
+        break
+  return found
+
+
+def _docstring_parts(obj) -> tuple[str, str, dict[str, str]]:
+  """(summary paragraph, first indented equation block, {argument: description})."""
+  doc = inspect.getdoc(obj) or ""
+  lines = doc.splitlines()
+  summary = []
+  for line in lines:
+    if not line.strip():
+      break
+    summary.append(line.strip())
+  equation, args = [], {}
+  section = None
+  current = None
+  for line in lines[len(summary):]:
+    if _SECTION.match(line):
+      section = line.strip()[:-1]
+      continue
+    if section is None:
+      if line.startswith("    ") and (not equation or equation[-1] is not None):
+        equation.append(line[4:])
+      elif equation and line.strip() and not line.startswith("    "):
+        equation.append(None)  # the first block ended
+    elif section in ("Args", "Arguments"):
+      match = re.match(r"^  ([A-Za-z_][\w, ]*):\s*(.*)$", line)
+      if match:
+        current = [part.strip() for part in match.group(1).split(",")]
+        for name in current:
+          args[name] = match.group(2)
+      elif current and line.startswith("    "):
+        for name in current:
+          args[name] += " " + line.strip()
+      elif line.strip():
+        current = None
+  if None in equation:
+    equation = equation[:equation.index(None)]
+  while equation and not equation[-1].strip():
+    equation.pop()
+  return " ".join(summary), "\n".join(equation), args
+
+
+def _field_comments(defaults_fn) -> dict[str, str]:
+  """The comment on the line of each field in a `ConfigTree`'s defaults (``field=value,  # …``)."""
+  comments = {}
+  try:
+    source = inspect.getsource(defaults_fn)
+  except (OSError, TypeError):
+    return comments
+  for line in source.splitlines():
+    for match in re.finditer(r"(\w+)=[^#]*#\s*(.+)$", line):
+      comments[match.group(1)] = _SPEC.sub("", match.group(2)).strip()
+  return comments
+
+
+def _range_text(low, high) -> str:
+  def value(x):
+    return "∞" if x == float("inf") else f"{x:g}"
+  return f"{'[' if low[1] else '('}{value(low[0])}, {value(high[0])}{']' if high[1] else ')'}"
+
+
+def _shipped_configs(root: pathlib.Path) -> dict[str, object]:
+  configs = {}
+  for path in sorted((root / "experiments" / "configs").glob("*.py")):
+    if path.stem == "__init__":
+      continue
+    module = importlib.import_module(f"experiments.configs.{path.stem}")
+    if inspect.signature(module.get_config).parameters:
+      continue
+    configs[path.stem] = module.get_config()
+  return configs
+
+
+def _summary_line(module) -> str:
+  doc = inspect.getdoc(module) or ""
+  first = doc.split("\n\n")[0].replace("\n", " ")
+  return _SPEC.sub("", first)
+
+
+def entry_page(name, entry, losses, defaults, configs) -> str:
+  out = [_title(f"``{name}``")]
+  out.append(f"Train with ``--config.loss={name}`` (the entry ``experiments.losses.REGISTRY"
+             f"[{name!r}]``). Generated from the registry at build time.\n")
+  own = inspect.getdoc(entry.apply)
+  functions = library_functions(entry, losses)
+  out.append(_title("What a step computes", "-"))
+  if own:
+    out.append(_SPEC.sub("", own) + "\n")
+  if functions:
+    out.append("The step calls these library functions (their pages have the shapes, gradient "
+               "semantics and examples):\n")
+    for qualified, obj in functions:
+      summary, equation, _ = _docstring_parts(obj)
+      out.append(f"* :func:`{qualified}` — {_SPEC.sub('', summary)}")
+      if equation:
+        out.append("\n  ::\n\n" + _indent(equation, "    ") + "\n")
+    out.append("")
+  out.append("Every entry returns this device's share of the global-batch loss: ``lax.pmean`` of "
+             "the shares, and of their gradients, is the value on the concatenated batch.\n")
+
+  out.append(_title("Configuration", "-"))
+  if entry.reads:
+    arg_docs = {}
+    for _, obj in functions:
+      for arg, text in _docstring_parts(obj)[2].items():
+        arg_docs.setdefault(arg, text)
+    for key in entry.reads:
+      tree = losses.CONFIG_TREES[key]
+      ranges = {field: _range_text(low, high) for field, low, high in tree.ranges}
+      choices = {field: " / ".join(f"``{c!r}``" for c in values) for field, values in tree.choices}
+      out.append(f"Sub-tree ``config.{key}`` (defaults from ``experiments/configs/default.py``; "
+                 "ranges and choices checked before a run writes anything):\n")
+      out.append(".. list-table::\n   :header-rows: 1\n   :widths: 22 14 20 44\n")
+      out.append("   * - field\n     - default\n     - allowed\n     - library argument")
+      comments = _field_comments(tree.defaults)
+      for field in tree.defaults():
+        value = defaults[key][field]
+        allowed = ranges.get(field) or choices.get(field) or (
+            "``True`` / ``False``" if isinstance(value, bool) else "")
+        shown = "unset (``None``)" if value is None else f"``{value!r}``"
+        doc = (arg_docs.get(field) or comments.get(field, "")).replace("|", r"\|")
+        if re.match(r"^(\w{1,4}|#)[.)](\s|$)", doc):  # not an enumerated list in the cell
+          doc = "\\" + doc
+        out.append(f"   * - ``{key}.{field}``\n     - {shown}\n     - {allowed}\n     - {doc}")
+      out.append("")
+  else:
+    out.append("No hyper-parameters of its own.\n")
+  if entry.check is not None:
+    out.append(f"Extra check before the run (``{entry.check.__name__}``; it raises a "
+               "one-line ``ConfigError`` naming the field):\n")
+    out.append(".. code-block:: python\n\n" + _indent(inspect.getsource(entry.check)) + "\n")
+
+  out.append(_title("Start", "-"))
+  if entry.start is None:
+    out.append("Active from the first step.\n")
+  else:
+    key, field = entry.start.split(".")
+    out.append(
+        f"Deferred: until the epoch in ``config.{entry.start}`` (default "
+        f"``{defaults[key][field]!r}``; 0 starts it with the first step) the step trains as the ``{entry.before}`` entry — only "
+        f"that entry's state updates, this entry's state stays as initialised — and from it on as "
+        f"``{name}``. The two are one ``lax.cond``: a step computes one of them, never both. "
+        f"``--config.init_from=<workdir of the {entry.before} run>:<epoch>`` starts the run from "
+        f"that run's checkpoint at the end of ``epoch``, bit for bit the epochs it would train "
+        f"itself, and ``experiments.compare`` does so by itself for a method compared with its "
+        f"reference.\n")
+  out.append(_title("State", "-"))
+  fields = list(entry.state)
+  if entry.start is not None:
+    fields += [f for f in losses.get(entry.before).state if f not in fields]
+  if not fields:
+    out.append("No loss state: the entry is a function of the batch (and the training-set class "
+               "counts).\n")
+  else:
+    out.append("Carried in the train state (checkpointed, reduced across devices like the "
+               "parameters):\n")
+    for field in fields:
+      if field in losses.STATE_INIT:
+        init = losses.STATE_INIT[field]
+        out.append(f"* ``{field}``: :func:`{init.__module__.split('.')[0]}.{init.__name__}` "
+                   f"(K classes) — {_docstring_parts(init)[0]}")
+      else:
+        out.append(f"* ``{field}``: per-example state of the N training examples, made from the "
+                   "training labels.")
+    out.append("")
+  hooks = []
+  if entry.model is not None:
+    hooks.append(f"model wrapper ``{entry.model.__name__}``: the model it trains adds outputs the "
+                 "loss reads (``StepInfo.outputs``), the base model's parameters kept in place")
+  if entry.views != 1:
+    hooks.append(f"{entry.views} augmented views per example, view-major, labels repeated")
+  if entry.sampler is not None:
+    hooks.append(f"per-epoch sampler ``{entry.sampler.__name__}``: "
+                 + (inspect.getdoc(entry.sampler) or "the dataset positions an epoch draws"))
+  if entry.epoch_end is not None:
+    hooks.append(f"epoch-end pass ``{entry.epoch_end.__name__}`` over the training set (eval "
+                 "mode, no augmentation): " + (inspect.getdoc(entry.epoch_end) or ""))
+  if entry.mixes:
+    hooks.append("takes mixup batches (``config.mixup_alpha`` > 0): one λ and one permutation of "
+                 "the global batch per step, the loss against both labels")
+  if entry.pair is not None:
+    hooks.append(f"paired batches ``{entry.pair.__name__}``: each row's partner, the step's λ and "
+                 "CutMix box, drawn on the host")
+  if hooks:
+    out.append(_title("What the trainer provides", "-"))
+    out += [f"* {' '.join(h.split())}" for h in hooks]
+    out.append("")
+  using = [stem for stem, config in configs.items() if config.loss == name]
+  if using:
+    out.append(_title("Shipped configs that train it", "-"))
+    for stem in using:
+      module = importlib.import_module(f"experiments.configs.{stem}")
+      out.append(f"* ``experiments/configs/{stem}.py`` — {_summary_line(module)}")
+    out.append("")
+  return "\n".join(out)
+
+
+def write_pages(app):
+  root = pathlib.Path(app.confdir).parent
+  losses = importlib.import_module("experiments.losses")
+  default = importlib.import_module("experiments.configs.default").get_config()
+  defaults = {key: dict(default[key]) for key in losses.CONFIG_TREES}
+  configs = _shipped_configs(root)
+  out_dir = pathlib.Path(app.confdir) / "_generated" / "losses"
+  out_dir.mkdir(parents=True, exist_ok=True)
+  index = [_title("The loss registry"),
+           "Every training objective of the harness is one entry of ``experiments.losses."
+           "REGISTRY``, chosen with ``--config.loss=<name>``. Each entry has one signature once "
+           "built from a config, ``loss_fn(logits, features, labels, loss_state, step_info) → "
+           "(loss, new_loss_state, metrics)``, its own config sub-trees, explicit start "
+           "semantics and the state it carries. These pages are generated from the registry at "
+           "build time.\n",
+           ".. list-table::\n   :header-rows: 1\n   :widths: 25 20 15 15 25\n",
+           "   * - entry\n     - config sub-trees\n     - start\n     - before\n     - state"]
+  pages = []
+  for name, entry in losses.REGISTRY.items():
+    page = page_name(name)
+    text = entry_page(name, entry, losses, defaults, configs)
+    path = out_dir / f"{page}.rst"
+    if not path.exists() or path.read_text() != text:
+      path.write_text(text)
+    pages.append(page)
+    index.append(f"   * - :doc:`{name} <{page}>`\n     - "
+                 f"{', '.join(entry.reads) or '–'}\n     - "
+                 f"{'``' + entry.start + '``' if entry.start else 'first step'}\n     - "
+                 f"{entry.before if entry.start else '–'}\n     - {', '.join(entry.state) or '–'}")
+  index.append("\n.. toctree::\n   :hidden:\n\n" + "\n".join(f"   {p}" for p in pages) + "\n")
+  text = "\n".join(index)
+  path = out_dir / "index.rst"
+  if not path.exists() or path.read_text() != text:
+    path.write_text(text)
+  for stale in out_dir.glob("*.rst"):
+    if stale.stem not in pages and stale.stem != "index":
+      stale.unlink()
+  logger.info(f"loss registry: {len(pages)} entry pages")
+  write_configs_page(app, configs)
+
+
+def write_configs_page(app, configs):
+  """docs/_generated/configs.rst: every shipped config with what it sets, from the configs."""
+  lines = [_title("Shipped configs"),
+           "Every file in ``experiments/configs/`` returns an ``ml_collections.ConfigDict`` from "
+           "``get_config()``, starting from ``default.py`` (every field, documented there); "
+           "override any field with ``--config.<field>=...``. Generated from the configs at build "
+           "time.\n",
+           ".. list-table::\n   :header-rows: 1\n   :widths: 18 12 12 10 6 42\n",
+           "   * - config\n     - dataset\n     - model / head\n     - loss\n     - epochs\n"
+           "     - what it is"]
+  for stem, config in configs.items():
+    module = importlib.import_module(f"experiments.configs.{stem}")
+    lines.append(f"   * - ``{stem}.py``\n     - ``{config.dataset}``\n     - {config.model} / "
+                 f"{config.head}\n     - :doc:`{config.loss} <losses/{page_name(config.loss)}>`"
+                 f"\n     - {config.num_epochs}\n     - {_summary_line(module)}")
+  text = "\n".join(lines) + "\n"
+  path = pathlib.Path(app.confdir) / "_generated" / "configs.rst"
+  if not path.exists() or path.read_text() != text:
+    path.write_text(text)
+
+
+def setup(app):
+  app.connect("builder-inited", write_pages)
+  return {"parallel_read_safe": True, "parallel_write_safe": True}
