@@ -185,7 +185,7 @@ def _reference_rows(features: jax.Array, valid: ArrayLike, slots: class_sums.Cla
   unused = jnp.iinfo(jnp.int32).max
   first = jax.ops.segment_min(jnp.where(valid, position, unused), slots.slot,
                               num_segments=num_slots,
-                              out_sharding=explicit_mesh.replicated(slots.slot))
+                              **explicit_mesh.replicated_out(slots.slot))
   if axis_name is None and explicit_mesh.rows_split(features):
     is_first = valid & (position == explicit_mesh.take(first, slots.slot))
     rows = class_sums.slot_sum(jnp.where(is_first[:, None], features, 0.0), slots)

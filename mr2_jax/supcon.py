@@ -71,7 +71,8 @@ def stack_views(views: ArrayLike, labels: ArrayLike, where: ArrayLike | None = N
   rows = explicit_mesh.row_sharding(views)
 
   def view_major(x):  # [V, B, ...] → [V·B, ...]
-    return jax.lax.reshape(x, (num_views * batch,) + x.shape[2:], out_sharding=rows)
+    shape = (num_views * batch,) + x.shape[2:]
+    return x.reshape(shape) if rows is None else jax.lax.reshape(x, shape, out_sharding=rows)
 
   projections = view_major(jnp.swapaxes(views, 0, 1))
   if where is not None:

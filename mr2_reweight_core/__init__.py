@@ -11,6 +11,8 @@ Modules:
   checks         argument checks (errors name the argument), the traced-check switch, the one
                  out-of-range label guard (`index_labels`, `take_class_values`).
   cross_entropy  the label's log-softmax and the plain per-example cross-entropy.
+  explicit_mesh  where per-class results live when the batch is laid out over Explicit mesh axes
+                 (`jax.jit` of sharded arrays): reductions replicated, per-row reads with the rows.
   metrics        per-class accuracy and class means (NaN for an absent class), Easy/Medium/Hard
                  groups, worst class, spread, ρ.
 """

@@ -111,7 +111,7 @@ def class_slots(labels: jax.Array, valid: jax.Array, num_classes: int, *,
   masked_labels = jnp.where(valid, labels, num_classes).astype(jnp.int32)
   if num_classes <= global_batch:
     counts = jax.ops.segment_sum(valid.astype(jnp.float32), masked_labels, num_segments=num_classes,
-                                 out_sharding=explicit_mesh.replicated(masked_labels))
+                                 **explicit_mesh.replicated_out(masked_labels))
     if axis_name is not None:
       counts = jax.lax.psum(counts, axis_name)
     return ClassSlots(jnp.arange(num_classes, dtype=jnp.int32), counts, masked_labels)
@@ -140,14 +140,14 @@ def example_class_counts(labels: jax.Array, valid: jax.Array, num_classes: int, 
     return jnp.where(valid, at_rows(slots.counts, slots), jnp.nan)
   masked_labels = jnp.where(valid, labels, num_classes).astype(jnp.int32)
   counts = jnp.zeros((num_classes,), jnp.float32).at[masked_labels].add(
-      1.0, mode="drop", out_sharding=explicit_mesh.replicated(masked_labels))
+      1.0, mode="drop", **explicit_mesh.replicated_out(masked_labels))
   return checks.take_class_values(counts, labels, valid)
 
 
 def slot_sum(values: ArrayLike, slots: ClassSlots, *, axis_name: str | None = None) -> jax.Array:
   """Σ over the global batch of `values` [B, ...] per slot → [S, ...] (psum-reduced)."""
   sums = jax.ops.segment_sum(values, slots.slot, num_segments=slots.classes.shape[0],
-                             out_sharding=explicit_mesh.replicated(slots.slot))
+                             **explicit_mesh.replicated_out(slots.slot))
   if axis_name is not None:
     sums = jax.lax.psum(sums, axis_name)
   return sums

@@ -10,9 +10,9 @@ libraries then see the global batch (no `axis_name`), so they say where each suc
   (`replicated`): XLA reduces each device's rows, then all-reduces the per-class partial results,
   the `psum` of the `axis_name` path; rows are never all-gathered for it;
 * a per-row read of a per-class table is laid out like the rows (`take`);
-* where the whole batch is needed on every device (pairs of rows, the class-sorted batch, the
-  compacted classes of `jnp.unique`), the rows are all-gathered once (`gathered`), as `all_gather`
-  does under `axis_name`.
+* where every device needs the whole batch (pairs of rows and the class-sorted batch of ℓ_s̄ and
+  SupCon, the labels that `jnp.unique` compacts when K > B, LfF's positions), it is all-gathered
+  once (`gathered`), as `all_gather` does under `axis_name`.
 
 Anywhere else (one device, `pmap`, the Manual axes inside `shard_map`, Auto meshes) every function
 here is the plain op, so those results are bit for bit what they were.
@@ -46,6 +46,14 @@ def replicated(x: ArrayLike) -> NamedSharding | None:
   return None if mesh is None else NamedSharding(mesh, PartitionSpec())
 
 
+def replicated_out(x: ArrayLike) -> dict[str, NamedSharding]:
+  """`out_sharding=replicated(x)` as keyword arguments for an op, and no keyword when there is no
+  Explicit mesh, so that the plain op also runs on JAX releases whose op takes no `out_sharding`
+  (`jax.ops.segment_sum` gained it in JAX 0.10.2)."""
+  sharding = replicated(x)
+  return {} if sharding is None else {"out_sharding": sharding}
+
+
 def row_sharding(x: ArrayLike) -> NamedSharding | None:
   """The `out_sharding` of a per-row result of `x`: its first axis laid out as x's, any other axis
   replicated, when x's mesh has Explicit axes; None otherwise."""
@@ -73,8 +81,8 @@ def take(table: jax.Array, index: jax.Array) -> jax.Array:
 
 
 def laid_out_like(x: jax.Array, rows: jax.Array) -> jax.Array:
-  """`x` (a value per row, computed replicated) laid out like `rows` under Explicit axes: each device
-  keeps its own rows (a slice, no communication); `x` itself otherwise."""
+  """`x` (a value per row, computed replicated) laid out like `rows` under Explicit axes: each
+  device keeps its own rows (a slice, no communication); `x` itself otherwise."""
   if _explicit_mesh(rows) is None:
     return x
   return jax.sharding.reshard(x, jax.typeof(rows).sharding)

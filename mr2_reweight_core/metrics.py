@@ -31,7 +31,9 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
     labels: int [B] true classes in [0, K).
     num_classes: K.
     where: optional bool [B]; padding rows are not counted.
-    axis_name: psum the sums over this axis.
+    axis_name: psum the sums over this axis (typed replicated under `shard_map`'s
+      `check_vma=True`). Without it, `jax.jit` over a batch laid out with `NamedSharding` gives the
+      global counts, replicated.
 
   Returns:
     float32 [K] correct counts and float32 [K] example counts.
@@ -58,11 +60,11 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
                      f"{predictions.shape}.")
   valid = in_range & checks.check_where(where, labels.shape[0])
   target = jnp.where(valid, labels, num_classes)  # out of range: dropped by segment_sum
-  replicated = explicit_mesh.replicated(target)
+  replicated = explicit_mesh.replicated_out(target)
   correct = jax.ops.segment_sum((predictions == labels).astype(jnp.float32), target, num_classes,
-                                out_sharding=replicated)
+                                **replicated)
   counts = jax.ops.segment_sum(jnp.ones_like(target, jnp.float32), target, num_classes,
-                               out_sharding=replicated)
+                               **replicated)
   if axis_name is not None:
     correct, counts = jax.lax.psum((correct, counts), axis_name)
   return correct, counts

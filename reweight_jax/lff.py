@@ -191,7 +191,10 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
   writes (deterministic, and the same on one device and on any split over devices).
 
   Data parallel (`axis_name`): the indices, losses and masks of the global batch are all-gathered
-  (tiled, in device order), so every device applies the same update and holds an identical state.
+  (tiled, in device order), so every device applies the same update and holds an identical state
+  (typed replicated under `shard_map`'s `check_vma=True`: return it with `out_specs=P()`). Without
+  it, `jax.jit` over a batch laid out with `NamedSharding` gathers the batch's 3·B values once and
+  gives the same state, replicated.
 
   Args:
     state: `LfFState` with N entries.
@@ -345,7 +348,12 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
   Data parallel (`axis_name`): the EMA update is the global batch's on every device (all-gathered),
   B counts the real rows of the global batch, and the returned loss is this device's share
   N_devices · (Σ_{local i} GCE_B,i + W_i·CE_D,i) / B: `lax.pmean` of it (and of the gradients) is
-  the loss (gradient) of the concatenated batch on one device.
+  the loss (gradient) of the concatenated batch on one device. Under `jax.shard_map`'s default
+  `check_vma=True` the loss is still this share and the new state is typed replicated
+  (`out_specs=P()`); take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the
+  devices itself (the share's own gradient is N_devices times the global one). Without `axis_name`,
+  `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global
+  batch: the loss is the global value, the state replicated.
 
   Args:
     logits_biased: float [B, K] logits of the biased model f_B.

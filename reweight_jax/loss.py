@@ -167,11 +167,17 @@ def inverse_reweighted_loss(
   per epoch: pass `refresh_macro=(step_in_epoch == 0)` (a traced bool is fine), so epoch e uses β from
   the batches of the reweighting epochs before e, and the first reweighting epoch uses β ≡ 1.
 
-  Data parallelism (`axis_name`): L_c and L̄ come from the global batch (sums and counts are psum-ed),
-  and B_c counts a class once per global batch. The returned loss is this device's *share*,
-  N_devices·Σ_{local i} ŵ_{y_i} ℓ_i / B_global, so that `lax.pmean(loss, axis_name)` is the
+  Data parallelism (`axis_name`): L_c and L̄ come from the global batch (sums and counts are
+  psum-ed), and B_c counts a class once per global batch. The returned loss is this device's
+  *share*, N_devices·Σ_{local i} ŵ_{y_i} ℓ_i / B_global, so that `lax.pmean(loss, axis_name)` is the
   single-device loss on the concatenated batch and `lax.pmean` of the parameter gradients is its
-  gradient (the psum-s inside carry the cross-device terms of the gradient).
+  gradient (the psum-s inside carry the cross-device terms of the gradient). Under `jax.shard_map`'s
+  default `check_vma=True` the loss is still this share and the new state and the per-class aux are
+  typed replicated (`out_specs=P()`); take the gradient of `lax.pmean(loss, axis_name)`, which JAX
+  sums over the devices itself (the share's own gradient is N_devices times the global one). Without
+  `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes)
+  sees the global batch: the loss is the global value, state and per-class aux replicated, example
+  weights laid out like the rows.
 
   Invalid labels (possible only under tracing, where `check_labels` cannot raise) are excluded from
   every class statistic and from the counts, and make the loss NaN — unless `where` marks the row as

@@ -88,7 +88,10 @@ class NCAccumulator(NamedTuple):
 
   Use: `acc = NCAccumulator.init(K, d)`; pass 1 `acc = acc.update(h, y, per_example_loss=ℓ)` over the
   data; optional pass 2 `acc = acc.update_ncc(h, W, bias=b)` over the same data for NC4; then
-  `acc.finalize(W)`. Under `pmap`, pass `axis_name`: every device then holds the same statistics.
+  `acc.finalize(W)`. Under `pmap` or `shard_map`, pass `axis_name`: every device then holds the
+  same statistics (typed replicated under `shard_map`'s `check_vma=True`: `out_specs=P()`). Under
+  `jax.jit` over a batch laid out with `NamedSharding`, pass no axis: the statistics are the global
+  batch's, replicated.
 
   Attributes:
     counts: float32 [K], n_c.
@@ -150,7 +153,7 @@ class NCAccumulator(NamedTuple):
     batch_means = (class_sums.slot_sum(safe_features, slots, axis_name=axis_name)
                    / jnp.maximum(batch_counts, 1)[:, None])
     centred = jnp.where(valid[:, None], features - class_sums.at_rows(batch_means, slots), 0)
-    batch_scatter = jnp.matmul(centred.T, centred, out_sharding=explicit_mesh.replicated(centred))
+    batch_scatter = jnp.matmul(centred.T, centred, **explicit_mesh.replicated_out(centred))
     if axis_name is not None:
       batch_scatter = jax.lax.psum(batch_scatter, axis_name)
 

@@ -89,6 +89,67 @@ def test_public_name():
 
 def test_schedule_on_a_trainer_that_drops_the_last_partial_batch():
   """`steps_per_epoch` = ⌊N/B⌋ (the trainer's epochs) instead of the reference's ⌈N/B⌉: warm-up,
+  switch and end fall on those epochs' boundaries, against the float64 transcription (the
+  harness's use of it: tests/test_train.py::test_trainer_milelr_schedule_is_the_library_one)."""
+  counts = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # CIFAR-10-LT IF 100
+  spe = sum(counts) // 128
+  assert spe != -(-sum(counts) // 128)
+  schedule = reweight_jax.milelr_schedule(0.3, np.asarray(counts), 128, steps_per_epoch=spe)
+  for k in (0, 10 * spe - 1, 10 * spe, 100 * spe, 160 * spe - 1, 160 * spe, 199 * spe,
+            200 * spe - 1):
+    np.testing.assert_allclose(float(schedule(k)), 0.3 * ref.factor(k, counts, 128,
+                                                                     steps_per_epoch=spe),
+                               rtol=2e-5, err_msg=f"step {k}")
+  with pytest.raises(ValueError, match="steps_per_epoch"):
+    reweight_jax.milelr_schedule(0.3, np.asarray(counts), 128, steps_per_epoch=0)
+
+
+@pytest.mark.parametrize("switch_epoch", [160, None])
+@pytest.mark.parametrize("num_classes", [10, 100])
+def test_schedule_matches_numpy_at_every_regime(num_classes, switch_epoch):
+  counts = lt_counts(num_classes)
+  batch = 128
+  schedule = milelr.milelr_schedule(0.3, counts, batch, switch_epoch=switch_epoch)
+  se = math.ceil(counts.sum() / batch)
+  steps = np.unique(np.concatenate([
+      np.arange(0, 200 * se, max(se // 3, 1)),
+      [0, 10 * se - 1, 10 * se, 160 * se - 1, 160 * se, 160 * se + 1, 200 * se - 1]]))
+  expected = np.array([0.3 * ref.factor(int(k), counts, batch, switch_epoch=switch_epoch)
+                       for k in steps])
+  got = np.asarray(jax.jit(jax.vmap(schedule))(jnp.asarray(steps)))
+  np.testing.assert_allclose(got, expected, rtol=3e-6, atol=1e-8)
+  assert got[np.searchsorted(steps, 10 * se - 1)] == pytest.approx(0.3)  # warm-up ends at base
+
+
+def test_switch_jumps_as_released():
+  counts = lt_counts(100)
+  se = math.ceil(counts.sum() / 256)
+  schedule = milelr.milelr_schedule(1.0, counts, 256)
+  before, after = float(schedule(160 * se - 1)), float(schedule(160 * se))
+  a = milelr.mittag_leffler_order(counts)
+  assert after == pytest.approx(1 / math.gamma(1 - a), rel=1e-5)
+  assert before == pytest.approx(ref.ml_neg((1 - 1e-6) * (150 * se - 1) / (150 * se), a), rel=1e-5)
+
+
+def test_balanced_counts_are_refused_with_a_switch_and_allowed_without():
+  with pytest.raises(ValueError, match="a = 1"):
+    milelr.milelr_schedule(0.1, np.full(10, 500.0), 128)
+  schedule = milelr.milelr_schedule(0.1, np.full(10, 500.0), 128, switch_epoch=None)
+  se = math.ceil(5000 / 128)
+  t = np.array([0, 50 * se, 99 * se, 150 * se]) + 10 * se
+  s = np.minimum((t - 10 * se) / (190 * se), 1 - 1e-6)
+  z = s / (1 - s)
+  expected = np.where(z < 1, np.exp(-z), 0.0)  # a = 1: e^{−z}, and 1/Γ(0) = 0 beyond z = 1
+  np.testing.assert_allclose(np.asarray(jax.vmap(schedule)(jnp.asarray(t))), 0.1 * expected,
+                             rtol=2e-5, atol=1e-8)
+
+
+def test_public_name():
+  assert reweight_jax.milelr_schedule is milelr.milelr_schedule
+
+
+def test_schedule_on_a_trainer_that_drops_the_last_partial_batch():
+  """`steps_per_epoch` = ⌊N/B⌋ (the trainer's epochs) instead of the reference's ⌈N/B⌉: warm-up,
   switch and end fall on those epochs' boundaries, against the float64 transcription; and the
   trainer's `create_learning_rate_fn` with schedule 'milelr' is this schedule."""
   import ml_collections

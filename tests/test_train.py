@@ -14,9 +14,11 @@ import time
 
 import chex
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
+import reweight_jax
 from experiments import data as data_lib
 from experiments import losses
 from experiments import models
@@ -455,3 +457,17 @@ def test_a_run_written_before_new_config_fields_resumes_and_a_changed_one_does_n
   config.views = 2
   with pytest.raises(ConfigError, match="different config \\(fields views\\)"):
     train.train_and_evaluate(config, workdir, max_steps=4)
+
+
+def test_trainer_milelr_schedule_is_the_library_one():
+  """The trainer's `create_learning_rate_fn` with schedule 'milelr' is `reweight_jax.milelr_schedule`
+  on its ⌊N/B⌋ epochs (moved here from tests/test_reweight_milelr.py: it needs the harness)."""
+  counts = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]  # CIFAR-10-LT IF 100
+  spe = sum(counts) // 128
+  schedule = reweight_jax.milelr_schedule(0.3, np.asarray(counts), 128, steps_per_epoch=spe)
+  config = ml_collections.ConfigDict(dict(schedule="milelr", learning_rate=0.3, batch_size=128,
+                                          num_epochs=200, warmup_epochs=10,
+                                          milelr_switch_epoch=160))
+  trainer = train_state.create_learning_rate_fn(config, spe, np.asarray(counts))
+  for k in (0, 5 * spe, 160 * spe, 180 * spe):
+    assert float(trainer(k)) == float(schedule(k))

@@ -75,8 +75,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.step_epochs = (160, 180)   # 'step': lr × 0.01 after the first, × 0.0001 after the second.
   config.step_factor = 0.01
 
-  # Parallelism: 'none' (jit on one device), 'pmap' (the devices of this process) or 'shard_map'
-  # (jit + shard_map over every device of every process; multi-host). See README.
+  # Parallelism: 'none' (jit on one device), 'jit' (jit over a batch sharded on every device of
+  # every process; automatic partitioning, multi-host), 'pmap' (the devices of this process) or
+  # 'shard_map' (jit + shard_map over every device of every process; multi-host).
+  # See docs/guides/distributed.md.
   config.parallel = "none"
 
   # Bookkeeping.
