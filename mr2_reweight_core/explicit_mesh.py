@@ -20,6 +20,8 @@ here is the plain op, so those results are bit for bit what they were.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 from jax.sharding import AbstractMesh
 from jax.sharding import NamedSharding
@@ -46,7 +48,7 @@ def replicated(x: ArrayLike) -> NamedSharding | None:
   return None if mesh is None else NamedSharding(mesh, PartitionSpec())
 
 
-def replicated_out(x: ArrayLike) -> dict[str, NamedSharding]:
+def replicated_out(x: ArrayLike) -> dict[str, Any]:
   """`out_sharding=replicated(x)` as keyword arguments for an op, and no keyword when there is no
   Explicit mesh, so that the plain op also runs on JAX releases whose op takes no `out_sharding`
   (`jax.ops.segment_sum` gained it in JAX 0.10.2)."""
