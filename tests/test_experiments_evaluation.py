@@ -64,11 +64,12 @@ def numpy_evaluation(state, split, head):
 
 
 @pytest.mark.parametrize("head, parallel, num_devices", [
-    ("linear", "none", 1), ("cosine", "none", 1), ("linear", "pmap", 8), ("cosine", "shard_map", 8)])
+    ("linear", "none", 1), ("cosine", "none", 1), ("linear", "pmap", 8), ("cosine", "shard_map", 8),
+    ("linear", "jit", 8)])
 def test_one_pass_evaluation_equals_numpy(head, parallel, num_devices):
   config, state, split = setup(head)
   model = models.create_model("small_cnn", 10, head=head,
-                              axis_name=None if parallel == "none" else runners.AXIS)
+                              axis_name=runners.axis_name(parallel))
   state = state.replace(apply_fn=model.apply)
   task = steps.Task(tuple(float(c) for c in split.class_counts), 10)
   runner = runners.make_runner(parallel, losses.make_loss_fn(config), task, lambda s: 0.0,
