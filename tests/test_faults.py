@@ -166,6 +166,32 @@ def test_damaged_latest_checkpoint_names_the_step_and_falls_back_on_request(tmp_
   assert_same_final_state(workdir, straight)
 
 
+def test_digest_refuses_a_rewritten_state_that_orbax_reads_without_complaint(tmp_path, straight):
+  """The digest earns its place: a latest checkpoint whose `state` item was rewritten by orbax
+  itself with one parameter changed (a well-formed file, the old digest kept) restores through
+  orbax without complaint, and only the digest refuses it."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / "run"
+  shutil.copytree(straight, workdir)
+  state_dir = workdir / "checkpoints" / str(3 * EVERY) / "state"
+  checkpointer = ocp.StandardCheckpointer()
+  original = checkpointer.restore(state_dir)
+  leaves, treedef = jax.tree.flatten(original)
+  index = next(i for i, leaf in enumerate(leaves)
+               if np.issubdtype(np.asarray(leaf).dtype, np.floating) and np.size(leaf) > 1)
+  leaves[index] = np.asarray(leaves[index]) + np.float32(1e-3)
+  rewritten = jax.tree.unflatten(treedef, leaves)
+  checkpointer.save(tmp_path / "rewritten", rewritten)
+  checkpointer.wait_until_finished()
+  shutil.rmtree(state_dir)
+  shutil.copytree(tmp_path / "rewritten", state_dir)
+  read_back = checkpointer.restore(state_dir)  # orbax: no error, the changed values
+  np.testing.assert_array_equal(jax.tree.leaves(read_back)[index], leaves[index])
+  with pytest.raises(checkpoints.CheckpointError,
+                     match=rf"checkpoint at step {3 * EVERY} .*does not match the digest"):
+    train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
+
+
 def test_digest_detects_a_changed_value():
   state = {"a": np.arange(4.0), "b": {"c": np.ones((2, 2), np.float32)}}
   changed = {"a": np.arange(4.0), "b": {"c": np.array([[1, 1], [1, 1 + 1e-7]], np.float32)}}
