@@ -35,6 +35,8 @@ from hypothesis import event
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.reference import numpy_mr2 as ref_mr2
+
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "default")
 WIDE = PROFILE != "default"  # the unmarked tests draw from the wide pools under any other profile
 SLOW = settings(settings.get_profile("slow"))  # settings of the @pytest.mark.slow twins
@@ -414,3 +416,36 @@ def assert_finite(tree_or_array, what: str) -> None:
                          else [tree_or_array])):
     if not np.all(np.isfinite(x)):
       raise AssertionError(f"{what}[{i}]: {int(np.sum(~np.isfinite(x)))} non-finite entries")
+
+
+# MR2 class statistics: the float64 reference update and its error scales (used by
+# tests/test_properties_losses.py and tests/test_properties_stats.py).
+
+def class_norms(features, labels, num_classes):
+  """max_i ‖φ_i‖₂ over each class's rows [K] (0 for absent classes)."""
+  norms = np.linalg.norm(features, axis=1)
+  out = np.zeros(num_classes)
+  np.maximum.at(out, labels, norms)
+  return out
+
+
+def stats_reference(a_old, v_old, seen_old, features, labels, decay, p, where=None):
+  """Reference EMA update and the per-class error scales of A and V (units of ε)."""
+  num_classes = a_old.shape[0]
+  a, v, seen = ref_mr2.update_class_stats(a_old, v_old, seen_old, features, labels, decay, p,
+                                          where=where)
+  valid = np.ones(len(labels), bool) if where is None else np.asarray(where)
+  batch_a, batch_v, counts = ref_mr2.batch_class_moments(features, labels, num_classes, p,
+                                                         where=valid)
+  phi = class_norms(features[valid], labels[valid], num_classes)
+  weight = np.where(seen_old, 1.0 - decay, 1.0)
+  # ‖m‖_p² with m off by ~ε·Φ: 2·√a·Φ; v's centring likewise; the p-th powers and roots (p + 2)·a.
+  # The second-order (ε·Φ)² is written as Φ²·2⁻⁷ (bf16's ε, generous for float32): a collapsed class
+  # has v = 0 exactly, while the rounded mean leaves ~(ε·Φ)².
+  second_order = phi ** 2 * eps("bfloat16")
+  scale_a = np.where(counts > 0, weight * ((p + 2) * batch_a + 2 * phi * np.sqrt(batch_a)
+                                           + second_order), 0.0)
+  scale_v = np.where(counts > 0, weight * ((p + 2) * batch_v + 2 * phi * np.sqrt(batch_v)
+                                           + second_order), 0.0)
+  return (a, v, seen), (scale_a + 2 * np.abs(a), scale_v + 2 * np.abs(v)), (batch_a, batch_v,
+                                                                             counts, phi)

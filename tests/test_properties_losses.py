@@ -176,42 +176,12 @@ def ce_terms(z_eff, labels, rounding=None):
   return 2.0 + np.log(num_classes) + condition + 2.0 * rounding, condition
 
 
-def class_norms(features, labels, num_classes):
-  """max_i ‖φ_i‖₂ over each class's rows [K] (0 for absent classes)."""
-  norms = np.linalg.norm(features, axis=1)
-  out = np.zeros(num_classes)
-  np.maximum.at(out, labels, norms)
-  return out
-
-
 def mr2_params(config, dim):
   mr2 = config.mr2
   p = mr2.p if mr2.p is not None else (2.0 if mr2.form == "paper" else 5.0)
   tau = mr2.temperature if mr2.temperature is not None else (
       1.0 if mr2.form == "paper" else 10.0 * dim)
   return p, tau
-
-
-def stats_reference(a_old, v_old, seen_old, features, labels, decay, p, where=None):
-  """Reference EMA update and the per-class error scales of A and V (units of ε)."""
-  num_classes = a_old.shape[0]
-  a, v, seen = ref_mr2.update_class_stats(a_old, v_old, seen_old, features, labels, decay, p,
-                                          where=where)
-  valid = np.ones(len(labels), bool) if where is None else np.asarray(where)
-  batch_a, batch_v, counts = ref_mr2.batch_class_moments(features, labels, num_classes, p,
-                                                         where=valid)
-  phi = class_norms(features[valid], labels[valid], num_classes)
-  weight = np.where(seen_old, 1.0 - decay, 1.0)
-  # ‖m‖_p² with m off by ~ε·Φ: 2·√a·Φ; v's centring likewise; the p-th powers and roots (p + 2)·a.
-  # The second-order (ε·Φ)² is written as Φ²·2⁻⁷ (bf16's ε, generous for float32): a collapsed class
-  # has v = 0 exactly, while the rounded mean leaves ~(ε·Φ)².
-  second_order = phi ** 2 * S.eps("bfloat16")
-  scale_a = np.where(counts > 0, weight * ((p + 2) * batch_a + 2 * phi * np.sqrt(batch_a)
-                                           + second_order), 0.0)
-  scale_v = np.where(counts > 0, weight * ((p + 2) * batch_v + 2 * phi * np.sqrt(batch_v)
-                                           + second_order), 0.0)
-  return (a, v, seen), (scale_a + 2 * np.abs(a), scale_v + 2 * np.abs(v)), (batch_a, batch_v,
-                                                                             counts, phi)
 
 
 def mr2_reference(config, logits, features, labels, class_stats, *, where=None,
@@ -225,7 +195,7 @@ def mr2_reference(config, logits, features, labels, class_stats, *, where=None,
   a_old, v_old, seen_old = class_stats
   valid = np.ones(len(labels), bool) if where is None else np.asarray(where)
   z, x, y = logits[valid], features[valid], labels[valid]
-  (a, v, seen), stat_scales, (batch_a, batch_v, counts, phi) = stats_reference(
+  (a, v, seen), stat_scales, (batch_a, batch_v, counts, phi) = S.stats_reference(
       a_old, v_old, seen_old, x, y, mr2.decay, p)
   gamma = ref_mr2.class_margins(a, v, seen, mr2.c_bar)
   gamma = np.where(seen, np.maximum(gamma, 1e-6 * mr2.c_bar), gamma)  # the library's floor
@@ -260,7 +230,7 @@ def mr2_reference(config, logits, features, labels, class_stats, *, where=None,
     rep, rep_error = np.zeros(len(y)), 0.0
   # ∂ℓ_s̄/∂φ = Σ_j q_ij·2(c_i − c_j)/τ: a collapsed class leaves only its rounding, ~ε·Φ/τ per row.
   weight = lam * max(1.0, dim / (10.0 * num_classes) * len(y)) if mr2.form == "released" else lam
-  feature_floor = weight * 4 * float(np.max(class_norms(x, y, num_classes), initial=0.0)) / (
+  feature_floor = weight * 4 * float(np.max(S.class_norms(x, y, num_classes), initial=0.0)) / (
       tau * max(len(y), 1))
   return dict(feature_floor=feature_floor, ce=ce, ce_error=ce_error, rep=rep, rep_error=rep_error, stats=(a, v, seen),
               stat_scales=stat_scales, gamma=gamma,

@@ -39,7 +39,6 @@ import mr2_jax
 import reweight_jax
 from tests import strategies as S
 from tests.reference import numpy_reweight as ref_rw
-from tests.test_properties_losses import stats_reference
 
 C = 16.0
 AXIS = "batch"
@@ -125,7 +124,7 @@ def check_stats(config, ex: StatsExample):
   padded, shape = ex.padded, ex.padded.batch.shape
   eps = S.eps(shape.dtype)
   x = S.Batch.f64(padded.features)
-  (a, v, seen), (scale_a, scale_v), _ = stats_reference(*ex.stats, x, padded.labels, decay, p,
+  (a, v, seen), (scale_a, scale_v), _ = S.stats_reference(*ex.stats, x, padded.labels, decay, p,
                                                         where=padded.where)
   absent = ~np.isin(np.arange(shape.num_classes), padded.batch.labels)
   for devices, batch, label in ((1, padded, "update_class_stats"),
