@@ -46,8 +46,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 from tests import imports as _imports  # noqa: E402
 
-_LEFT_OUT = {}
-
 
 def pytest_ignore_collect(collection_path, config):
   """In the library-only run (MR2_JAX_LIBRARY_ONLY=1: `pip install .` plus the `test` extra, as in
@@ -59,20 +57,23 @@ def pytest_ignore_collect(collection_path, config):
   name = os.path.basename(path)
   if not _imports.library_only() or not (name.startswith("test_") and name.endswith(".py")):
     return None
-  missing = _imports.missing_top_levels(path)
-  if missing:
-    _LEFT_OUT[name] = missing
-    return True
-  return None
+  return True if _imports.missing_top_levels(path) else None
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-  """Lists the test files the library-only run left out, with the packages they need."""
+  """In the library-only run, the test files it leaves out and the packages they need (computed
+  here, in the controlling process: under xdist the workers collect)."""
   del exitstatus, config
-  if _LEFT_OUT:
-    terminalreporter.write_line(
-        f"library-only run: {len(_LEFT_OUT)} test files left out (they need the harness or an "
-        "extra): " + ", ".join(f"{k} [{'/'.join(v)}]" for k, v in sorted(_LEFT_OUT.items())))
+  if not _imports.library_only() or hasattr(terminalreporter.config, "workerinput"):
+    return
+  names = sorted(n for n in os.listdir(_imports.TESTS_DIR)
+                 if n.startswith("test_") and n.endswith(".py"))
+  left_out = {n: _imports.missing_top_levels(os.path.join(_imports.TESTS_DIR, n)) for n in names}
+  left_out = {n: m for n, m in left_out.items() if m}
+  terminalreporter.write_line(
+      f"library-only run: {len(names) - len(left_out)} of {len(names)} test files; left out "
+      "(they need the harness or an extra): "
+      + ", ".join(f"{n} [{'/'.join(m)}]" for n, m in left_out.items()))
 
 
 def pytest_sessionfinish(session, exitstatus):
