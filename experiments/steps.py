@@ -6,7 +6,6 @@ reduced as sums and counts, so the result equals one device on the global batch.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -67,15 +66,14 @@ def paired_mix(batch):
 
 def _varying_axes(x: jax.Array) -> frozenset[str]:
   """The manual axes `x` is typed as varying over (empty under pmap and `check_vma=False`, which do
-  not track it). JAX 0.10 keeps them in the type's `manual_axis_type.varying`, earlier releases
-  in its `vma`."""
-  aval = jax.typeof(x)
-  manual = getattr(aval, "manual_axis_type", None)
-  return manual.varying if manual is not None else getattr(aval, "vma", frozenset())
+  not track it)."""
+  manual = getattr(jax.typeof(x), "manual_axis_type", None)
+  return frozenset() if manual is None else manual.varying
 
 
-def device_mean(x: jax.Array, *, axis_name: str) -> jax.Array:
-  """The mean over the devices of axis `axis_name` of each device's share `x` (the global value).
+def device_mean(tree, *, axis_name: str):
+  """The mean over the devices of axis `axis_name` of each device's share in `tree` (the global
+  value).
 
   A share that varies across devices is `lax.pmean`-ed (pmap, and `shard_map` for values that
   depend on the device's rows). Under `shard_map`'s default `check_vma=True` the gradient of a
@@ -84,9 +82,12 @@ def device_mean(x: jax.Array, *, axis_name: str) -> jax.Array:
   count.
   """
   vma_checked = axis_name in _varying_axes(jax.lax.axis_index(axis_name))
-  if vma_checked and axis_name not in _varying_axes(x):
-    return x / jax.lax.axis_size(axis_name)
-  return jax.lax.pmean(x, axis_name)
+
+  def mean(x):
+    if vma_checked and axis_name not in _varying_axes(x):
+      return x / jax.lax.axis_size(axis_name)
+    return jax.lax.pmean(x, axis_name)
+  return jax.tree.map(mean, tree)
 
 
 def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
@@ -141,7 +142,7 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   # Over the loss's views (the trainer divides by batch · loss views).
   correct = jnp.sum(jnp.argmax(logits, -1) == labels)
   if axis_name is not None:
-    grads = jax.tree.map(functools.partial(device_mean, axis_name=axis_name), grads)
+    grads = device_mean(grads, axis_name=axis_name)
     loss = jax.lax.pmean(loss, axis_name)
     correct = jax.lax.psum(correct, axis_name)
   new_state = state.apply_gradients(grads=grads, batch_stats=new_model_state["batch_stats"],
