@@ -90,13 +90,18 @@ run() {
 ldam=ldam_drw=ldam_drw:head=cosine:cosine_scale=30.0:ldam.scale=1.0:ldam.max_margin=15.0
 lt=(ce inverse_reweight "$ldam" logit_adjust mr2+inverse_reweight mr2)
 balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0)
+# Issue 39.1's diagnosis of MR2 alone on the long-tailed set: its logit margin without the
+# representation term (λ = 0), to tell which of the two parts loses the rarest classes.
+lt_ablation=(mr2_gamma_only=mr2:mr2.lam=0)
 # ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
-# picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` items.
+# picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` /
+# `lt_ablation:<seed>` items (the last not in the default).
 for item in ${ORDER:-balanced:0 balanced:1 balanced:2 lt:0 lt:1 lt:2}; do
   seed=${item#*:}
   case ${item%%:*} in
     lt) run cifar10_lt_short "$seed" "${lt[@]}" ;;
     balanced) run cifar10_balanced "$seed" "${balanced[@]}" ;;
+    lt_ablation) run cifar10_lt_short "$seed" "${lt_ablation[@]}" ;;
     *) echo "unknown ORDER item $item" >&2; exit 2 ;;
   esac
 done
