@@ -4,7 +4,7 @@
 
 Three small extensions in docs/_ext run at build time: `api_coverage` fails the build when a
 public symbol has no page, `loss_registry` writes one page per entry of the harness's loss registry
-(from `experiments.losses` itself), `study_pages` copies the results and benchmark reports with
+(from `experiments.losses.registry` itself), `study_pages` copies the results and benchmark reports with
 their plots. What they write goes to docs/_generated and docs/api/_autosummary (git-ignored).
 """
 

@@ -5,7 +5,7 @@
         --config.data_dir=../shared/data/cifar10_jpeg --methods=ce,ldam_drw,inverse_reweight \
         --seeds=0,1,2 --workdir=workdirs/c10lt
 
-Each (method, seed) is a run of `experiments.train` in `<workdir>/<method>/seed<s>` (resumed if it
+Each (method, seed) is a run of `experiments.train.loop` in `<workdir>/<method>/seed<s>` (resumed if it
 exists); the report (Markdown tables, comparison.json, PNG plots) goes to `<workdir>/report`.
 The first method is the reference (ERM) that fixes the Easy / Medium / Hard groups.
 """
@@ -20,11 +20,11 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from experiments import cli_errors
-from experiments import comparison
-from experiments import losses
-from experiments import reporting
-from experiments import xla_cpu
+from experiments.common import cli as cli_errors
+from experiments.studies import method_comparison as comparison
+from experiments.losses import registry as losses
+from experiments.report import seed_stats as reporting
+from experiments.common import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
                                           "Base configuration; `loss` and `seed` are set per run.")
@@ -37,7 +37,7 @@ _METHODS = flags.DEFINE_list(
 
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
 _XLA_CPU_TUNING = flags.DEFINE_bool(
-    "xla_cpu_tuning", True, "Add experiments.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
+    "xla_cpu_tuning", True, "Add experiments.common.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
 _REPORT_DIR = flags.DEFINE_string("report_dir", None,
                                   "Where the report goes (default <workdir>/report).")
 _SHARE_REFERENCE = flags.DEFINE_bool(

@@ -9,7 +9,7 @@
    checkpoint at epoch 20 (`config.init_from`, bit-for-bit the epochs it would train itself). The
    claim: per-class training losses equalised (ρ down), the rarest classes (Few) up.
 
-Each setting is an `experiments.comparison.compare` run (same reports: `<workdir>/<setting>/report`).
+Each setting is an `experiments.studies.method_comparison.compare` run (same reports: `<workdir>/<setting>/report`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from experiments import cli_errors
-from experiments import comparison
-from experiments import xla_cpu
+from experiments.common import cli as cli_errors
+from experiments.studies import method_comparison as comparison
+from experiments.common import xla_cpu
 from experiments.configs import digits
 from experiments.configs import digits_lt
 

@@ -17,9 +17,9 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from experiments import cli_errors
-from experiments import train
-from experiments import xla_cpu
+from experiments.common import cli as cli_errors
+from experiments.train import loop as train
+from experiments.common import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
                                           "Training configuration (a Python file).")
@@ -34,7 +34,7 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Multi-process: number of processes.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", 0, "Multi-process: this process's index.")
 _XLA_CPU_TUNING = flags.DEFINE_bool(
-    "xla_cpu_tuning", True, "Add experiments.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
+    "xla_cpu_tuning", True, "Add experiments.common.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
 
 
 def initialize_distributed():

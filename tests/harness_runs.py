@@ -9,7 +9,7 @@ import pathlib
 import sys
 import tempfile
 
-from experiments import train
+from experiments.train import loop as train
 from experiments.configs import digits_lt
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "harness_move"

@@ -1,4 +1,4 @@
-"""experiments/augment.py against Pillow and the reference's transforms.
+"""experiments/data/augment.py against Pillow and the reference's transforms.
 
 The reference (`autoaug.py` of the reweighting paper's release = DeepVoltaire's CIFAR10Policy, and
 torchvision's PIL transforms) runs Pillow on one image at a time; `PIL_OPS` below is its code with
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageEnhance, ImageOps
 
-from experiments import augment
-from experiments.data import random_crop_flip
+from experiments.data import augment
+from experiments.data.datasets import random_crop_flip
 
 GREY = (128, 128, 128)
 

@@ -75,7 +75,7 @@ def test_machine_speed_probe_reads_positive_rates():
 
 
 def test_input_throughput_reads_its_imagenet_sized_jpegs_at_224(tmp_path):
-  from experiments import data  # pylint: disable=g-import-not-at-top
+  from experiments.data import datasets as data  # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import input_throughput  # pylint: disable=g-import-not-at-top
   input_throughput.write_images(tmp_path, 3, classes=2)
   split = data.load_split("imagenet_lt", "train", tmp_path)

@@ -1,9 +1,9 @@
-"""experiments.comparison: method specs with config overrides, deferred methods started from the reference."""
+"""experiments.studies.method_comparison: method specs with config overrides, deferred methods started from the reference."""
 
 import pytest
 
-from experiments import comparison as compare
-from experiments.config_errors import ConfigError
+from experiments.studies import method_comparison as compare
+from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 
 

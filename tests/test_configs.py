@@ -12,8 +12,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from experiments import train
-from experiments.config_validation import validate_config
+from experiments.train import loop as train
+from experiments.train.config_validation import validate_config
 
 CONFIGS = sorted(p.stem for p in (pathlib.Path(__file__).parents[1] / "experiments" / "configs")
                  .glob("*.py") if p.stem != "__init__")

@@ -1,4 +1,4 @@
-"""Tests for experiments/data.py: sources, long-tailed subsets, batch iterators, augmentation."""
+"""Tests for experiments/data/datasets.py: sources, long-tailed subsets, batch iterators, augmentation."""
 
 import dataclasses
 import importlib.util
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from experiments import data
+from experiments.data import datasets as data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -498,7 +498,7 @@ def test_long_tail_selections_equal_the_released_code(kind):
 def test_a_source_is_one_registry_entry(monkeypatch):
   """A new data source is one entry of `LOCAL_SOURCES` (or of `sources.LAZY_SOURCES` /
   `LAZY_PREFIXES`), found by `load_split` without another branch."""
-  from experiments import sources  # pylint: disable=g-import-not-at-top
+  from experiments.data import sources  # pylint: disable=g-import-not-at-top
   digits = data.load_split("digits", "test")
   monkeypatch.setitem(data.LOCAL_SOURCES, "digits_copy",
                       lambda split, data_dir: dataclasses.replace(digits, name="digits_copy"))

@@ -1,11 +1,11 @@
-"""experiments/data.py's batches for methods beyond a per-batch loss: the dataset position of every
+"""experiments/data/datasets.py's batches for methods beyond a per-batch loss: the dataset position of every
 row ('index'), several augmented views per example (SupCon) and an epoch drawn from an edited list
 of positions with repeats (JTT's up-sampled training set)."""
 
 import numpy as np
 import pytest
 
-from experiments import data
+from experiments.data import datasets as data
 
 SEED, EPOCH = 7, 3
 
@@ -180,7 +180,7 @@ def test_released_recipe_views_are_the_reference_transforms_with_their_draws():
   """augmentation='released', views=3: view 0 is crop + flip (the single-view draw) → AutoAugment →
   Cutout with the batch generator [seed, epoch, b, 0, 1, process, processes]; views 1 and 2 are
   SimCLR views with [seed, epoch, b, v, 2, process, processes]; a resumed epoch repeats them."""
-  from experiments import augment
+  from experiments.data import augment
   rng = np.random.default_rng(0)
   split = data.Split(rng.integers(0, 256, (64, 32, 32, 3), dtype=np.uint8),
                      rng.integers(0, 10, 64), 10, tuple("abcdefghij"), "cifar10")

@@ -1,4 +1,4 @@
-"""experiments.diagnose: every number against an independent float64 NumPy computation, the CLI on a
+"""experiments.report.diagnosis: every number against an independent float64 NumPy computation, the CLI on a
 feature file, and a real (interrupted) training workdir."""
 
 import json
@@ -10,7 +10,11 @@ import pytest
 from scipy import special
 from scipy import stats
 
-from experiments import diagnose
+from experiments import diagnose as diagnose_cli
+from experiments.common.errors import DiagnoseError
+from experiments.report import diagnosis as diagnose
+from experiments.report import diagnosis_report
+from experiments.train import run_features
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NUM_CLASSES = 6
@@ -171,7 +175,7 @@ def test_statistics_only_says_what_is_skipped(tmp_path):
   assert result["spearman"] is None and result["nc"]["nc4"] is None
   assert np.isfinite(result["nc"]["nc1"])
   assert len(result["skipped"]) == 3
-  report = diagnose.write_report(result, tmp_path).read_text()
+  report = diagnosis_report.write_report(result, tmp_path).read_text()
   assert "Sorted by A_k + V_k" in report and "Skipped: L_c and ρ" in report
   assert sorted(p.name for p in tmp_path.glob("*.png")) == ["margins.png"]
 
@@ -197,7 +201,7 @@ def test_statistics_only_says_what_is_skipped(tmp_path):
 def test_bad_inputs_name_the_array(change, message):
   args = dict(features=np.ones((4, 2)), labels=np.array([0, 1, 2, 2]), num_classes=NUM_CLASSES)
   args.update(change)
-  with pytest.raises(diagnose.DiagnoseError) as error:
+  with pytest.raises(DiagnoseError) as error:
     diagnose.diagnose(**args)
   assert message in str(error.value)
 
@@ -214,7 +218,7 @@ def test_cli_on_a_feature_file(tmp_path, capsys):
   path = tmp_path / "feats.npz"
   np.savez(path, features=features.astype(np.float32), labels=labels, classifier=classifier,
            bias=bias, class_names=names)
-  assert diagnose.main(["--features", str(path), "--top_pairs", "3"]) == 0
+  assert diagnose_cli.main(["--features", str(path), "--top_pairs", "3"]) == 0
   out = tmp_path / "feats_diagnose"
   printed = capsys.readouterr().out
   assert f"report: {out / 'report.md'}" in printed and "Spearman(accuracy, A_k+V_k)" in printed
@@ -229,7 +233,7 @@ def test_cli_on_a_feature_file(tmp_path, capsys):
                                       result["accuracy"])))
   row = next(line for line in report.splitlines() if re.match(r"\| \d+ c\d+ \|", line))
   assert row.startswith(f"| {hardest} c{hardest} |")
-  assert f"| {diagnose._fmt(result['gamma'][hardest])} |" in row
+  assert f"| {diagnosis_report._fmt(result['gamma'][hardest])} |" in row
   saved = json.loads((out / "diagnose.json").read_text())
   assert saved["A"][3] is None and saved["gamma"][3] == 1.0
   assert len(saved["confused_pairs"]) == 3
@@ -239,7 +243,7 @@ def test_cli_on_a_feature_file(tmp_path, capsys):
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
   def run(*argv):
-    code = diagnose.main(list(argv))
+    code = diagnose_cli.main(list(argv))
     err = capsys.readouterr().err.strip()
     return code, err
 
@@ -268,7 +272,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 def test_interrupted_training_workdir(tmp_path, capsys):
   """A 3-step digits run; with summary.json removed (an interrupted run) the CLI still diagnoses it,
   and the numbers agree with what the trainer itself reported."""
-  from experiments import train
+  from experiments.train import loop as train
   from experiments.configs import digits_lt
   config = digits_lt.get_config()
   config.nc_metrics = True  # the trainer's own NC1–NC4 and ρ, to compare with (under a second)
@@ -278,14 +282,14 @@ def test_interrupted_training_workdir(tmp_path, capsys):
   summary = json.loads((workdir / "summary.json").read_text())
   (workdir / "summary.json").unlink()
 
-  data = diagnose.features_from_workdir(workdir, ("train", "test"))
+  data = run_features.features_from_workdir(workdir, ("train", "test"))
   trained, test = data["train"], data["test"]
   assert trained.step == 3 and trained.num_classes == 10
   assert len(trained.labels) == sum(summary["train_class_counts"])
   np.testing.assert_allclose(trained.logits, trained.features @ trained.classifier.T + trained.bias,
                              rtol=1e-4, atol=1e-4)  # the linear head's W [K, d] and b
 
-  assert diagnose.main(["--workdir", str(workdir), "--out", str(tmp_path / "out")]) == 0
+  assert diagnose_cli.main(["--workdir", str(workdir), "--out", str(tmp_path / "out")]) == 0
   assert "report:" in capsys.readouterr().out
   saved = json.loads((tmp_path / "out" / "diagnose.json").read_text())
   assert saved["overall_accuracy"] == pytest.approx(summary["overall_accuracy"], abs=1e-6)
@@ -305,5 +309,5 @@ def test_interrupted_training_workdir(tmp_path, capsys):
   # A checkpoint that does not fit the model config.json describes: one line, no traceback.
   saved_config = json.loads((workdir / "config.json").read_text())
   (workdir / "config.json").write_text(json.dumps({**saved_config, "head": "cosine"}))
-  assert diagnose.main(["--workdir", str(workdir), "--out", str(tmp_path / "out2")]) == 2
+  assert diagnose_cli.main(["--workdir", str(workdir), "--out", str(tmp_path / "out2")]) == 2
   assert "parameters do not fit the model of config.json" in capsys.readouterr().err

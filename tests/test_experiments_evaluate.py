@@ -1,11 +1,11 @@
-"""experiments.evaluate: the comparison report from per-run summaries (tables, JSON, plots)."""
+"""experiments.report.run_tables: the comparison report from per-run summaries (tables, JSON, plots)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from experiments import evaluate
+from experiments.report import run_tables as evaluate
 
 
 def _write_run(path, seed, per_class, history=True):

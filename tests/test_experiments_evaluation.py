@@ -1,4 +1,4 @@
-"""experiments.evaluation: the one-pass, compiled evaluation equals a float64 NumPy evaluation of the
+"""experiments.train.evaluation: the one-pass, compiled evaluation equals a float64 NumPy evaluation of the
 same model on the whole split (per-class correct, per-class CE sums, NC1–NC4 and ρ), on one device
 and data-parallel over 8 fake devices; the training loop logs means over the logging window."""
 
@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from experiments import data as data_lib
-from experiments import evaluation
-from experiments import losses
-from experiments import models
-from experiments import runners
-from experiments import steps
-from experiments import train
-from experiments import train_state
+from experiments.data import datasets as data_lib
+from experiments.train import evaluation
+from experiments.losses import registry as losses
+from experiments.models import registry as models
+from experiments.train import runners
+from experiments.train import steps
+from experiments.train import loop as train
+from experiments.train import train_state
 from experiments.configs import digits_lt
 from tests.reference import numpy_reweight as ref_rw
 

@@ -15,11 +15,11 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import checkpoints
-from experiments import data as data_lib
-from experiments import input_pipeline
-from experiments import metric_writer
-from experiments import train
+from experiments.train import checkpoints
+from experiments.data import datasets as data_lib
+from experiments.data import input_pipeline
+from experiments.train import metric_writer
+from experiments.train import loop as train
 from experiments.configs import digits_lt
 from tests import checkpoints as checkpoint_files
 
@@ -42,10 +42,10 @@ def config_for(loss="mr2", **overrides):
 
 def train_state_template(config=None):
   """The initial host train state of `config_for()` (the template checkpoints restore into)."""
-  from experiments import models
-  from experiments import train_state
+  from experiments.models import registry as models
+  from experiments.train import train_state
   config = config or config_for()
-  split, _, _ = train.load_data(config)
+  split, _, _ = data_lib.load_data(config)
   model = models.create_model(config.model, 10, head=config.head)
   return train_state.create_train_state(config, model, split.images.shape[1:], 10, lambda s: 0.0,
                                         jax.random.key(0))
@@ -107,7 +107,7 @@ def test_interrupted_checkpoint_write_is_never_read(tmp_path, straight, monkeypa
 KILL_SCRIPT = r"""
 import os, signal, sys
 from orbax.checkpoint._src.path import async_path
-from experiments import train
+from experiments.train import loop as train
 from tests.test_faults import config_for, EVERY
 rename = async_path.rename
 async def dying_rename(src, dst):

@@ -10,14 +10,14 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import checkpoints
-from experiments import data as data_lib
-from experiments import losses
-from experiments import runners
-from experiments import steps
-from experiments import train
-from experiments import train_state
-from experiments.config_errors import ConfigError
+from experiments.train import checkpoints
+from experiments.data import datasets as data_lib
+from experiments.losses import registry as losses
+from experiments.train import runners
+from experiments.train import steps
+from experiments.train import loop as train
+from experiments.train import train_state
+from experiments.common.errors import ConfigError
 from tests.test_stage1 import tiny_config  # digits-LT, batch 32, 2 epochs
 
 PRETRAIN_STEPS = 3

@@ -6,8 +6,8 @@ import json
 import chex
 import pytest
 
-from experiments import train
-from experiments.config_errors import ConfigError
+from experiments.train import loop as train
+from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 from tests import checkpoints as checkpoint_files
 

@@ -1,4 +1,4 @@
-"""experiments.input_pipeline: the grain and NumPy pipelines give the run's batches (one `BatchAt`),
+"""experiments.data.input_pipeline: the grain and NumPy pipelines give the run's batches (one `BatchAt`),
 uint8 pixels are normalised on the device bit for bit as on the host, grain's iterator state is
 checkpointed with the train state and a resumed run continues exactly, its position checked."""
 
@@ -13,13 +13,13 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import checkpoints
-from experiments import data as data_lib
-from experiments import input_pipeline
-from experiments import sources
-from experiments import steps
-from experiments import train
-from experiments.config_errors import ConfigError
+from experiments.train import checkpoints
+from experiments.data import datasets as data_lib
+from experiments.data import input_pipeline
+from experiments.data import sources
+from experiments.train import steps
+from experiments.train import loop as train
+from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 from tests import checkpoints as checkpoint_files
 from tests import test_sources
@@ -196,7 +196,7 @@ def test_a_saved_input_position_that_does_not_match_the_step_is_refused(runs, tm
 
 
 def test_pipeline_config_is_checked():
-  from experiments.config_validation import validate_config
+  from experiments.train.config_validation import validate_config
   with pytest.raises(ConfigError, match="input_pipeline"):
     validate_config(tiny_config(input_pipeline="tf"))
   with pytest.raises(ConfigError, match="data_workers"):

@@ -1,12 +1,12 @@
-"""Tests for experiments/linear_probe.py's pure parts on tiny synthetic features (seconds, no data)."""
+"""Tests for experiments/probe/linear_probe.py's pure parts on tiny synthetic features (seconds, no data)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from experiments import data
-from experiments import linear_probe as lp
+from experiments.data import datasets as data
+from experiments.probe import linear_probe as lp
 
 K = lp.NUM_CLASSES
 

@@ -1,4 +1,4 @@
-"""experiments.losses: every registry entry before and after its start epoch, against the float64
+"""experiments.losses.registry: every registry entry before and after its start epoch, against the float64
 NumPy references (what is computed, which state changes), under jit and without; deferred entries
 compile to a conditional (one branch per step); config validation names the field."""
 
@@ -10,8 +10,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import losses
-from experiments.config_errors import ConfigError
+from experiments.losses import registry as losses
+from experiments.common.errors import ConfigError
 from experiments.configs import default
 from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_etf_dr as ref_etf

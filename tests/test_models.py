@@ -1,11 +1,11 @@
-"""Tests for experiments/models.py: parameter counts, output shapes, heads, BatchNorm state."""
+"""Tests for experiments/models/registry.py: parameter counts, output shapes, heads, BatchNorm state."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import models
+from experiments.models import registry as models
 
 
 def init(model, shape, seed=0):

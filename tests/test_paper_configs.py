@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from experiments import launch
-from experiments import sources
-from experiments import train
+from experiments.data import sources
+from experiments.train import loop as train
 from experiments.configs import cifar100_lt
 from experiments.configs import imagenet_lt
 from experiments.configs import imagenet_mr2

@@ -16,11 +16,11 @@ import pytest
 
 import mr2_jax
 import reweight_jax
-from experiments import config_validation
-from experiments import models
-from experiments import train
-from experiments import train_state
-from experiments.config_errors import ConfigError
+from experiments.train import config_validation
+from experiments.models import registry as models
+from experiments.train import loop as train
+from experiments.train import train_state
+from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 from tests.test_train import digits_train
 from tests.test_train import run_steps

@@ -1,4 +1,4 @@
-"""experiments.pretrained.weights: a run's encoder from a PyTorch weight file (fine-tuning with
+"""experiments.models.pretrained.weights: a run's encoder from a PyTorch weight file (fine-tuning with
 `config.pretrained`, a linear probe with `config.frozen_encoder_from=<file>`): every variable but the
 head from the file, the head the model's own; clear refusals. A tiny ViT in timm's naming here; the
 ViT-B/16 configs end to end in the slow run."""
@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from safetensors import numpy as safetensors_numpy
 
-from experiments import models
-from experiments import train
-from experiments import train_state
-from experiments.config_errors import ConfigError
-from experiments.config_validation import validate_config
+from experiments.models import registry as models
+from experiments.train import loop as train
+from experiments.train import train_state
+from experiments.common.errors import ConfigError
+from experiments.train.config_validation import validate_config
 from experiments.configs import imagenet_vit_finetune
 from experiments.configs import imagenet_vit_probe
-from experiments.pretrained import torch_state_dict as tsd
-from experiments.pretrained import weights
+from experiments.models.pretrained import torch_state_dict as tsd
+from experiments.models.pretrained import weights
 from tests import checkpoints as checkpoint_files
 from tests import test_paper_configs
 from tests.test_torch_state_dict import TINY

@@ -1,4 +1,4 @@
-"""experiments/probe_comparison.py on tiny synthetic features (no data, seconds): every method trains
+"""experiments/studies/probe_comparison.py on tiny synthetic features (no data, seconds): every method trains
 end to end, JTT's stage 2 reads the up-sampled epochs, LfF's first step is the library's loss,
 FairDRO's q follows the epoch-end passes, tuning selects on validation only, and the reports are
 written from the run files."""
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import reweight_jax
-from experiments import data
-from experiments import linear_probe as lp
-from experiments import probe_comparison as pc
+from experiments.data import datasets as data
+from experiments.probe import linear_probe as lp
+from experiments.studies import probe_comparison as pc
 from tests.reference import numpy_fairdro as ref_fairdro
 
 N, D = 320, 12

@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) of every training loss: each entry of the loss registry
-(`experiments.losses.LOSSES`, MR2 also in its released form, its ablations λ = 0 and uniform margin and
+(`experiments.losses.registry.LOSSES`, MR2 also in its released form, its ablations λ = 0 and uniform margin and
 with the tiled representation margin forced; inverse reweighting with and without stop-gradient),
 `mr2_jax.mr2_loss` with `where`, `reweight_jax.inverse_reweighted_loss` and the baselines' `where`
 handling. Inputs: tests/strategies.py; profiles: tests/conftest.py.
@@ -48,7 +48,7 @@ from jax.sharding import PartitionSpec as P
 
 import mr2_jax
 import reweight_jax
-from experiments import losses
+from experiments.losses import registry as losses
 from experiments.configs import default
 from mr2_jax import representation_margin
 from tests import strategies as S

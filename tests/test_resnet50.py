@@ -1,4 +1,4 @@
-"""Tests for experiments/resnet50.py: torchvision's size and naming (written out here, so that the
+"""Tests for experiments/models/resnet50.py: torchvision's size and naming (written out here, so that the
 conversion is tested without torch), and, when torch and torchvision are installed, a random-weight
 torchvision ResNet-50 converted and run on the same images in evaluation and training mode.
 """
@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments import models
-from experiments.pretrained import torch_state_dict as tsd
-from experiments.resnet50 import ResNet50
+from experiments.models import registry as models
+from experiments.models.pretrained import torch_state_dict as tsd
+from experiments.models.resnet50 import ResNet50
 
 RESNET50_PARAMETERS = 25_557_032  # torchvision's resnet50() with 1000 classes.
 

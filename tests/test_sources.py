@@ -1,4 +1,4 @@
-"""Tests for experiments/sources.py: image folders with OLTR split lists, iNaturalist 2018 JSON and
+"""Tests for experiments/data/sources.py: image folders with OLTR split lists, iNaturalist 2018 JSON and
 TFDS, all in their real file formats (tiny JPEGs in tmp_path, `tfds.testing.mock_data`), decoded on
 index."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from experiments import data
-from experiments import sources
+from experiments.data import datasets as data
+from experiments.data import sources
 
 IMAGE_SIZE, RESIZE = 16, 20
 WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361")

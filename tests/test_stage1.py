@@ -1,4 +1,4 @@
-"""JTT end to end (experiments/stage1.py, losses 'jtt'): the error set of a finished stage-1 ERM run,
+"""JTT end to end (experiments/train/jtt_error_set.py, losses 'jtt'): the error set of a finished stage-1 ERM run,
 recomputed here from its logits with NumPy, is what the 'jtt' run up-samples (summary counts, the
 sampler's per-position counts, the longer epoch); and the configs JTT refuses."""
 
@@ -8,11 +8,12 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments import data as data_lib
-from experiments import diagnose
-from experiments import losses
-from experiments import train
-from experiments.config_errors import ConfigError
+from experiments.data import datasets as data_lib
+from experiments.train import jtt_error_set
+from experiments.train import run_features
+from experiments.losses import registry as losses
+from experiments.train import loop as train
+from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 
 UPWEIGHT = 3
@@ -53,7 +54,7 @@ def stage1(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("jtt") / "stage1"
   train.train_and_evaluate(tiny_config("ce"), workdir)
   train_split = digits_train()
-  features = diagnose.features_from_workdir(workdir, "train")
+  features = run_features.features_from_workdir(workdir, "train")
   np.testing.assert_array_equal(features.labels, train_split.labels)
   logits = np.asarray(features.logits)
   assert logits.shape == (len(train_split), 10)
@@ -82,7 +83,7 @@ def test_jtt_upsamples_the_stage1_error_set(stage1, tmp_path):
   saved = json.loads((tmp_path / "jtt" / "summary.json").read_text())
   assert saved["jtt_error_set_size"] == size and saved["jtt_epoch_length"] == n + UPWEIGHT * size
 
-  sample, record = losses.get("jtt").sampler(config, train_split)
+  sample, record = jtt_error_set.upsampled_epoch(config, train_split)
   assert record["jtt_error_set_size"] == size
   np.testing.assert_array_equal(np.bincount(sample, minlength=n), 1 + UPWEIGHT * errors)
   assert len(sample) == n + UPWEIGHT * size
@@ -104,7 +105,7 @@ def test_jtt_with_upweight_0_is_one_permutation_of_the_training_set(stage1):
   workdir, train_split, errors = stage1
   config = jtt_config(workdir)
   config.jtt.upweight = 0
-  sample, record = losses.get("jtt").sampler(config, train_split)
+  sample, record = jtt_error_set.upsampled_epoch(config, train_split)
   np.testing.assert_array_equal(np.sort(sample), np.arange(len(train_split)))
   assert record["jtt_error_set_size"] == int(errors.sum())
   assert record["jtt_epoch_length"] == len(train_split)
@@ -140,7 +141,7 @@ def test_jtt_refuses_a_stage1_run_on_another_training_set(stage1, tmp_path, fiel
   config = jtt_config(workdir, **{field: value})
   with pytest.raises(ConfigError, match=f"trained on another training set \\(fields {field} "):
     if field == "dataset":
-      losses.get("jtt").sampler(config, train_split)
+      jtt_error_set.upsampled_epoch(config, train_split)
     else:
       train.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()

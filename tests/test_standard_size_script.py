@@ -1,7 +1,7 @@
-"""experiments/standard_size.sh: which runs it skips, and parking an unfinished run across sessions
-(`--park` copies its config, logs and latest checkpoint under experiments/results/<study>/unfinished/;
+"""experiments/studies/standard_size.sh: which runs it skips, and parking an unfinished run across sessions
+(`--park` copies its config, logs and latest checkpoint under experiments/studies/results/<study>/unfinished/;
 the next start copies it back, and deletes it once the run has finished). Run in a scratch folder
-laid out like the checkout (the script reads `experiments/results` relative to where it runs)."""
+laid out like the checkout (the script reads `experiments/studies/results` relative to where it runs)."""
 
 import pathlib
 import subprocess
@@ -31,11 +31,11 @@ def _bash(script, cwd):
 
 
 def test_missing_lists_the_runs_not_committed(tmp_path):
-  runs = tmp_path / "experiments/results/study/runs"
+  runs = tmp_path / "experiments/studies/results/study/runs"
   runs.mkdir(parents=True)
   (runs / "ce-seed1.json").write_text("{}")
   (runs / "mr2_inverse_reweight-seed1.json").write_text("{}")
-  out = _bash("results=experiments/results\n" + _functions("missing") + "\n"
+  out = _bash("results=experiments/studies/results\n" + _functions("missing") + "\n"
               "missing study 1 ce mr2+inverse_reweight ldam=ldam_drw:head=cosine\n"
               "missing study 2 ce mr2+inverse_reweight\n", tmp_path)
   assert out.splitlines() == ["ldam=ldam_drw:head=cosine", "ce,mr2+inverse_reweight"]
@@ -54,11 +54,11 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   (finished / "checkpoints/500").mkdir(parents=True)
   (finished / "summary.json").write_text("{}")
   (work / "study/la/seed2").mkdir(parents=True)  # no checkpoint yet: nothing to park
-  (tmp_path / "experiments/results/study").mkdir(parents=True)
+  (tmp_path / "experiments/studies/results/study").mkdir(parents=True)
 
   out = subprocess.run(["bash", str(SCRIPT), "--park", "w"], cwd=tmp_path, check=True,
                        capture_output=True, text=True).stdout
-  park = tmp_path / "experiments/results/study/unfinished/ce/seed2"
+  park = tmp_path / "experiments/studies/results/study/unfinished/ce/seed2"
   assert out.strip() == f"parked w/study/ce/seed2 (step 1000) in {park.relative_to(tmp_path)}"
   assert sorted(str(p.relative_to(park)) for p in park.rglob("*") if p.is_file()) == [
       "checkpoints/1000/data", "config.json", "metrics.jsonl"]  # the latest checkpoint only
@@ -67,10 +67,10 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   # only once the run has its summary.
   import shutil  # pylint: disable=g-import-not-at-top
   shutil.rmtree(work)
-  prelude = "work=w\nresults=experiments/results\n" + _functions("unpark", "unpark_done") + "\n"
+  prelude = "work=w\nresults=experiments/studies/results\n" + _functions("unpark", "unpark_done") + "\n"
   _bash(prelude + "unpark study\nunpark_done study\n", tmp_path)
   assert (work / "study/ce/seed2/checkpoints/1000/data").read_text() == "1000"
   assert park.is_dir()  # still training: kept
   (work / "study/ce/seed2/summary.json").write_text("{}")
   _bash(prelude + "unpark_done study\n", tmp_path)
-  assert not (tmp_path / "experiments/results/study/unfinished").exists()
+  assert not (tmp_path / "experiments/studies/results/study/unfinished").exists()

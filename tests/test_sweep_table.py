@@ -1,12 +1,12 @@
-"""experiments.sweep_table: one table across comparison reports (an imbalance-factor sweep)."""
+"""experiments.report.sweep_table: one table across comparison reports (an imbalance-factor sweep)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from experiments import evaluate
-from experiments import sweep_table
+from experiments.report import run_tables as evaluate
+from experiments.report import sweep_table
 from tests.test_experiments_evaluate import _write_run
 
 

@@ -1,4 +1,4 @@
-"""Tests for experiments/pretrained/torch_state_dict.py: reading state dict files without running
+"""Tests for experiments/models/pretrained/torch_state_dict.py: reading state dict files without running
 code from them, and the conversion's accounting of every tensor (missing, unknown, wrong shape, the
 classifier left out), on a tiny ViT in timm's naming built here in NumPy (no torch needed).
 
@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.pretrained import torch_state_dict as tsd
-from experiments.vit import ViT
+from experiments.models.pretrained import torch_state_dict as tsd
+from experiments.models.vit import ViT
 
 TINY = dict(image_size=32, patch_size=8, width=64, depth=2, num_heads=4, mlp_dim=128)
 

@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 
 import reweight_jax
-from experiments import data as data_lib
-from experiments import losses
-from experiments import models
-from experiments import runners
-from experiments import steps
-from experiments import train
-from experiments import train_state
-from experiments.config_errors import ConfigError
+from experiments.data import datasets as data_lib
+from experiments.losses import registry as losses
+from experiments.models import registry as models
+from experiments.train import runners
+from experiments.train import steps
+from experiments.train import loop as train
+from experiments.train import train_state
+from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 from tests import checkpoints
 
@@ -248,7 +248,7 @@ def test_evaluation_counts_every_test_example_in_a_relative_workdir(tmp_path, mo
   train.train_and_evaluate(config, "relative/run", max_steps=2)
   tmp_path = tmp_path / "relative" / "run"
   assert (tmp_path / "checkpoints" / "2").is_dir()
-  train_split, _, test_split = train.load_data(config)
+  train_split, _, test_split = data_lib.load_data(config)
   del train_split
   counts = np.bincount(test_split.labels, minlength=10)
   summary = json.loads((tmp_path / "summary.json").read_text())

@@ -1,4 +1,4 @@
-"""Tests for experiments/vit.py: ViT-B/16's size, timm's layout (a tiny random-weight timm
+"""Tests for experiments/models/vit.py: ViT-B/16's size, timm's layout (a tiny random-weight timm
 VisionTransformer converted and run on the same images, when timm is installed), and MR2's L_p path
 (p = 3, 5 on L2-normalised features) with the cosine head.
 """
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import mr2_jax
-from experiments import models
-from experiments.pretrained import torch_state_dict as tsd
-from experiments.vit import ViT
-from experiments.vit import ViTB16
+from experiments.models import registry as models
+from experiments.models.pretrained import torch_state_dict as tsd
+from experiments.models.vit import ViT
+from experiments.models.vit import ViTB16
 from tests.test_torch_state_dict import TINY
 from tests.test_torch_state_dict import timm_vit_state_dict
 from tests.test_torch_state_dict import tiny_vit

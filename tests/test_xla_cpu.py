@@ -1,4 +1,4 @@
-"""experiments.xla_cpu: the tuned XLA CPU flags change speed, not results."""
+"""experiments.common.xla_cpu: the tuned XLA CPU flags change speed, not results."""
 
 import os
 import pathlib
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import xla_cpu
+from experiments.common import xla_cpu
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,10 @@ import sys
 import numpy as np
 import jax
 import jax.numpy as jnp
-from experiments import losses, models, steps, train_state
+from experiments.losses import registry as losses
+from experiments.models import registry as models
+from experiments.train import steps
+from experiments.train import train_state
 from experiments.configs import digits_lt
 config = digits_lt.get_config()
 config.loss = "mr2+inverse_reweight"

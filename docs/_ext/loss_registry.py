@@ -1,8 +1,8 @@
 """One page per entry of the harness's loss registry, written from the registry at build time.
 
 Everything on a page is read from the code, so the pages cannot drift from it:
-`experiments.losses.REGISTRY` (the entry: its config sub-trees, state, start, before entry, trainer
-hooks), `experiments.losses.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
+`experiments.losses.registry.REGISTRY` (the entry: its config sub-trees, state, start, before entry, trainer
+hooks), `experiments.losses.registry.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
 (defaults), the shipped configs (which select the entry), and the docstrings of the library
 functions the entry's step calls (found in the code objects of its `apply`), whose summary,
 equation and argument descriptions are quoted.
@@ -156,7 +156,7 @@ def _summary_line(module) -> str:
 
 def entry_page(name, entry, losses, defaults, configs) -> str:
   out = [_title(f"``{name}``")]
-  out.append(f"Train with ``--config.loss={name}`` (the entry ``experiments.losses.REGISTRY"
+  out.append(f"Train with ``--config.loss={name}`` (the entry ``experiments.losses.registry.REGISTRY"
              f"[{name!r}]``). Generated from the registry at build time.\n")
   own = inspect.getdoc(entry.apply)
   functions = library_functions(entry, losses)
@@ -274,14 +274,14 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
 
 def write_pages(app):
   root = pathlib.Path(app.confdir).parent
-  losses = importlib.import_module("experiments.losses")
+  losses = importlib.import_module("experiments.losses.registry")
   default = importlib.import_module("experiments.configs.default").get_config()
   defaults = {key: dict(default[key]) for key in losses.CONFIG_TREES}
   configs = _shipped_configs(root)
   out_dir = pathlib.Path(app.confdir) / "_generated" / "losses"
   out_dir.mkdir(parents=True, exist_ok=True)
   index = [_title("The loss registry"),
-           "Every training objective of the harness is one entry of ``experiments.losses."
+           "Every training objective of the harness is one entry of ``experiments.losses.registry."
            "REGISTRY``, chosen with ``--config.loss=<name>``. Each entry has one signature once "
            "built from a config, ``loss_fn(logits, features, labels, loss_state, step_info) → "
            "(loss, new_loss_state, metrics)``, its own config sub-trees, explicit start "

@@ -1,6 +1,6 @@
 """Copies the results and benchmark reports into the site at build time, with their plots.
 
-The studies' Markdown reports (`experiments/results/**/*.md`, `experiments/benchmarks/RESULTS.md`)
+The studies' Markdown reports (`experiments/studies/results/**/*.md`, `experiments/benchmarks/RESULTS.md`)
 stay where the runs write them; each build copies them to docs/_generated/ (their PNG plots beside
 them) and adds a toctree over them, so the site shows what the repository holds and never a copy
 that drifts. A link to a file the site does not copy (per-run JSON, configs, scripts) becomes a link
@@ -20,7 +20,7 @@ from sphinx.util import logging
 logger = logging.getLogger(__name__)
 
 # (source folder, destination under _generated, title of its index page).
-SOURCES = (("experiments/results", "results", "Results on real data"),
+SOURCES = (("experiments/studies/results", "results", "Results on real data"),
            ("experiments/benchmarks", "benchmarks", "Benchmarks"))
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
 
@@ -91,9 +91,9 @@ def copy_pages(app):
 
 
 def diagnose_example(app):
-  """docs/_generated/diagnose: `experiments.diagnose` run on a small synthetic feature file (six
+  """docs/_generated/diagnose: `experiments.report.diagnosis` run on a small synthetic feature file (six
   classes whose within-class spread grows with the class index), so the guide shows the real
-  report and plots. Rerun only when experiments/diagnose.py is newer than the report."""
+  report and plots. Rerun only when experiments/report/diagnosis.py is newer than the report."""
   docs = pathlib.Path(app.confdir)
   root = docs.parent
   out = docs / "_generated" / "diagnose"
@@ -117,11 +117,11 @@ def diagnose_example(app):
   np.savez(features_file, features=features.astype(np.float32), labels=labels,
            classifier=classifier.astype(np.float32))
   env = dict(os.environ, MPLBACKEND="Agg", JAX_PLATFORMS="cpu")
-  run = subprocess.run([sys.executable, "-m", "experiments.diagnose", "--features",
+  run = subprocess.run([sys.executable, "-m", "experiments.report.diagnosis", "--features",
                         str(features_file), "--out", str(out)], cwd=root, env=env,
                        capture_output=True, text=True, check=False)
   if run.returncode != 0:
-    logger.warning(f"experiments.diagnose failed on the synthetic features:\n{run.stderr[-2000:]}")
+    logger.warning(f"experiments.report.diagnosis failed on the synthetic features:\n{run.stderr[-2000:]}")
     return
   # The harness's wording cites its working notes; the page cites the paper.
   report.write_text(re.sub(r"\s*\(MR2 spec, [^)]*\)", " (Zhu et al., ICLR 2026, arXiv 2602.00205)",

@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mr2_jax  # noqa: E402
-from experiments import data as data_lib  # noqa: E402
+from experiments.data import datasets as data_lib  # noqa: E402
 
 DEVICES = 8
 DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "pred": 1, "f64": 8, "s64": 8, "bf16": 2, "f16": 2,

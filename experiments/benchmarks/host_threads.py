@@ -21,8 +21,8 @@ from absl import app
 from absl import flags
 
 from experiments import benchmarks
-from experiments import data as data_lib
-from experiments import input_pipeline
+from experiments.data import datasets as data_lib
+from experiments.data import input_pipeline
 
 _THREADS = flags.DEFINE_list("threads", ["0", "1", "2"],
                              "data_workers values to time (0: one thread, as 1).")

@@ -28,8 +28,8 @@ from absl import flags
 from PIL import Image
 
 from experiments import benchmarks
-from experiments import data as data_lib
-from experiments import input_pipeline
+from experiments.data import datasets as data_lib
+from experiments.data import input_pipeline
 
 _WORKERS = flags.DEFINE_list("workers", ["0", "1", "2"], "grain worker counts to time.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Images per batch.")
@@ -77,9 +77,9 @@ def pipeline_rate(split, workers: int) -> float:
 
 def step_rate() -> float:
   """Images/s of a ResNet-50 train step (forward, backward, SGD) at 224², jit, this backend."""
-  from experiments import steps  # pylint: disable=g-import-not-at-top
-  from experiments import losses  # pylint: disable=g-import-not-at-top
-  from experiments import train_state  # pylint: disable=g-import-not-at-top
+  from experiments.train import steps  # pylint: disable=g-import-not-at-top
+  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
+  from experiments.train import train_state  # pylint: disable=g-import-not-at-top
   from experiments.configs import imagenet_lt  # pylint: disable=g-import-not-at-top
   config = imagenet_lt.get_config()
   config.loss = "ce"

@@ -18,7 +18,7 @@ noisy and only ratios within a run are meaningful):
 * compile — trace + lower, XLA compile, and first-step times of the train step per method; how many
   steady-state steps the start-up is worth.
 * cpu_gap — plain-CE ResNet-32 step (batch 128, SGD + momentum): JAX with XLA's default flags, JAX with
-  `experiments.xla_cpu.TUNED_FLAGS`, and PyTorch eager (optional dependency: `pip install ".[bench]"`),
+  `experiments.common.xla_cpu.TUNED_FLAGS`, and PyTorch eager (optional dependency: `pip install ".[bench]"`),
   each in its own long-lived worker process, interleaved round by round; plus an XLA op profile of the
   two JAX variants (where the time goes).
 * ablations — the two library choices behind the scaling numbers, each against its alternative in
@@ -142,7 +142,7 @@ def machine_speed(repeats: int = 15) -> dict[str, float]:
 def machine_info() -> dict[str, Any]:
   import jaxlib  # pylint: disable=g-import-not-at-top
   import flax  # pylint: disable=g-import-not-at-top
-  from experiments import train  # pylint: disable=g-import-not-at-top
+  from experiments.train import loop as train  # pylint: disable=g-import-not-at-top
   cpu = "unknown"
   try:
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -169,7 +169,10 @@ def _resnet_steps(batch_size: int):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from experiments import losses, models, steps, train_state  # pylint: disable=g-import-not-at-top
+  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
+  from experiments.models import registry as models  # pylint: disable=g-import-not-at-top
+  from experiments.train import steps  # pylint: disable=g-import-not-at-top
+  from experiments.train import train_state  # pylint: disable=g-import-not-at-top
   from experiments.configs import cifar10_lt  # pylint: disable=g-import-not-at-top
 
   base = cifar10_lt.get_config()
@@ -625,7 +628,7 @@ def gap_worker(kind: str) -> None:
     import jax  # pylint: disable=g-import-not-at-top
     import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
     import optax  # pylint: disable=g-import-not-at-top
-    from experiments import models  # pylint: disable=g-import-not-at-top
+    from experiments.models import registry as models  # pylint: disable=g-import-not-at-top
     model = models.ResNet32(10)
     variables = model.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False)
     tx = optax.sgd(0.1, momentum=0.9)
@@ -667,7 +670,7 @@ def gap_worker(kind: str) -> None:
 
 
 def bench_cpu_gap(quick: bool, extra_variants: dict[str, str] | None = None) -> dict:
-  from experiments import xla_cpu  # pylint: disable=g-import-not-at-top
+  from experiments.common import xla_cpu  # pylint: disable=g-import-not-at-top
   base_env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   base_env["PYTHONPATH"] = str(REPO)
   variants = {"jax_default_flags": {**base_env, "XLA_FLAGS": ""},
@@ -827,7 +830,7 @@ def main(argv=None) -> None:
     gap_worker(args.gap_worker)
     return
   if args.nc_child:
-    from experiments import xla_cpu  # pylint: disable=g-import-not-at-top
+    from experiments.common import xla_cpu  # pylint: disable=g-import-not-at-top
     xla_cpu.configure(not args.no_xla_cpu_tuning)
     print(json.dumps(nc_child(args.nc_child)))
     return
@@ -835,7 +838,7 @@ def main(argv=None) -> None:
   unknown = sorted(set(sections) - set(SECTIONS))
   if unknown:
     parser.error(f"--only: unknown section(s) {unknown}; expected some of {SECTIONS}")
-  from experiments import xla_cpu  # pylint: disable=g-import-not-at-top
+  from experiments.common import xla_cpu  # pylint: disable=g-import-not-at-top
   xla_cpu.configure(not args.no_xla_cpu_tuning)
   results: dict[str, Any] = {"machine": machine_info(),
                              "command": "python -m experiments.benchmarks.run " + " ".join(

@@ -7,7 +7,7 @@ CLI overrides: `--config=experiments/configs/cifar10_lt.py --config.loss=mr2 --c
 
 import ml_collections
 
-from experiments import losses
+from experiments.losses import registry as losses
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -34,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
   # > 0: mixup batches (one λ ~ Beta(α, α) and one permutation of the global batch per step), for
   # losses that take them (ce, etf_dr; ETF-DR's recipe: 1.0).
   config.mixup_alpha = 0.0
-  # The training input (`experiments.input_pipeline`): 'numpy' (a host thread, or `data_workers`
+  # The training input (`experiments.data.input_pipeline`): 'numpy' (a host thread, or `data_workers`
   # threads; float32 normalised on the host; fastest for in-memory data) or 'grain' (grain over
   # the run's steps, decode and augmentation in `data_workers` worker processes, uint8 to the
   # device, normalised there; its iterator state is checkpointed with the train state). Both give
@@ -54,9 +54,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Compute dtype of the body, 'float32' or 'bfloat16' (parameters, features, head, losses: f32).
   config.compute_dtype = "float32"
 
-  # Loss: a name of the loss registry (experiments.losses.LOSSES); each loss reads its own sub-tree
+  # Loss: a name of the loss registry (experiments.losses.registry.LOSSES); each loss reads its own sub-tree
   # (mr2, reweight, focal, class_balanced, ldam, logit_adjust, ib: defaults, ranges and start epochs
-  # in experiments.losses.CONFIG_TREES). Deferred losses train as their `before` entry until their
+  # in experiments.losses.registry.CONFIG_TREES). Deferred losses train as their `before` entry until their
   # start epoch (reweight.start_epoch, ldam.drw_epoch, ib.start_epoch).
   config.loss = "ce"
   losses.add_config_trees(config)
@@ -101,7 +101,7 @@ def get_config() -> ml_collections.ConfigDict:
   # latest checkpoint, run that encoder in inference mode and train the head only — the linear
   # stage of a two-stage method (SupCon pre-training with supcon.ce=False, then loss='ce'). Or a
   # PyTorch weight file (.safetensors / .pth / .pt / .bin) of config.model (resnet50: torchvision,
-  # vit_b16: timm): a linear probe of a pretrained network (`experiments.pretrained.weights`).
+  # vit_b16: timm): a linear probe of a pretrained network (`experiments.models.pretrained.weights`).
   config.frozen_encoder_from = ml_collections.config_dict.placeholder(str)
   # A PyTorch weight file of config.model: every variable but the head starts from it, and
   # everything trains (fine-tuning). The head starts from the model's own initialisation.

@@ -1,0 +1,1 @@
+"""Linear probes: a classifier trained on frozen features of a pretrained encoder."""

@@ -1,0 +1,354 @@
+"""Per-class comparison of finished runs: tables (Markdown), a JSON summary and PNG plots.
+
+    python -m experiments.report.run_tables --runs ce=workdirs/ce mr2=workdirs/mr2 --reference ce \
+        --out workdirs/report
+
+Each run is a workdir written by `experiments.train.loop` (summary.json, class_history.jsonl). Several
+workdirs per method (seeds) are given as `name=dir1,dir2,dir3` and reported as mean ± sample std
+(ddof = 1) over seeds, with the paired per-seed Δ against the reference (`experiments.report.seed_stats`).
+Easy / Medium / Hard groups are fixed from the reference method's per-class accuracy (seed mean).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+import mr2_jax
+from experiments.report import seed_stats as reporting
+
+PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
+                   ("train_class_ce", "per-class cross-entropy L_c on the training set"),
+                   ("class_weight", "per-class weight ŵ_c"),
+                   ("gamma", "per-class margin γ_c"))
+
+
+def read_jsonl(path: pathlib.Path) -> list[dict]:
+  """The records of a JSON-lines log (metrics.jsonl, class_history.jsonl); [] when it is absent."""
+  path = pathlib.Path(path)
+  if not path.exists():
+    return []
+  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load_summaries(workdirs: Sequence[str | pathlib.Path]) -> list[dict]:
+  summaries = []
+  for workdir in workdirs:
+    path = pathlib.Path(workdir) / "summary.json"
+    if not path.exists():
+      raise FileNotFoundError(f"{path}: no summary.json (has the run finished?)")
+    summaries.append(json.loads(path.read_text()))
+  return summaries
+
+
+def method_table(methods: dict[str, list[dict]], reference: str | None,
+                 paired_against: str | None = None) -> dict[str, dict]:
+  """Per method: mean ± sample std (ddof = 1) over seeds (`reporting.mean_std`) of overall,
+  worst-class, std-of-classes (one run's spread across classes), groups, per class.
+
+  Easy / Medium / Hard come from `reference` (ERM); the paired per-seed Δ is taken against
+  `paired_against` (default: the reference), e.g. a uniform-margin ablation against γ at the same c̄.
+  """
+  if paired_against is not None and paired_against not in methods:
+    raise KeyError(f"paired_against: no method {paired_against!r} among {sorted(methods)}")
+  groups = None
+  if reference is not None:
+    reference_accuracy = np.mean([s["per_class_accuracy"] for s in methods[reference]], axis=0)
+    groups = mr2_jax.difficulty_tertiles(reference_accuracy)
+  mean_std = reporting.mean_std  # the one definition of the spread over seeds
+  table = {}
+  for name, summaries in methods.items():
+    per_class = np.array([s["per_class_accuracy"] for s in summaries], np.float64)
+    per_class_mean, per_class_std = reporting.mean_std_arrays(per_class)
+    row = {
+        "seeds": [s.get("seed") for s in summaries],
+        "overall": mean_std([s["overall_accuracy"] for s in summaries]),
+        "worst_class": mean_std([s["worst_class_accuracy"] for s in summaries]),
+        "class_std": mean_std([s["class_accuracy_std"] for s in summaries]),
+        "per_class_mean": per_class_mean.tolist(),
+        "per_class_std": per_class_std.tolist(),
+    }
+    if "many_medium_few" in summaries[0]:
+      row["many_medium_few"] = {
+          split: mean_std([s["many_medium_few"][split] for s in summaries])
+          for split in summaries[0]["many_medium_few"] if summaries[0]["many_medium_few"][split]
+          is not None}
+    if groups is not None:
+      per_seed = np.array([mr2_jax.group_accuracy(acc, groups) for acc in per_class])
+      row["easy_medium_hard"] = {g: mean_std(per_seed[:, i])
+                                 for i, g in enumerate(mr2_jax.GROUP_NAMES)}
+    if "neural_collapse" in summaries[0]:
+      row["neural_collapse"] = {k: mean_std([s["neural_collapse"][k] for s in summaries])
+                                for k in summaries[0]["neural_collapse"]}
+    table[name] = row
+  if groups is not None:
+    table["_groups"] = groups.tolist()
+  table["_std"] = reporting.STD_NAME  # what the ± of this file means (sweep_table checks it)
+  baseline = paired_against or reference
+  if baseline is not None:
+    for name, summaries in methods.items():
+      if name != baseline:
+        table[name]["delta_vs_reference"] = paired_deltas(summaries, methods[baseline], groups)
+    table["_paired_against"] = baseline
+  return table
+
+
+def _metrics_of(summary: dict, groups) -> dict[str, float]:
+  accuracy = np.asarray(summary["per_class_accuracy"], np.float64)
+  metrics = {"overall": summary["overall_accuracy"], "worst_class": summary["worst_class_accuracy"]}
+  if groups is not None:
+    metrics.update(zip(mr2_jax.GROUP_NAMES,
+                       mr2_jax.group_accuracy(accuracy, groups).tolist()))
+  for split, value in summary.get("many_medium_few", {}).items():
+    if value is not None:
+      metrics[f"{split}_shot"] = value  # 'medium_shot' apart from the Medium difficulty group
+  return metrics
+
+
+def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, list]:
+  """Per metric: `reporting.paired_delta` of (method − reference) on the *same* seed, as [mean Δ,
+  sample std of Δ (ddof = 1), seeds ahead (a tie is not), seeds paired]. Seeds must match between
+  the two methods."""
+  by_seed = {s["seed"]: s for s in reference}
+  seeds = [s["seed"] for s in summaries]
+  if sorted(seeds) != sorted(by_seed):
+    raise ValueError(f"paired comparison needs the same seeds: {sorted(seeds)} vs "
+                     f"{sorted(by_seed)}")
+  ours = {s["seed"]: _metrics_of(s, groups) for s in summaries}
+  theirs = {seed: _metrics_of(by_seed[seed], groups) for seed in ours}
+  keys = list(next(iter(ours.values())))
+  return {key: list(reporting.paired_delta({s: m[key] for s, m in ours.items()},
+                                           {s: m[key] for s, m in theirs.items()}))
+          for key in keys}
+
+
+_pct = reporting.percent_cell
+
+
+def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
+  """An overall table (one row per method), the paired Δ table and a per-class table (one column
+  per method), each under a header stating the spread (`reporting.spread`)."""
+  methods = [m for m in table if not m.startswith("_")]
+  spread = reporting.spread(len(table[m]["seeds"]) for m in methods)
+  seed_sets = {tuple(table[m]["seeds"]) for m in methods}
+  if len(seed_sets) == 1 and None not in (seeds := next(iter(seed_sets))):
+    spread += f" ({'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))})"
+  nc = " and neural-collapse metrics at the end" if "neural_collapse" in table[methods[0]] else ""
+  lines = [f"Final-epoch test accuracy (%){nc}, {spread}; \"std of classes\" is one run's spread of "
+           "its per-class accuracy (population std over classes), averaged over seeds like the "
+           "others:", ""]
+  header = ["method", "overall", "worst class", "std of classes"]
+  first = table[methods[0]]
+  mmf = list(first.get("many_medium_few", {}))
+  emh = list(first.get("easy_medium_hard", {}))
+  # '-shot' tells the frequency splits from the difficulty groups (two columns say Medium).
+  header += [f"{s.capitalize()}-shot" for s in mmf] + [g.capitalize() for g in emh]
+  if "neural_collapse" in first:
+    header += ["NC1", "NC2", "NC3", "NC4", "ρ"]
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "---|" * len(header))
+  for m in methods:
+    row = table[m]
+    cells = [m, _pct(row["overall"]), _pct(row["worst_class"]), _pct(row["class_std"])]
+    cells += [_pct(row["many_medium_few"][s]) for s in mmf]
+    cells += [_pct(row["easy_medium_hard"][g]) for g in emh]
+    if "neural_collapse" in row:
+      nc = row["neural_collapse"]
+      cells += [reporting.cell(*nc[k], fmt=".3g", std_fmt=".2g")
+                for k in ("nc1", "nc2", "nc3", "nc4", "rho")]
+    lines.append("| " + " | ".join(cells) + " |")
+  lines.append("")
+  paired = [m for m in methods if "delta_vs_reference" in table[m]]
+  if paired:
+    keys = list(table[paired[0]]["delta_vs_reference"])
+    lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points; "
+                 f"{reporting.PAIRED}):")
+    lines.append("")
+    lines.append("| method | " + " | ".join(f"Δ {k.replace('_', ' ')}" for k in keys) + " |")
+    lines.append("|" + "---|" * (len(keys) + 1))
+    for m in paired:
+      delta = table[m]["delta_vs_reference"]
+      lines.append(f"| {m} | " + " | ".join(reporting.delta_cell(delta[k]) for k in keys) + " |")
+    lines.append("")
+  groups = table.get("_groups")
+  lines += [f"Per-class test accuracy (%), {spread}:", ""]
+  header = ["class", "train n"] + (["group"] if groups else []) + methods
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "---|" * len(header))
+  for k, count in enumerate(class_counts):
+    cells = [str(k), str(count)]
+    if groups:
+      cells.append(mr2_jax.GROUP_NAMES[groups[k]])
+    cells += [_pct((table[m]["per_class_mean"][k], table[m]["per_class_std"][k])) for m in methods]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
+  """Per-class accuracy of each method, classes sorted by the first method's accuracy; error bars
+  ±1 sample std (ddof = 1) over seeds."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  methods = [m for m in table if not m.startswith("_")]
+  order = np.argsort(table[methods[0]]["per_class_mean"])[::-1]
+  fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(order)), 4))
+  for m in methods:
+    mean = np.asarray(table[m]["per_class_mean"])[order]
+    std = reporting.error_bars(np.asarray(table[m]["per_class_std"], np.float64)[order])
+    ax.errorbar(np.arange(len(order)), 100 * mean, yerr=None if std is None else 100 * std,
+                marker="o", capsize=2, label=m)
+  ax.set_xticks(np.arange(len(order)), [str(k) for k in order])
+  ax.set_xlabel(f"class (sorted by {methods[0]} accuracy)")
+  ax.set_ylabel("test accuracy (%)")
+  ax.set_title(f"bars: ±1 {reporting.STD_NAME} over seeds", fontsize=9)
+  ax.legend()
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list[pathlib.Path]:
+  """One PNG per logged per-class quantity (loss, weight, γ) over training steps."""
+  records = read_jsonl(pathlib.Path(workdir) / "class_history.jsonl")
+  if not records:
+    return []
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  written = []
+  for key, title in PLOTTED_HISTORY:
+    rows = [(r["step"], r[key]) for r in records if key in r]
+    if not rows:
+      continue
+    steps = np.array([s for s, _ in rows])
+    values = np.array([v for _, v in rows], np.float64)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in range(values.shape[1]):
+      ax.plot(steps, values[:, k], label=str(k), lw=1)
+    ax.set_xlabel("step")
+    ax.set_title(title)
+    ax.legend(ncol=2, fontsize=7, title="class")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = pathlib.Path(f"{path_prefix}_{key}.png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    written.append(out)
+  return written
+
+
+def rho_history(workdirs: Sequence[str | pathlib.Path]) -> dict[str, list[float]] | None:
+  """ρ on the training set over training (`config.class_loss_every_epochs`), mean and sample std
+  (ddof = 1, `reporting.mean_std_arrays`) over the runs at the epochs every run logged:
+  {"epoch": [...], "mean": [...], "std": [...], "seeds": n}; None when a run logged none."""
+  per_run = []
+  for workdir in workdirs:
+    records = read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
+    per_run.append({round(r["epoch"], 6): r["train_rho"] for r in records if "train_rho" in r})
+  epochs = sorted(set.intersection(*(set(run) for run in per_run))) if per_run else []
+  if not epochs:
+    return None
+  mean, std = reporting.mean_std_arrays([[run[e] for e in epochs] for run in per_run])
+  return {"epoch": epochs, "mean": mean.tolist(), "std": std.tolist(), "seeds": len(per_run)}
+
+
+def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
+  """ρ over training, one row per method, at `columns` epochs spread over those every method
+  logged."""
+  epochs = sorted(set.intersection(*(set(h["epoch"]) for h in histories.values())))
+  if not epochs:
+    return ""
+  picks = sorted(set(np.linspace(0, len(epochs) - 1, min(columns, len(epochs))).round().astype(int)))
+  shown = [epochs[i] for i in picks]
+  counts = [h["seeds"] for h in histories.values() if "seeds" in h]
+  lines = ["ρ = std_c L_c / mean_c L_c of the per-class cross-entropy on the training set, over "
+           f"training ({reporting.spread(counts)}):", "",
+           "| method | " + " | ".join(f"epoch {e:g}" for e in shown) + " |",
+           "|" + "---|" * (len(shown) + 1)]
+  for name, history in histories.items():
+    at = {e: i for i, e in enumerate(history["epoch"])}
+    lines.append(f"| {name} | " + " | ".join(
+        reporting.cell(history["mean"][at[e]], history["std"][at[e]], fmt=".3f") for e in shown)
+        + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
+  """ρ on the training set against epochs, one line per method with a band of ±1 sample std
+  (ddof = 1) over seeds."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for name, history in histories.items():
+    epoch, mean, std = (np.asarray(history[k]) for k in ("epoch", "mean", "std"))
+    ax.plot(epoch, mean, label=name, lw=1.2)
+    band = reporting.error_bars(std)
+    if band is not None:
+      ax.fill_between(epoch, mean - band, mean + band, alpha=0.15)
+  ax.set_xlabel("epoch")
+  ax.set_ylabel("ρ (training set)")
+  ax.set_title("per-class loss spread ρ = std_c L_c / mean_c L_c\n"
+               f"(band: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
+  ax.legend(fontsize=7, ncol=2)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
+                 out: pathlib.Path, paired_against: str | None = None) -> str:
+  """Tables (report.md), comparison.json and plots in `out`; returns the Markdown."""
+  out.mkdir(parents=True, exist_ok=True)
+  summaries = {name: load_summaries(dirs) for name, dirs in methods.items()}
+  table = method_table(summaries, reference, paired_against)
+  class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
+  markdown = markdown_tables(table, class_counts)
+  histories = {name: rho_history(dirs) for name, dirs in methods.items()}
+  histories = {name: h for name, h in histories.items() if h is not None}
+  if histories:
+    table["_rho_history"] = histories
+    markdown += "\n" + rho_markdown(histories)
+    plot_rho_history(histories, out / "rho_over_training.png")
+  (out / "report.md").write_text(markdown)
+  (out / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
+  plot_per_class_accuracy(table, out / "per_class_accuracy.png")
+  for name, dirs in methods.items():
+    plot_class_history(dirs[0], out / f"{name.replace('+', '_')}")
+  return markdown
+
+
+def parse_runs(specs: Sequence[str]) -> dict[str, list[pathlib.Path]]:
+  methods = {}
+  for spec in specs:
+    name, _, dirs = spec.partition("=")
+    if not dirs:
+      raise SystemExit(f"error: --runs entry {spec!r} is not name=dir[,dir...]")
+    methods[name] = [pathlib.Path(d) for d in dirs.split(",")]
+  return methods
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--runs", nargs="+", required=True, help="name=workdir[,workdir...]")
+  parser.add_argument("--reference", default=None, help="method fixing Easy/Medium/Hard (ERM)")
+  parser.add_argument("--paired_against", default=None,
+                      help="method the paired per-seed Δ is taken against (default: --reference)")
+  parser.add_argument("--out", required=True)
+  args = parser.parse_args(argv)
+  try:
+    print(write_report(parse_runs(args.runs), args.reference, pathlib.Path(args.out),
+                       args.paired_against))
+  except (FileNotFoundError, KeyError) as error:
+    raise SystemExit(f"error: {error}") from None
+
+
+if __name__ == "__main__":
+  main()

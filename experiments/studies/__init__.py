@@ -1,0 +1,4 @@
+"""Studies: several methods × seeds on one recipe (`method_comparison`, the engine of
+`python -m experiments.compare` and `experiments.demo`), the one-off study commands, the shell scripts
+that run them on this CPU, their committed results (`results/`) and the command that rebuilds
+every committed report from the per-run files (`regenerate_reports`)."""

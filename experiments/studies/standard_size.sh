@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Issue 17's standard-size studies on this CPU (ResNet-32, 30 epochs; a full run here takes 35-42 minutes
+# long-tailed, 22-25 balanced):
+# 17.1 full CIFAR-10-LT IF 100 (`cifar10_lt_short.py`) and 17.2 balanced CIFAR-10, 1,000 per class
+# (`cifar10_balanced.py`). Seed by seed, so that each finished seed pairs every method. A (method,
+# seed) whose summary is already committed under experiments/studies/results/<study>/runs/ is skipped (work
+# folders do not outlive a session on this machine); every other run is resumable
+# (`experiments.compare` resumes a run whose folder exists), so the script is simply started again
+# after an interruption. Each finished run is exported to experiments/studies/results/ as soon as its seed's
+# invocation ends, without rewriting the runs already there. Deferred methods (the reweighting)
+# start from CE's epoch-24 checkpoint when CE trains in the same invocation. The reports are rebuilt
+# by `python -m experiments.studies.regenerate_reports`.
+# A run still training when a session ends is parked: `bash experiments/studies/standard_size.sh --park`
+# (training stopped first) copies each unfinished run's config, logs and latest checkpoint (about
+# 4 MB) to experiments/studies/results/<study>/unfinished/<method>/seed<s>/ to be committed; the next start
+# copies it back into the work folder and resumes it, and deletes it once the run has finished.
+# Usage: bash experiments/studies/standard_size.sh [CIFAR10_DIR] [WORKDIR]
+#        bash experiments/studies/standard_size.sh --park [WORKDIR]
+set -euo pipefail
+results=experiments/studies/results
+if [[ ${1:-} == --park ]]; then
+  work=${2:-workdirs}
+  shopt -s nullglob
+  for run in "$work"/*/*/seed*; do
+    steps=("$run"/checkpoints/[0-9]*)
+    [[ -e $run/summary.json || ${#steps[@]} == 0 ]] && continue
+    latest=$(printf '%s\n' "${steps[@]##*/}" | sort -n | tail -1)
+    park=$results/${run#"$work"/}
+    park=${park%/*/seed*}/unfinished/${run#"$work"/*/}
+    rm -rf "$park"
+    mkdir -p "$park/checkpoints"
+    cp "$run"/{config.json,metrics.jsonl,class_history.jsonl} "$park/" 2>/dev/null || true
+    cp -r "$run/checkpoints/$latest" "$park/checkpoints/"
+    echo "parked $run (step $latest) in $park"
+  done
+  exit 0
+fi
+data=${1:-../shared/data/cifar10_jpeg}
+work=${2:-workdirs}
+# unpark STUDY: copy the parked runs back into the work folder (where it has no such run yet).
+unpark() {
+  local park run
+  for park in "$results/$1"/unfinished/*/seed*; do
+    [[ -d $park ]] || continue
+    run=$work/$1/${park#"$results/$1"/unfinished/}
+    [[ -e $run ]] && continue
+    mkdir -p "${run%/*}"
+    cp -r "$park" "$run"
+    echo "resuming $run from $park"
+  done
+}
+# unpark_done STUDY: delete the parked copies of runs that have now finished.
+unpark_done() {
+  local park
+  for park in "$results/$1"/unfinished/*/seed*; do
+    [[ -e $work/$1/${park#"$results/$1"/unfinished/}/summary.json ]] && rm -rf "$park"
+  done
+  rmdir "$results/$1"/unfinished/* "$results/$1"/unfinished 2>/dev/null || true
+}
+# missing STUDY SEED SPEC...: the comma-joined specs whose run `<name>-seed<SEED>.json` is not yet
+# committed (name as in experiments.studies.method_comparison: the part before `=`, `+` written `_`).
+missing() {
+  local study=$1 seed=$2 out="" spec name
+  shift 2
+  for spec in "$@"; do
+    name=${spec%%=*}
+    [[ -e $results/$study/runs/${name//+/_}-seed$seed.json ]] || out+=",$spec"
+  done
+  echo "${out#,}"
+}
+# run STUDY SEED SPEC...: train the missing methods of one seed (config
+# experiments/configs/STUDY.py), then export them.
+run() {
+  local study=$1 seed=$2
+  shift 2
+  local methods
+  methods=$(missing "$study" "$seed" "$@")
+  if [[ -z $methods ]]; then echo "$study seed $seed: all committed"; return; fi
+  echo "$study seed $seed: training $methods"
+  unpark "$study"
+  python -m experiments.compare --config="experiments/configs/$study.py" \
+    --config.data_dir="$data" --workdir="$work/$study" --methods="$methods" --seeds="$seed"
+  python -m experiments.studies.regenerate_reports --export "$work/$study" "$study" --keep_existing \
+    --export_only
+  unpark_done "$study"
+}
+# LDAM-DRW keeps its own head, as in its released code (NormedLinear, s = 30): the cosine head at
+# scale 30 with the margin in its units (ldam.max_margin = 0.5 x 30, ldam.scale = 1). On the linear
+# head s = 30 multiplies unnormalised logits (loss 43 at step 50 in a first try).
+ldam=ldam_drw=ldam_drw:head=cosine:cosine_scale=30.0:ldam.scale=1.0:ldam.max_margin=15.0
+lt=(ce inverse_reweight "$ldam" logit_adjust mr2+inverse_reweight mr2)
+balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0)
+# Issue 39.1's diagnosis of MR2 alone on the long-tailed set: its logit margin without the
+# representation term (λ = 0), to tell which of the two parts loses the rarest classes.
+lt_ablation=(mr2_gamma_only=mr2:mr2.lam=0)
+# ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
+# picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` /
+# `lt_ablation:<seed>` items (the last not in the default).
+for item in ${ORDER:-balanced:0 balanced:1 balanced:2 lt:0 lt:1 lt:2}; do
+  seed=${item#*:}
+  case ${item%%:*} in
+    lt) run cifar10_lt_short "$seed" "${lt[@]}" ;;
+    balanced) run cifar10_balanced "$seed" "${balanced[@]}" ;;
+    lt_ablation) run cifar10_lt_short "$seed" "${lt_ablation[@]}" ;;
+    *) echo "unknown ORDER item $item" >&2; exit 2 ;;
+  esac
+done

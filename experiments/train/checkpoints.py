@@ -1,0 +1,371 @@
+"""Checkpoints: one host copy of the train state in orbax, verified on restore, and the guard
+against resuming a workdir with a different config.
+
+Each checkpoint holds the state ('state') and the SHA-256 of its leaves ('integrity') in one orbax
+step directory, written to a temporary name and renamed when complete, so a run killed during a
+write leaves no step directory that is read. On restore the digest is recomputed: a truncated or
+corrupted checkpoint is a `CheckpointError` naming the step; `resume_from_previous=True` sets it
+aside (renamed `corrupt-<step>`, nothing deleted) and resumes from the newest checkpoint that reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import pathlib
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from experiments.common.errors import ConfigError
+from experiments.common.errors import field_value
+from experiments.common.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+
+# Fields that may change when a run is resumed: how it runs and reports, not what it computes.
+RESUMABLE_FIELDS = ("parallel", "progress_bar", "log_every_steps", "checkpoint_every_steps",
+                    "keep_checkpoints", "eval_batch_size", "nc_metrics", "class_loss_every_epochs",
+                    "reference_summary", "data_dir")
+
+
+def to_checkpoint(state):
+  """One host (NumPy) copy of the state, the rng as its raw key data.
+
+  Host values are what every way of running can write (in a multi-process job orbax writes NumPy
+  leaves from the primary process) and what any device count can restore.
+  """
+  state = state.replace(rng=jax.random.key_data(state.rng))
+  return jax.tree.map(np.asarray, state)
+
+
+def from_checkpoint(restored, template):
+  return restored.replace(rng=jax.random.wrap_key_data(restored.rng,
+                                                       impl=jax.random.key_impl(template.rng)))
+
+
+def start_epochs(config) -> tuple[int, ...]:
+  """The start epochs of every deferred loss in `config` (reweight.start_epoch, ldam.drw_epoch,
+  ib.start_epoch, > 0): the run checkpoints and keeps the end of each, so that a deferred sibling
+  can start there from this run (`config.init_from`) instead of training its first epochs again."""
+  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
+  fields = {entry.start for entry in losses.REGISTRY.values() if entry.start is not None}
+  epochs = {int(field_value(config, field)) for field in fields}
+  return tuple(sorted(e for e in epochs if 0 < e < config.num_epochs))
+
+
+def manager(workdir: pathlib.Path, config, steps_per_epoch: int | None = None
+            ) -> ocp.CheckpointManager:
+  """Keeps the latest `keep_checkpoints`, and (given `steps_per_epoch`) those at `start_epochs`."""
+  policies = [ocp.checkpoint_managers.LatestN(config.keep_checkpoints)]
+  if steps_per_epoch is not None:
+    policies.append(ocp.checkpoint_managers.CustomSteps(
+        [e * steps_per_epoch for e in start_epochs(config)]))
+  options = ocp.CheckpointManagerOptions(
+      create=True, enable_async_checkpointing=False, cleanup_tmp_directories=True,
+      preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies))
+  return ocp.CheckpointManager(workdir / "checkpoints", options=options)
+
+
+def digest(host_state) -> str:
+  """SHA-256 over the leaves of a host state: paths, shapes and values (as float64, exact for every
+  float32 / int32 / bool leaf here, so a restore that widens a scalar's integer type still matches)."""
+  sha = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(host_state)[0]:
+    leaf = np.ascontiguousarray(np.asarray(leaf, np.float64))
+    sha.update(f"{jax.tree_util.keystr(path)}:{leaf.shape}".encode())
+    sha.update(leaf.tobytes())
+  return sha.hexdigest()
+
+
+class InputState:
+  """The input pipeline's position as one process's JSON (grain's iterator state), written per
+  process (`process_<i>-of-<n>.json`) by grain's orbax handler as the checkpoint's 'input' item."""
+
+  def __init__(self, state: dict | None = None):
+    self.state = state
+
+  def get_state(self) -> bytes:
+    return json.dumps(self.state).encode()
+
+  def set_state(self, state: bytes) -> None:
+    self.state = json.loads(state)
+
+  def start_prefetch(self) -> None:  # the handler's restore calls it; nothing to start here
+    pass
+
+
+def save(checkpoint_manager: ocp.CheckpointManager, step: int, host_state,
+         input_state: dict | None = None) -> None:
+  """Writes `host_state` (a `to_checkpoint` copy) with its digest as checkpoint `step`, and the
+  input pipeline's position (`input_state`, grain's iterator state) when it has one."""
+  items = dict(state=ocp.args.StandardSave(host_state),
+               integrity=ocp.args.JsonSave({"sha256": digest(host_state), "step": int(step)}))
+  if input_state is not None:  # grain only when its pipeline runs (an accelerator may lack it)
+    import grain  # pylint: disable=g-import-not-at-top
+    items["input"] = grain.checkpoint.CheckpointSave(InputState(input_state))
+  checkpoint_manager.save(step, args=ocp.args.Composite(**items))
+
+
+def _restore_step(checkpoint_manager: ocp.CheckpointManager, step: int, template,
+                  input_state: bool = False):
+  where = checkpoint_manager.directory / str(step)
+  items = dict(state=ocp.args.StandardRestore(to_checkpoint(template)),
+               integrity=ocp.args.JsonRestore())
+  has_input = input_state and (where / "input").is_dir()  # only a grain pipeline's has one
+  if has_input:
+    import grain  # pylint: disable=g-import-not-at-top
+    items["input"] = grain.checkpoint.CheckpointRestore(InputState())
+  try:
+    restored = checkpoint_manager.restore(step, args=ocp.args.Composite(**items))
+  except Exception as error:  # orbax / tensorstore raise many kinds for a damaged file
+    raise CheckpointError(f"checkpoint at step {step} ({where}) cannot be read: "
+                          f"{type(error).__name__}: {str(error).splitlines()[0][:200]}") from error
+  expected = (restored.integrity or {}).get("sha256")
+  actual = digest(jax.tree.map(np.asarray, restored.state))
+  if expected != actual:
+    raise CheckpointError(f"checkpoint at step {step} ({where}) is corrupted: its content does not "
+                          f"match the digest written with it")
+  state = from_checkpoint(restored.state, template)
+  if not input_state:
+    return state
+  return state, restored.input.state if has_input else None
+
+
+def restore_latest(checkpoint_manager: ocp.CheckpointManager, template, *,
+                   resume_from_previous: bool = False, input_state: bool = False):
+  """The latest checkpoint as a state like `template` (host values), or `template` when none;
+  with `input_state`, (state, the input pipeline's position saved with it, or None).
+
+  A checkpoint that cannot be read or fails its digest raises `CheckpointError` naming the step;
+  with `resume_from_previous` it is renamed `corrupt-<step>` and the next older one is tried.
+  """
+  for step in sorted(checkpoint_manager.all_steps(), reverse=True):
+    try:
+      return _restore_step(checkpoint_manager, step, template, input_state)
+    except CheckpointError as error:
+      older = [s for s in checkpoint_manager.all_steps() if s < step]
+      if not resume_from_previous:
+        hint = (f"; rerun with --resume_from_previous to resume from step {max(older)}" if older
+                else "; no older checkpoint: remove it to start afresh")
+        raise CheckpointError(f"{error}{hint}") from error
+      aside = checkpoint_manager.directory / f"corrupt-{step}"
+      (checkpoint_manager.directory / str(step)).rename(aside)
+      checkpoint_manager.reload()
+      log.warning("%s; set aside as %s, trying the previous checkpoint.", error, aside)
+  return (template, None) if input_state else template
+
+
+def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int, dict]:
+  """(step, {'params', 'batch_stats'}) of a run's latest checkpoint, for a model like `model`.
+
+  Restored without a state template (only the model's variables are used and their shapes are
+  checked against `model`, so the rest of the train state — optimizer, loss state — may have any
+  layout), from the trainer's composite steps ('state' + digest) and older single-item steps; the
+  digest is not checked (the trainer checks it on resume). The manager is read-only: it creates
+  nothing and leaves a still-running job's files alone. Used by diagnose, JTT's stage-1 model and
+  the frozen encoder of a two-stage run.
+
+  Raises:
+    FileNotFoundError: no checkpoint. CheckpointError: unreadable, or variables that do not fit.
+  """
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  directory = pathlib.Path(workdir).resolve() / "checkpoints"
+  if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
+    raise FileNotFoundError(f"{directory}: no checkpoint (the run saved none yet)")
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.ERROR)  # orbax: "read only", "no target given"
+  try:
+    checkpoint_manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+        read_only=True, create=False, enable_async_checkpointing=False))
+    step = checkpoint_manager.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"{directory}: no complete checkpoint")
+    try:
+      if (directory / str(step) / "state").is_dir():  # the composite step: state + digest
+        restored = checkpoint_manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore())).state
+      else:  # a single-item step (checkpoints written before the composite layout)
+        restored = checkpoint_manager.restore(step, args=ocp.args.StandardRestore())
+    except Exception as error:  # orbax / tensorstore raise many kinds for a damaged file
+      first = str(error).splitlines()[0][:200] if str(error) else ""
+      raise CheckpointError(f"checkpoint at step {step} ({directory / str(step)}) cannot be read: "
+                            f"{type(error).__name__}: {first}") from error
+    checkpoint_manager.close()
+  finally:
+    absl_logging.set_verbosity(verbosity)
+  expected = jax.eval_shape(functools.partial(model.init, train=False), jax.random.key(0),
+                            np.zeros((1, *image_shape), np.float32))
+  variables = {"params": restored.get("params"), "batch_stats": restored.get("batch_stats") or {}}
+  shapes = jax.tree.map(np.shape, variables)
+  wanted = jax.tree.map(lambda x: x.shape, {"params": expected["params"],
+                                            "batch_stats": expected.get("batch_stats", {})})
+  if shapes != wanted:
+    raise CheckpointError(f"{directory / str(step)}: its parameters do not fit the model of "
+                          f"config.json")
+  return int(step), variables
+
+
+def _with_defaults(saved: dict, defaults: dict) -> dict:
+  merged = dict(defaults)
+  for key, value in saved.items():
+    merged[key] = (_with_defaults(value, defaults[key])
+                   if isinstance(value, dict) and isinstance(defaults.get(key), dict) else value)
+  return merged
+
+
+def read_saved_config(path: pathlib.Path) -> dict:
+  """A run's config.json as a dict, fields added to the project since it was written filled with
+  their defaults (`configs/default.py`): a field that did not exist then had its default's
+  behaviour (every new field is added so), so an older run compares equal to a run that leaves it
+  at the default — it can be resumed, started from (`init_from`) and read back."""
+  from experiments.configs import default  # pylint: disable=g-import-not-at-top
+  defaults = json.loads(default.get_config().to_json_best_effort())
+  return _with_defaults(json.loads(pathlib.Path(path).read_text()), defaults)
+
+
+def check_resumable(workdir: pathlib.Path, config) -> None:
+  """Refuses to resume a workdir whose checkpoints were made with a different config."""
+  saved = workdir / "config.json"
+  checkpoints = workdir / "checkpoints"
+  if not (saved.exists() and checkpoints.exists() and any(
+      p.name.isdigit() for p in checkpoints.iterdir())):
+    return
+  before = read_saved_config(saved)
+  now = json.loads(config.to_json_best_effort())
+  changed = sorted(k for k in set(before) | set(now)
+                   if k not in RESUMABLE_FIELDS and before.get(k) != now.get(k))
+  if changed:
+    raise ConfigError(f"{workdir} holds checkpoints of a run with a different config "
+                      f"(fields {', '.join(changed)}); use a new --workdir")
+
+
+def check_same_record(workdir: pathlib.Path, name: str, record: dict) -> None:
+  """Writes `record` (what a run derived from another one, e.g. JTT's stage-1 step and error set)
+  as workdir/`name` on a fresh start; refuses to resume a run whose record has changed since (the
+  stage-1 workdir trained on, say), which would change the training set mid-run."""
+  if not record:
+    return
+  path = workdir / name
+  if path.is_file():
+    before = json.loads(path.read_text())
+    changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
+    if changed:
+      raise ConfigError(f"{workdir} was started with other {', '.join(changed)} ({path}); the "
+                        f"run it derives from has changed: use a new --workdir")
+    return
+  if jax.process_index() == 0:
+    workdir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def init_from(config, template, steps_per_epoch: int, num_classes: int):
+  """The state of another run at the end of an epoch, for a run that trains like it until then.
+
+  `config.init_from` is '<workdir>:<epoch>'. The other run's config must equal this one in every
+  field but the loss, the loss sub-trees and how a run is kept or reported (`RESUMABLE_FIELDS`);
+  its loss must be this loss's `before` entry (or this loss), and `epoch` must not pass this loss's
+  start epoch — so the restored state is the one this run would have reached itself. Loss-state
+  fields the other run does not carry start at their initial values, as they would here (a deferred
+  entry's own state is untouched before its start).
+  """
+  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
+  source, _, epoch_text = str(config.init_from).rpartition(":")
+  if not source or not epoch_text.isdigit():
+    raise ConfigError(f"config.init_from: expected '<workdir>:<epoch>', got {config.init_from!r}")
+  source, epoch = pathlib.Path(source).resolve(), int(epoch_text)
+  saved = source / "config.json"
+  if not saved.is_file():
+    raise ConfigError(f"config.init_from: {source} holds no config.json of a run")
+  before = read_saved_config(saved)
+  changed = init_from_differences(before, json.loads(config.to_json_best_effort()))
+  if changed:
+    raise ConfigError(f"config.init_from: {source} was trained with a different config (fields "
+                      f"{', '.join(changed)}); only the loss and its start may differ")
+  entry = losses.get(config.loss)
+  if before["loss"] not in (config.loss, entry.before if entry.start else config.loss):
+    raise ConfigError(f"config.init_from: {source} trained loss {before['loss']!r}, but "
+                      f"{config.loss!r} trains as {entry.before!r} before its start")
+  if epoch > losses.start_epoch(config) and before["loss"] != config.loss:
+    raise ConfigError(f"config.init_from: epoch {epoch} is after the start of {config.loss!r} "
+                      f"(epoch {losses.start_epoch(config)}): the runs differ from there on")
+  source_manager = ocp.CheckpointManager(source / "checkpoints")
+  step = epoch * steps_per_epoch
+  if step not in source_manager.all_steps():
+    kept = sorted(s // steps_per_epoch for s in source_manager.all_steps()
+                  if s % steps_per_epoch == 0)
+    raise ConfigError(f"config.init_from: {source} has no checkpoint at the end of epoch {epoch} "
+                      f"(step {step}); it kept epochs {kept}")
+  source_template = template.replace(
+      loss_state=losses.init_loss_state(_config_with_loss(config, before["loss"]), num_classes))
+  restored = _restore_step(source_manager, step, source_template)
+  loss_state = {**template.loss_state, **{k: v for k, v in restored.loss_state.items()
+                                          if k in template.loss_state}}
+  return restored.replace(loss_state=loss_state)
+
+
+# What a frozen encoder's run must share with the linear stage: the model and the training set.
+ENCODER_FIELDS = ("model", "dataset", "imbalance_factor", "lt_selection", "max_train_per_class",
+                  "validation_fraction", "seed")
+
+
+def _num_classes(template) -> int:
+  return template.params["head"]["kernel"].shape[-1]
+
+
+def load_frozen_encoder(config, template, image_shape):
+  """`template` with every parameter but the head, and the BatchNorm statistics, from the latest
+  checkpoint of the run `config.frozen_encoder_from` (the linear stage of a two-stage method, e.g.
+  SupCon: the head starts fresh and is the only thing trained), or from a PyTorch weight file
+  (`experiments.models.pretrained.weights`: a linear probe of a pretrained network). Returns (state,
+  record)."""
+  from experiments.train import train_state  # pylint: disable=g-import-not-at-top
+  from experiments.models.pretrained import weights  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  if weights.is_weight_file(config.frozen_encoder_from):  # a PyTorch weight file: a linear probe
+    variables = weights.encoder_variables(config.frozen_encoder_from, config.model,
+                                          train_state.base_model(config, _num_classes(template)),
+                                          "frozen_encoder_from")
+    return weights.with_encoder(template, variables), {
+        "frozen_encoder_from": str(pathlib.Path(config.frozen_encoder_from).resolve())}
+  source = pathlib.Path(config.frozen_encoder_from).resolve()
+  saved = source / "config.json"
+  if not saved.is_file():
+    raise ConfigError(f"config.frozen_encoder_from: {source} holds no config.json of a run")
+  before = ml_collections.ConfigDict(read_saved_config(saved))
+  changed = [f for f in ENCODER_FIELDS if before.get(f) != config.get(f)]
+  if changed:
+    raise ConfigError(f"config.frozen_encoder_from: {source} was trained with other "
+                      f"{', '.join(changed)}; the encoder's run must share the model and the "
+                      f"training set ({', '.join(ENCODER_FIELDS)})")
+  num_classes = _num_classes(template)
+  try:
+    step, variables = read_variables(source, train_state.build_model(before, num_classes),
+                                     image_shape)
+  except (FileNotFoundError, CheckpointError) as error:
+    raise ConfigError(f"config.frozen_encoder_from: {error}") from error
+  params = {key: (value if key == "head" else variables["params"][key])
+            for key, value in template.params.items()}
+  batch_stats = {key: variables["batch_stats"][key] for key in template.batch_stats}
+  state = template.replace(params=jax.tree.map(np.asarray, params),
+                           batch_stats=jax.tree.map(np.asarray, batch_stats))
+  return state, {"frozen_encoder_from": str(source), "frozen_encoder_step": step,
+                 "frozen_encoder_loss": before.get("loss")}
+
+
+def init_from_differences(before: dict, now: dict) -> list[str]:
+  """Config fields (JSON dicts) in which two runs differ beyond the loss, its sub-trees and how a
+  run is kept or reported: a run may start from the other (`init_from`) only when this is empty."""
+  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
+  free = {"loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS}
+  return sorted(k for k in set(before) | set(now) if k not in free and before.get(k) != now.get(k))
+
+
+def _config_with_loss(config, loss: str):
+  config = config.copy_and_resolve_references()
+  config.loss = loss
+  return config

@@ -1,0 +1,142 @@
+"""Evaluation: one pass of the compiled, data-parallel `eval_step` over a split, and the summary.
+
+Each split is visited once: per-class correct counts, per-class cross-entropy sums (L_c) and — on the
+training set when `config.nc_metrics` — the Neural-Collapse statistics accumulate on the devices as
+sums and counts (`steps.EvalSums`). NC4 needs the final class means, so its nearest-class-mean pass
+reads the features kept from that one forward pass (N·d floats on the host), not the data again.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import mr2_jax
+import reweight_jax
+from experiments.data import datasets as data_lib
+from experiments.train import steps
+
+
+def classifier_weights(params, head_kind: str) -> tuple[jax.Array, jax.Array | None]:
+  """(W [K, d], bias [K] or None) of the classifier the model applies: for the cosine head the
+  rows w_c/‖w_c‖ (its scale does not change NC2–NC4), so NC metrics see the decision rule used; for
+  the ETF head the fixed Mᵀ (on the normalised features h the model returns)."""
+  head = params["head"]
+  if head_kind == "etf":
+    return jnp.asarray(head["etf"]).T, None
+  kernel = jnp.asarray(head["kernel"])
+  if head_kind == "cosine":
+    kernel = mr2_jax.l2_normalize(kernel, axis=0)
+  return kernel.T, head.get("bias")
+
+
+def process_rows(batch: dict[str, np.ndarray], process_index: int, process_count: int):
+  """This process's contiguous share of a global evaluation batch."""
+  if process_count == 1:
+    return batch
+  size = len(batch["label"]) // process_count
+  return {k: v[process_index * size:(process_index + 1) * size] for k, v in batch.items()}
+
+
+def evaluate_split(runner, state, split, batch_size: int, num_classes: int, *,
+                   neural_collapse: bool = False, head_kind: str = "linear",
+                   process_index: int = 0, process_count: int = 1) -> steps.EvalSums:
+  """Host `EvalSums` of `split` (every example once; the padded tail masked). `state` is in the
+  runner's layout; `batch_size` is global and divisible by the runner's devices."""
+  sums, kept = None, []
+  for batch in data_lib.eval_batches(split, batch_size):
+    local = runner.place_batch(process_rows(batch, process_index, process_count))
+    if sums is None:
+      feature_dim = None
+      if neural_collapse:
+        shapes = jax.eval_shape(runner.eval_step, state, runner.place_state(
+            steps.EvalSums.init(num_classes)), local)
+        feature_dim = shapes[1].shape[-1]
+      sums = runner.place_state(steps.EvalSums.init(num_classes, feature_dim))
+    sums, features = runner.eval_step(state, sums, local)
+    if neural_collapse:
+      kept.append((features, local["mask"]))
+  if neural_collapse:
+    weights, bias = classifier_weights(runner.to_host(state).params, head_kind)
+    for features, mask in kept:
+      sums = runner.ncc_step(sums, features, mask, weights, bias)
+  return runner.to_host(sums)
+
+
+def training_class_loss(sums: steps.EvalSums) -> tuple[list[float], float]:
+  """(L_c [K] as a list, NaN for absent classes; ρ = std_c L_c / mean_c L_c over present classes)."""
+  class_loss = sums.class_loss()
+  present = sums.counts > 0
+  return class_loss.tolist(), float(reweight_jax.rho(np.nan_to_num(class_loss), present))
+
+
+def neural_collapse_metrics(sums: steps.EvalSums, head_kind: str, params) -> dict[str, float]:
+  weights, _ = classifier_weights(params, head_kind)
+  metrics = sums.neural_collapse.finalize(weights)
+  return {name: float(value) for name, value in metrics._asdict().items()}
+
+
+def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str, Any]:
+  """Overall / per-class / Many-Medium-Few / Easy-Medium-Hard test accuracy (fractions)."""
+  accuracy = test.class_accuracy()
+  summary = {
+      "overall_accuracy": float(test.correct.sum() / test.counts.sum()),
+      "per_class_accuracy": accuracy.tolist(),
+      "worst_class_accuracy": mr2_jax.worst_class_accuracy(accuracy),
+      "class_accuracy_std": mr2_jax.class_accuracy_std(accuracy),
+      "train_class_counts": train.class_counts.tolist(),
+  }
+  if config.imbalance_factor > 1:
+    split_ids = data_lib.many_medium_few(train.class_counts)
+    summary["many_medium_few"] = {
+        name: (float(np.nanmean(accuracy[split_ids == i])) if np.any(split_ids == i) else None)
+        for i, name in enumerate(("many", "medium", "few"))}
+  if reference_groups is not None:
+    groups = mr2_jax.group_accuracy(accuracy, reference_groups)
+    summary["easy_medium_hard"] = dict(zip(mr2_jax.GROUP_NAMES, groups.tolist()))
+  return summary
+
+
+def loss_state_summary(config, loss_state: dict[str, Any]) -> dict[str, list[float]]:
+  """The per-class state a run ends with: MR2's margins γ_k (from its class statistics), the
+  reweighting's batch counts B_c and Group DRO's / FairDRO's q, for the losses that carry them."""
+  out = {}
+  if "class_stats" in loss_state:
+    out["class_margins"] = np.asarray(
+        mr2_jax.class_margins(loss_state["class_stats"], config.mr2.c_bar)).tolist()
+  if "reweight" in loss_state:
+    out["reweight_batch_counts"] = np.asarray(loss_state["reweight"].batch_counts).tolist()
+  for field in ("group_dro_q", "fairdro_q"):  # the class weights of Group DRO / FairDRO
+    if field in loss_state:
+      out[field] = np.asarray(loss_state[field]).tolist()
+  return out
+
+
+def final_evaluation(config, runner, state, train, validation, test, num_classes, *,
+                     process_index: int = 0, process_count: int = 1) -> dict[str, Any]:
+  """Test accuracy summary, validation accuracy, the training set's accuracy, L_c, ρ and NC1–NC4
+  (one pass over each split), and the loss's final per-class state. `state` in the runner's layout."""
+  evaluate = lambda split, **kw: evaluate_split(  # noqa: E731
+      runner, state, split, config.eval_batch_size, num_classes, head_kind=config.head,
+      process_index=process_index, process_count=process_count, **kw)
+  reference_groups = None
+  if config.reference_summary:
+    reference = json.loads(pathlib.Path(config.reference_summary).read_text())
+    reference_groups = mr2_jax.difficulty_tertiles(reference["per_class_accuracy"])
+  summary = summarize(config, train, evaluate(test), reference_groups)
+  if validation is not None:
+    v = evaluate(validation)
+    summary["validation_accuracy"] = float(v.correct.sum() / v.counts.sum())
+  t = evaluate(train, neural_collapse=config.nc_metrics)
+  summary["train_accuracy"] = float(t.correct.sum() / t.counts.sum())
+  summary["train_class_loss"], summary["train_rho"] = training_class_loss(t)
+  host_state = runner.to_host(state)
+  summary.update(loss_state_summary(config, host_state.loss_state))
+  if config.nc_metrics:
+    summary["neural_collapse"] = neural_collapse_metrics(t, config.head, host_state.params)
+  return summary
