@@ -30,9 +30,6 @@ from mr2_jax.objective import mr2_loss
 from mr2_jax.objective import mr2_terms
 from mr2_jax.representation_margin import mean_class_deviation
 from mr2_jax.representation_margin import representation_margin_loss
-from mr2_jax.supcon import SupConAux
-from mr2_jax.supcon import stack_views
-from mr2_jax.supcon import supcon_loss
 from mr2_reweight_core.checks import traced_checks
 from mr2_reweight_core.version import __version__
 
@@ -44,7 +41,17 @@ if TYPE_CHECKING:
 _FLAX_HEADS = {"CosineClassifier": "mr2_jax.linen", "SupConProjection": "mr2_jax.linen"}
 
 
+# SupCon moved to reweight_jax (a comparison method) in 0.2.0; these names go in 0.3.0.
+_MOVED_TO_REWEIGHT_JAX = ("SupConAux", "stack_views", "supcon_loss")
+
+
 def __getattr__(name: str):
+  if name in _MOVED_TO_REWEIGHT_JAX:
+    import warnings
+    import reweight_jax
+    warnings.warn(f"mr2_jax.{name} moved to reweight_jax.{name} (SupCon is a comparison method); "
+                  "the old name goes in 0.3.0", DeprecationWarning, stacklevel=2)
+    return getattr(reweight_jax, name)
   if name in _FLAX_HEADS:
     import importlib
     try:
@@ -63,7 +70,6 @@ __all__ = [
     "GROUP_NAMES",
     "ClassStats",
     "CosineClassifier",
-    "SupConAux",
     "SupConProjection",
     "accuracy_from_counts",
     "class_accuracy_std",
@@ -80,8 +86,6 @@ __all__ = [
     "per_class_accuracy",
     "per_class_correct",
     "representation_margin_loss",
-    "stack_views",
-    "supcon_loss",
     "traced_checks",
     "update_class_stats",
     "worst_class_accuracy",

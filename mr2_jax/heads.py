@@ -1,36 +1,7 @@
-"""L2 normalisation for cosine heads and contrastive projections (pure JAX, no Flax).
+"""L2 normalisation for cosine heads (pure JAX, no Flax): `mr2_reweight_core.normalize.l2_normalize`,
+kept at this path. The Flax heads that use it are in `mr2_jax.linen` (and `mr2_jax.nnx`), installed
+with the `flax` extra."""
 
-The Flax heads that use it are in `mr2_jax.linen` (and `mr2_jax.nnx`), installed with the `flax`
-extra.
-"""
+from mr2_reweight_core.normalize import l2_normalize
 
-from __future__ import annotations
-
-import jax
-import jax.numpy as jnp
-
-
-def l2_normalize(x: jax.Array, axis: int = -1, eps: float = 1e-12) -> jax.Array:
-  """x / max(‖x‖₂, eps) along `axis` (finite gradient at x = 0).
-
-  The normalisation of cosine heads and of SupCon's projections (Khosla et al., NeurIPS 2020,
-  arXiv 2004.11362).
-
-  Args:
-    x: float array.
-    axis: the axis normalised.
-    eps: the floor of the norm.
-
-  Returns:
-    x's shape and dtype; a zero row stays zero.
-
-  Examples:
-    >>> import jax.numpy as jnp
-    >>> import numpy as np
-    >>> import mr2_jax
-    >>> print(mr2_jax.l2_normalize(jnp.array([[3.0, 4.0], [0.0, 0.0]])))
-    [[0.6 0.8]
-     [0.  0. ]]
-  """
-  sq_norm = jnp.sum(jnp.square(x), axis=axis, keepdims=True)
-  return x * jax.lax.rsqrt(jnp.maximum(sq_norm, eps * eps))
+__all__ = ["l2_normalize"]

@@ -83,6 +83,9 @@ from reweight_jax.priors import PRIOR_KINDS
 from reweight_jax.priors import class_prior
 from reweight_jax.state import ReweightState
 from reweight_jax.state import init_reweight_state
+from reweight_jax.supcon import SupConAux
+from reweight_jax.supcon import stack_views
+from reweight_jax.supcon import supcon_loss
 from mr2_reweight_core.version import __version__
 
 __all__ = [
@@ -98,6 +101,7 @@ __all__ = [
     "NCMetrics",
     "ReweightAux",
     "ReweightState",
+    "SupConAux",
     "balanced_softmax_loss",
     "batch_class_losses",
     "class_balanced_weights",
@@ -162,4 +166,6 @@ __all__ = [
     "lff_loss",
     "lff_update_ema",
     "lff_weights",
+    "stack_views",
+    "supcon_loss",
 ]
