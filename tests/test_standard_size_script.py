@@ -11,7 +11,7 @@ import pytest
 # It runs or reads the checkout's harness files: left out of the library-only run.
 pytestmark = pytest.mark.harness
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "standard_size.sh"
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "studies" / "standard_size.sh"
 
 
 def _functions(*names):
@@ -61,7 +61,7 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   park = tmp_path / "experiments/studies/results/study/unfinished/ce/seed2"
   assert out.strip() == f"parked w/study/ce/seed2 (step 1000) in {park.relative_to(tmp_path)}"
   assert sorted(str(p.relative_to(park)) for p in park.rglob("*") if p.is_file()) == [
-      "checkpoints/1000/data", "config.json", "metrics.jsonl"]  # the latest checkpoint only
+      "checkpoints/1000/data", "checkpoints/500/data", "config.json", "metrics.jsonl"]
 
   # A new session: no work folder. unpark copies the run back; unpark_done removes the parked copy
   # only once the run has its summary.

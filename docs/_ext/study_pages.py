@@ -91,15 +91,15 @@ def copy_pages(app):
 
 
 def diagnose_example(app):
-  """docs/_generated/diagnose: `experiments.report.diagnosis` run on a small synthetic feature file (six
+  """docs/_generated/diagnose: `experiments.diagnose` run on a small synthetic feature file (six
   classes whose within-class spread grows with the class index), so the guide shows the real
-  report and plots. Rerun only when experiments/report/diagnosis.py is newer than the report."""
+  report and plots. Rerun only when a diagnosis module is newer than the report."""
   docs = pathlib.Path(app.confdir)
   root = docs.parent
   out = docs / "_generated" / "diagnose"
   report = out / "report.md"
-  source = root / "experiments" / "diagnose.py"
-  if report.exists() and report.stat().st_mtime >= source.stat().st_mtime:
+  sources = [root / "experiments" / "diagnose.py", *(root / "experiments" / "report").glob("diagnosis*.py")]
+  if report.exists() and report.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
     return
   import subprocess
   import sys
@@ -117,11 +117,11 @@ def diagnose_example(app):
   np.savez(features_file, features=features.astype(np.float32), labels=labels,
            classifier=classifier.astype(np.float32))
   env = dict(os.environ, MPLBACKEND="Agg", JAX_PLATFORMS="cpu")
-  run = subprocess.run([sys.executable, "-m", "experiments.report.diagnosis", "--features",
+  run = subprocess.run([sys.executable, "-m", "experiments.diagnose", "--features",
                         str(features_file), "--out", str(out)], cwd=root, env=env,
                        capture_output=True, text=True, check=False)
   if run.returncode != 0:
-    logger.warning(f"experiments.report.diagnosis failed on the synthetic features:\n{run.stderr[-2000:]}")
+    logger.warning(f"experiments.diagnose failed on the synthetic features:\n{run.stderr[-2000:]}")
     return
   # The harness's wording cites its working notes; the page cites the paper.
   report.write_text(re.sub(r"\s*\(MR2 spec, [^)]*\)", " (Zhu et al., ICLR 2026, arXiv 2602.00205)",

@@ -11,8 +11,8 @@
 # start from CE's epoch-24 checkpoint when CE trains in the same invocation. The reports are rebuilt
 # by `python -m experiments.studies.regenerate_reports`.
 # A run still training when a session ends is parked: `bash experiments/studies/standard_size.sh --park`
-# (training stopped first) copies each unfinished run's config, logs and latest checkpoint (about
-# 4 MB) to experiments/studies/results/<study>/unfinished/<method>/seed<s>/ to be committed; the next start
+# (training stopped first) copies each unfinished run's config, logs and checkpoints (about 4 MB
+# each; the latest, and a deferred start epoch's when kept) to experiments/studies/results/<study>/unfinished/<method>/seed<s>/ to be committed; the next start
 # copies it back into the work folder and resumes it, and deletes it once the run has finished.
 # Usage: bash experiments/studies/standard_size.sh [CIFAR10_DIR] [WORKDIR]
 #        bash experiments/studies/standard_size.sh --park [WORKDIR]
@@ -30,7 +30,9 @@ if [[ ${1:-} == --park ]]; then
     rm -rf "$park"
     mkdir -p "$park/checkpoints"
     cp "$run"/{config.json,metrics.jsonl,class_history.jsonl} "$park/" 2>/dev/null || true
-    cp -r "$run/checkpoints/$latest" "$park/checkpoints/"
+    # Every checkpoint the run holds: the latest and, where it has passed one, the deferred start
+    # epoch's (the reweighting starts from CE's epoch-160 checkpoint of a 200-epoch run).
+    cp -r "${steps[@]}" "$park/checkpoints/"
     echo "parked $run (step $latest) in $park"
   done
   exit 0
@@ -93,15 +95,22 @@ balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0
 # Issue 39.1's diagnosis of MR2 alone on the long-tailed set: its logit margin without the
 # representation term (λ = 0), to tell which of the two parts loses the rarest classes.
 lt_ablation=(mr2_gamma_only=mr2:mr2.lam=0)
+# Issue 39's 200-epoch runs: CIFAR-10-LT at the LDAM-DRW release's schedule (the reweighting from CE's
+# epoch-160 checkpoint), and balanced CIFAR-10 with ERM and MR2's two forms.
+lt200=(ce inverse_reweight logit_adjust "$ldam")
+balanced200=(ce mr2_released=mr2:mr2.form=released mr2)
 # ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
 # picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` /
-# `lt_ablation:<seed>` items (the last not in the default).
+# `lt_ablation:<seed>` / `lt200:<seed>` / `balanced200:<seed>` items (the last three not in the
+# default; the 200-epoch ones take 3-6 hours a run here and are parked between sessions).
 for item in ${ORDER:-balanced:0 balanced:1 balanced:2 lt:0 lt:1 lt:2}; do
   seed=${item#*:}
   case ${item%%:*} in
     lt) run cifar10_lt_short "$seed" "${lt[@]}" ;;
     balanced) run cifar10_balanced "$seed" "${balanced[@]}" ;;
     lt_ablation) run cifar10_lt_short "$seed" "${lt_ablation[@]}" ;;
+    lt200) run cifar10_lt_200 "$seed" "${lt200[@]}" ;;
+    balanced200) run cifar10_balanced_200 "$seed" "${balanced200[@]}" ;;
     *) echo "unknown ORDER item $item" >&2; exit 2 ;;
   esac
 done
