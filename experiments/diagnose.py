@@ -4,23 +4,12 @@
     python -m experiments.diagnose --features F.npz       # features of a model trained elsewhere
 
 Writes `report.md`, `diagnose.json` and PNG plots into `--out` (default W/diagnose, or
-F_diagnose/ next to the feature file):
+F_diagnose/ next to the feature file). What it computes (A_k, V_k, γ_k, Spearman's ρ_s, L_c and ρ, NC1–NC4, confused pairs) is listed in
+`experiments.report.diagnosis`; the report's tables and plots are in
+`experiments.report.diagnosis_report`.
 
-* per-class accuracy against per-class feature spread A_k + V_k and V_k (MR2 spec, 'Per-class
-  statistics': A_k = ‖μ_k‖_p², V_k = mean_i ‖φ_i − μ_k‖_p², here over the whole set at once), the
-  scatter of the MR2 paper's Figure 1b, with Spearman's rank correlation;
-* the margins γ_k that MR2 would assign to these statistics (`mr2_jax.class_margins`);
-* per-class mean cross-entropy L_c and ρ = std_c L_c / mean_c L_c (`reweight_jax.rho`);
-* NC1–NC4 (`reweight_jax.nc_metrics`; NC1 and NC2 of the class means need no classifier);
-* the confusion matrix and its most frequent off-diagonal (true → predicted) pairs.
-
-For a workdir the statistics (A_k, V_k, γ_k, L_c, ρ, NC) come from the training split and the
-accuracy and confusions from the test split, both through the model in inference mode (running
-BatchNorm statistics, no augmentation). For a feature file everything is on the given set.
-
-Feature file (`np.savez`): `features` [N, d] float, `labels` [N] int, optional `classifier` [K, d]
-(the rows the decision uses: for a cosine head the normalised rows), `bias` [K], `logits` [N, K]
-(otherwise features·Wᵀ + b when a classifier is given) and `class_names` [K] strings.
+For a workdir the statistics come from the training split and the accuracy from the test split,
+through the model in inference mode; the feature file's arrays are listed there too.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 Each process gets `--xla_force_host_platform_device_count=devices_per_process` fake CPU devices,
 joins the job through `jax.distributed.initialize` on 127.0.0.1, and feeds its own shard of every
-global batch (`experiments.data.datasets.train_batches` with its process index). This tests multi-host
+global batch (`experiments.data.batches.train_batches` with its process index). This tests multi-host
 behaviour on one machine; on a real pod, run `experiments.main` once per host with the same
 `--coordinator_address`, `--num_processes` and that host's `--process_id` (or let
 `jax.distributed.initialize()` discover them on Cloud TPU / SLURM).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
+import jax
 from absl import app
 from absl import flags
 from absl import logging
@@ -39,7 +40,6 @@ _XLA_CPU_TUNING = flags.DEFINE_bool(
 
 def initialize_distributed():
   """Joins a multi-process job; on CPU the collectives across processes go through gloo."""
-  import jax  # pylint: disable=g-import-not-at-top
   # Only the CPU backend reads this option; accelerators use their own collectives.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,

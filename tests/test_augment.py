@@ -1,10 +1,11 @@
-"""experiments/data/augment.py against Pillow and the reference's transforms.
+"""experiments/data's augmentations (pillow_ops.py, crop_flip.py, autoaugment.py, resized_crop.py,
+color_jitter.py, augmentations.py) against Pillow and the reference's transforms.
 
 The reference (`autoaug.py` of the reweighting paper's release = DeepVoltaire's CIFAR10Policy, and
 torchvision's PIL transforms) runs Pillow on one image at a time; `PIL_OPS` below is its code with
 the random sign passed in. Every NumPy op is compared with Pillow for exact equality, the
-interpolating ones (bicubic shear, bilinear resize) and the HSV conversions included: augment.py
-reproduces Pillow's own integer, fixed-point and float32/float64 arithmetic, so no tolerance is
+interpolating ones (bicubic shear, bilinear resize) and the HSV conversions included: the modules
+reproduce Pillow's own integer, fixed-point and float32/float64 arithmetic, so no tolerance is
 needed, and a tolerance would hide an off-by-one in a filter's edge handling.
 """
 
@@ -12,8 +13,12 @@ import numpy as np
 import pytest
 from PIL import Image, ImageEnhance, ImageOps
 
-from experiments.data import augment
-from experiments.data.datasets import random_crop_flip
+from experiments.data import augmentations
+from experiments.data import autoaugment
+from experiments.data import color_jitter
+from experiments.data import pillow_ops
+from experiments.data import resized_crop
+from experiments.data.crop_flip import random_crop_flip
 
 GREY = (128, 128, 128)
 
@@ -67,21 +72,21 @@ def sample_images(seed, num=24, size=(32, 32)):
 
 
 def assert_ops_match_pillow(op, images, values):
-  ours = augment.apply_op(op, images, values)
+  ours = autoaugment.apply_op(op, images, values)
   assert ours.dtype == np.uint8 and ours.shape == images.shape
   for i, (image, value) in enumerate(zip(images, values)):
     np.testing.assert_array_equal(ours[i], pil(op, image, value),
                                   err_msg=f"{op} image {i} parameter {value}")
 
 
-@pytest.mark.parametrize("op", augment.OP_NAMES)
+@pytest.mark.parametrize("op", autoaugment.OP_NAMES)
 def test_every_op_equals_pillow_at_every_level_and_sign(op):
   """Each of the 14 ops on a batch with one (level, sign) per image — all 10 levels × both signs
   over 4 kinds of image — equals the reference's Pillow call on each image, bit for bit."""
   images = sample_images(seed=len(op), num=40)
   levels = np.arange(40) % 10
   signs = np.where(np.arange(40) % 20 < 10, -1.0, 1.0)
-  values = augment.op_parameter(op, levels, signs)
+  values = autoaugment.op_parameter(op, levels, signs)
   assert_ops_match_pillow(op, images, values)
 
 
@@ -109,7 +114,7 @@ def test_equalize_clips_a_table_entry_above_255_like_pillow():
   table value (1 + 900) // 3 = 300 at 200) comes out 255 there, as Pillow's `point` clips."""
   channel = np.repeat(np.array([0, 128, 200], np.uint8), [600, 300, 124]).reshape(32, 32)
   image = np.stack([channel, channel.T, np.full((32, 32), 7, np.uint8)], axis=-1)
-  ours = augment.equalize(image[None])[0]
+  ours = pillow_ops.equalize(image[None])[0]
   np.testing.assert_array_equal(ours, pil("equalize", image, None))
   assert ours[..., 0].max() == 255
 
@@ -119,32 +124,32 @@ def test_op_parameters_follow_the_spec_formulas():
   the sign), factor 1 ± 0.1m, posterize round(8 − 4m/9) bits, solarize 256(1 − m/9)."""
   m = np.arange(10)
   for sign in (-1.0, 1.0):
-    np.testing.assert_allclose(augment.op_parameter("shearX", m, sign), sign * 0.3 * m / 9)
-    np.testing.assert_allclose(augment.op_parameter("translateY", m, sign),
+    np.testing.assert_allclose(autoaugment.op_parameter("shearX", m, sign), sign * 0.3 * m / 9)
+    np.testing.assert_allclose(autoaugment.op_parameter("translateY", m, sign),
                                sign * 150 / 331 * 32 * m / 9)
-    np.testing.assert_allclose(augment.op_parameter("rotate", m, sign), 30 * m / 9)
+    np.testing.assert_allclose(autoaugment.op_parameter("rotate", m, sign), 30 * m / 9)
     for op in ("color", "contrast", "brightness", "sharpness"):
-      np.testing.assert_allclose(augment.op_parameter(op, m, sign), 1 + sign * 0.1 * m)
-    np.testing.assert_array_equal(augment.op_parameter("posterize", m, sign),
+      np.testing.assert_allclose(autoaugment.op_parameter(op, m, sign), 1 + sign * 0.1 * m)
+    np.testing.assert_array_equal(autoaugment.op_parameter("posterize", m, sign),
                                   np.round(8 - 4 * m / 9))
-    np.testing.assert_allclose(augment.op_parameter("solarize", m, sign), 256 * (1 - m / 9))
+    np.testing.assert_allclose(autoaugment.op_parameter("solarize", m, sign), 256 * (1 - m / 9))
 
 
 def test_cifar10_policy_table_has_25_valid_sub_policies():
   """25 sub-policies of two (op, probability, level) triples; ops among the 14, probabilities in
   [0, 1], integer levels 0..9; first and last as in the AutoAugment paper's CIFAR-10 policy."""
-  assert len(augment.CIFAR10_POLICY) == 25
-  assert len(augment.OP_NAMES) == 14
-  for sub_policy in augment.CIFAR10_POLICY:
+  assert len(autoaugment.CIFAR10_POLICY) == 25
+  assert len(autoaugment.OP_NAMES) == 14
+  for sub_policy in autoaugment.CIFAR10_POLICY:
     assert len(sub_policy) == 2
     for op, probability, level in sub_policy:
-      assert op in augment.OP_NAMES
+      assert op in autoaugment.OP_NAMES
       assert 0.0 <= probability <= 1.0
       assert isinstance(level, int) and 0 <= level <= 9
-  assert augment.CIFAR10_POLICY[0] == (("invert", 0.1, 7), ("contrast", 0.2, 6))
-  assert augment.CIFAR10_POLICY[-1] == (("translateY", 0.7, 9), ("autocontrast", 0.9, 1))
-  used = {op for sub_policy in augment.CIFAR10_POLICY for op, _, _ in sub_policy}
-  assert used == set(augment.OP_NAMES) - {"shearX"}  # ShearX is in no CIFAR-10 sub-policy
+  assert autoaugment.CIFAR10_POLICY[0] == (("invert", 0.1, 7), ("contrast", 0.2, 6))
+  assert autoaugment.CIFAR10_POLICY[-1] == (("translateY", 0.7, 9), ("autocontrast", 0.9, 1))
+  used = {op for sub_policy in autoaugment.CIFAR10_POLICY for op, _, _ in sub_policy}
+  assert used == set(autoaugment.OP_NAMES) - {"shearX"}  # ShearX is in no CIFAR-10 sub-policy
 
 
 def reference_autoaugment(images, seed, policy):
@@ -159,7 +164,7 @@ def reference_autoaugment(images, seed, policy):
     img = Image.fromarray(image)
     for slot, (op, probability, level) in enumerate(policy[chosen[i]]):
       if uniforms[i, slot] < probability:
-        img = PIL_OPS[op](img, float(augment.op_parameter(op, level, signs[i, slot])))
+        img = PIL_OPS[op](img, float(autoaugment.op_parameter(op, level, signs[i, slot])))
     out.append(np.asarray(img))
   return np.stack(out), chosen
 
@@ -169,11 +174,11 @@ def test_autoaugment_is_deterministic_and_equals_the_reference_sub_policies():
   reference's CIFAR10Policy (Pillow) under the same draws."""
   images = sample_images(seed=11, num=96)
   before = images.copy()
-  first = augment.autoaugment(images, np.random.default_rng(5))
-  np.testing.assert_array_equal(first, augment.autoaugment(images, np.random.default_rng(5)))
+  first = autoaugment.autoaugment(images, np.random.default_rng(5))
+  np.testing.assert_array_equal(first, autoaugment.autoaugment(images, np.random.default_rng(5)))
   np.testing.assert_array_equal(images, before)
-  assert not np.array_equal(first, augment.autoaugment(images, np.random.default_rng(6)))
-  expected, _ = reference_autoaugment(images, 5, augment.CIFAR10_POLICY)
+  assert not np.array_equal(first, autoaugment.autoaugment(images, np.random.default_rng(6)))
+  expected, _ = reference_autoaugment(images, 5, autoaugment.CIFAR10_POLICY)
   np.testing.assert_array_equal(first, expected)
 
 
@@ -181,9 +186,9 @@ def test_autoaugment_with_certain_probabilities_applies_both_ops_of_the_drawn_su
   """With every probability 1, each image is op2(op1(image)) of its drawn sub-policy, applied by
   hand with Pillow; every sub-policy is drawn in a batch of 200."""
   certain = tuple(tuple((op, 1.0, level) for op, _, level in sub_policy)
-                  for sub_policy in augment.CIFAR10_POLICY)
+                  for sub_policy in autoaugment.CIFAR10_POLICY)
   images = sample_images(seed=12, num=200)
-  ours = augment.autoaugment(images, np.random.default_rng(9), policy=certain)
+  ours = autoaugment.autoaugment(images, np.random.default_rng(9), policy=certain)
   expected, chosen = reference_autoaugment(images, 9, certain)
   np.testing.assert_array_equal(ours, expected)
   assert set(chosen) == set(range(25))
@@ -195,7 +200,7 @@ def test_cutout_zeroes_one_clipped_16x16_square_per_image():
   documented draws; 256 zero pixels exactly when 8 ≤ cy, cx ≤ 24, fewer at the borders; every
   other pixel stays 255. On random images only the hole changes."""
   images = np.full((500, 32, 32, 3), 255, np.uint8)
-  out = augment.cutout(images, np.random.default_rng(3))
+  out = autoaugment.cutout(images, np.random.default_rng(3))
   rng = np.random.default_rng(3)
   centre_y, centre_x = rng.integers(32, size=500), rng.integers(32, size=500)
   zero = out == 0
@@ -211,8 +216,8 @@ def test_cutout_zeroes_one_clipped_16x16_square_per_image():
   assert (counts[interior] == 256).all() and (counts[~interior] < 256).all()
   assert interior.any() and (~interior).any() and counts.min() >= 64
   noise = sample_images(seed=4, num=40)
-  holes = augment.cutout(noise, np.random.default_rng(8))
-  hole_mask = augment.cutout(np.full_like(noise, 255), np.random.default_rng(8)) == 0
+  holes = autoaugment.cutout(noise, np.random.default_rng(8))
+  hole_mask = autoaugment.cutout(np.full_like(noise, 255), np.random.default_rng(8)) == 0
   np.testing.assert_array_equal(holes[~hole_mask], noise[~hole_mask])
   assert (holes[hole_mask] == 0).all()
 
@@ -224,12 +229,12 @@ def test_resized_crop_equals_pillow_crop_then_bilinear_resize():
   images = rng.integers(0, 256, (120, 32, 32, 3), dtype=np.uint8)
   height, width = rng.integers(1, 33, 120), rng.integers(1, 33, 120)
   top, left = rng.integers(0, 33 - height), rng.integers(0, 33 - width)
-  ours = augment.resized_crop(images, top, left, height, width)
+  ours = resized_crop.resized_crop(images, top, left, height, width)
   for i in range(120):
     box = (left[i], top[i], left[i] + width[i], top[i] + height[i])
     expected = Image.fromarray(images[i]).crop(box).resize((32, 32), Image.BILINEAR)
     np.testing.assert_array_equal(ours[i], np.asarray(expected), err_msg=f"box {box}")
-  small = augment.resized_crop(images[:20], 0, 0, 32, 32, size=(12, 20))
+  small = resized_crop.resized_crop(images[:20], 0, 0, 32, 32, size=(12, 20))
   for i in range(20):
     expected = Image.fromarray(images[i]).resize((20, 12), Image.BILINEAR)
     np.testing.assert_array_equal(small[i], np.asarray(expected))
@@ -240,13 +245,13 @@ def test_random_resized_crop_shape_identity_and_fallback():
   is the identity; areas that can never fit (scale (2, 3)) fall back to the centred crop, for a
   square image the whole image; crops differ between images."""
   images = sample_images(seed=5, num=16)
-  out = augment.random_resized_crop(images, np.random.default_rng(0))
+  out = resized_crop.random_resized_crop(images, np.random.default_rng(0))
   assert out.dtype == np.uint8 and out.shape == images.shape
   assert not np.array_equal(out, images)
-  whole = augment.random_resized_crop(images, np.random.default_rng(0), scale=(1.0, 1.0),
-                                      ratio=(1.0, 1.0))
+  whole = resized_crop.random_resized_crop(images, np.random.default_rng(0), scale=(1.0, 1.0),
+                                           ratio=(1.0, 1.0))
   np.testing.assert_array_equal(whole, images)
-  fallback = augment.random_resized_crop(images, np.random.default_rng(0), scale=(2.0, 3.0))
+  fallback = resized_crop.random_resized_crop(images, np.random.default_rng(0), scale=(2.0, 3.0))
   np.testing.assert_array_equal(fallback, images)
 
 
@@ -254,14 +259,14 @@ def test_grayscale_equals_pillow_convert_l_in_three_channels():
   """ITU-R 601-2 luma as Pillow's convert('L'), replicated to 3 channels; random_grayscale with
   p = 1 greys every image, with p = 0 none."""
   images = sample_images(seed=6, num=40)
-  grey = augment.grayscale(images)
+  grey = color_jitter.grayscale(images)
   for i in range(len(images)):
     luma = np.asarray(Image.fromarray(images[i]).convert("L"))
     np.testing.assert_array_equal(grey[i], np.repeat(luma[..., None], 3, axis=-1))
-  np.testing.assert_array_equal(augment.random_grayscale(images, np.random.default_rng(0), p=1.0),
-                                grey)
-  np.testing.assert_array_equal(augment.random_grayscale(images, np.random.default_rng(0), p=0.0),
-                                images)
+  np.testing.assert_array_equal(
+      color_jitter.random_grayscale(images, np.random.default_rng(0), p=1.0), grey)
+  np.testing.assert_array_equal(
+      color_jitter.random_grayscale(images, np.random.default_rng(0), p=0.0), images)
 
 
 def torchvision_adjust_hue(img, hue_factor):
@@ -279,14 +284,14 @@ def test_hsv_conversions_and_hue_adjustment_equal_pillow():
   for first in range(0, 256, 32):
     grid = np.meshgrid(np.arange(first, first + 32), np.arange(256), np.arange(256), indexing="ij")
     triples = np.stack(grid, axis=-1).astype(np.uint8).reshape(32 * 256, 256, 3)
-    np.testing.assert_array_equal(augment.rgb_to_hsv(triples[None])[0],
+    np.testing.assert_array_equal(color_jitter.rgb_to_hsv(triples[None])[0],
                                   np.asarray(Image.fromarray(triples).convert("HSV")))
-    np.testing.assert_array_equal(augment.hsv_to_rgb(triples[None])[0],
+    np.testing.assert_array_equal(color_jitter.hsv_to_rgb(triples[None])[0],
                                   np.asarray(Image.fromarray(triples, "HSV").convert("RGB")))
   images = sample_images(seed=8, num=40)
   factors = np.random.default_rng(1).uniform(-0.5, 0.5, len(images))
   factors[:3] = (0.0, -0.5, 0.5)
-  ours = augment.adjust_hue(images, factors)
+  ours = color_jitter.adjust_hue(images, factors)
   for i in range(len(images)):
     expected = torchvision_adjust_hue(Image.fromarray(images[i]), factors[i])
     np.testing.assert_array_equal(ours[i], np.asarray(expected))
@@ -296,9 +301,9 @@ def test_color_jitter_with_zero_strengths_or_p_zero_is_the_identity():
   images = sample_images(seed=9, num=24)
   rng = np.random.default_rng(0)
   np.testing.assert_array_equal(
-      augment.color_jitter(images, rng, brightness=0, contrast=0, saturation=0, hue=0, p=1.0),
+      color_jitter.color_jitter(images, rng, brightness=0, contrast=0, saturation=0, hue=0, p=1.0),
       images)
-  np.testing.assert_array_equal(augment.color_jitter(images, rng, p=0.0), images)
+  np.testing.assert_array_equal(color_jitter.color_jitter(images, rng, p=0.0), images)
 
 
 def test_color_jitter_equals_torchvision_order_of_pillow_adjustments():
@@ -306,7 +311,7 @@ def test_color_jitter_equals_torchvision_order_of_pillow_adjustments():
   contrast, saturation (ImageEnhance) and hue in the drawn permutation with the drawn factors
   (draws in the documented order)."""
   images = sample_images(seed=10, num=48)
-  ours = augment.color_jitter(images, np.random.default_rng(4), p=1.0)
+  ours = color_jitter.color_jitter(images, np.random.default_rng(4), p=1.0)
   rng = np.random.default_rng(4)
   rng.random(len(images))  # the p draws
   order = np.argsort(rng.random((len(images), 4)), axis=1)
@@ -327,13 +332,14 @@ def test_views_run_on_a_batch_of_256_and_are_deterministic():
   """reference_view0 and simclr_view on 256 CIFAR-sized images: uint8 [256, 32, 32, 3], a pure
   function of the generator state; view 0 is crop + flip → autoaugment → cutout in that order."""
   images = np.random.default_rng(0).integers(0, 256, (256, 32, 32, 3), dtype=np.uint8)
-  for view in (augment.reference_view0, augment.simclr_view):
+  for view in (augmentations.reference_view0, augmentations.simclr_view):
     out = view(images, np.random.default_rng(1))
     assert out.dtype == np.uint8 and out.shape == images.shape
     np.testing.assert_array_equal(out, view(images, np.random.default_rng(1)))
   rng = np.random.default_rng(1)
-  by_hand = augment.cutout(augment.autoaugment(random_crop_flip(images, rng), rng), rng)
-  np.testing.assert_array_equal(augment.reference_view0(images, np.random.default_rng(1)), by_hand)
+  by_hand = autoaugment.cutout(autoaugment.autoaugment(random_crop_flip(images, rng), rng), rng)
+  np.testing.assert_array_equal(augmentations.reference_view0(images, np.random.default_rng(1)),
+                                by_hand)
 
 
 @pytest.mark.parametrize("bad", [np.zeros((4, 32, 32, 3), np.float32),
@@ -341,4 +347,4 @@ def test_views_run_on_a_batch_of_256_and_are_deterministic():
                                  np.zeros((4, 32, 32, 1), np.uint8)])
 def test_images_that_are_not_uint8_rgb_batches_are_refused(bad):
   with pytest.raises(ValueError, match="images: expected uint8"):
-    augment.autoaugment(bad, np.random.default_rng(0))
+    autoaugment.autoaugment(bad, np.random.default_rng(0))

@@ -1,4 +1,5 @@
-"""experiments.benchmarks.run: the timed functions compute what they claim (timings are not tested)."""
+"""experiments.benchmarks (the sections of `run` and their helpers): the timed functions compute what
+they claim (timings are not tested)."""
 
 import json
 
@@ -7,13 +8,18 @@ import numpy as np
 import pytest
 
 import mr2_jax
-from experiments.benchmarks import run
+from experiments.benchmarks import loss_scaling
+from experiments.benchmarks import machine
+from experiments.benchmarks import released_form
+from experiments.benchmarks import report
+from experiments.benchmarks import tables
+from experiments.benchmarks import timing
 
 
 def test_loss_fns_per_call_and_loop_agree():
   # The per-call function is the library's loss; the looped variant runs the same loss `loop` times
   # with the carried statistics, so both are benchmarks of the real thing.
-  fns, labels = run._loss_fns(batch=32, dim=8, classes=5, loop=3)
+  fns, labels = loss_scaling._loss_fns(batch=32, dim=8, classes=5, loop=3)
   fn, args, looped = fns["mr2"]
   value, new_stats, grads = fn(*args)
   stats = args[0]
@@ -33,11 +39,11 @@ def test_loss_fns_per_call_and_loop_agree():
 
 def test_interleaved_and_summary():
   calls = []
-  times = run.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
-                          rounds=2, per_round=2, block=lambda x: x)
+  times = timing.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                             rounds=2, per_round=2, block=lambda x: x)
   assert calls == ["a", "a", "b", "b", "a", "a", "b", "b"]
   assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4}
-  summary = run.summarize_times([0.001, 0.003, 0.002])
+  summary = timing.summarize_times([0.001, 0.003, 0.002])
   assert summary == {"median_ms": pytest.approx(2.0), "min_ms": pytest.approx(1.0),
                      "max_ms": pytest.approx(3.0), "n": 3}
 
@@ -60,25 +66,25 @@ def test_markdown_has_every_section():
       "cpu_gap": {"rows": {"jax_tuned_flags": {**row, "speed_vs_pytorch": 0.6}},
                   "profiles_ms_per_step": {"jax_tuned_flags": {"ynn_fusion": 3.0}}},
   }
-  markdown = run.to_markdown(results)
+  markdown = tables.to_markdown(results)
   for title in ("Overhead", "Scaling", "Neural-Collapse", "Compile time", "CPU gap"):
     assert f"### {title}" in markdown
   assert "| mr2 | 128 | 64 | 10 | 2.00 (1.00–3.00) | 2.00 (1.00–3.00) | 3 | 1.5× / 1.5× |" in markdown
   results["machine"]["speed_probe"] = {"numpy_matmul_gflops": 120.4, "copy_gb_per_s": 14.46}
-  assert "Speed probe: NumPy matmul 120 GFLOP/s, copy 14.5 GB/s." in run.to_markdown(results)
+  assert "Speed probe: NumPy matmul 120 GFLOP/s, copy 14.5 GB/s." in tables.to_markdown(results)
 
 
 def test_machine_speed_probe_reads_positive_rates():
-  probe = run.machine_speed(repeats=2)
+  probe = machine.machine_speed(repeats=2)
   assert set(probe) == {"numpy_matmul_gflops", "copy_gb_per_s"}
   assert all(0 < v < 1e5 for v in probe.values())
 
 
 def test_input_throughput_reads_its_imagenet_sized_jpegs_at_224(tmp_path):
-  from experiments.data import datasets as data  # pylint: disable=g-import-not-at-top
+  from experiments.data import loading  # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import input_throughput  # pylint: disable=g-import-not-at-top
   input_throughput.write_images(tmp_path, 3, classes=2)
-  split = data.load_split("imagenet_lt", "train", tmp_path)
+  split = loading.load_split("imagenet_lt", "train", tmp_path)
   assert len(split) == 3 and split.images.shape == (3, 224, 224, 3)
   assert split.images[np.array([2])].std() > 10  # decoded pixels, not a blank
 
@@ -91,7 +97,7 @@ def test_released_form_variants_are_each_a_different_program_with_the_same_resul
   from unittest import mock
   from mr2_jax import representation_margin
   with mock.patch.object(representation_margin, "TILED_MIN_WORK", 0):
-    variants = run.released_form_variants(64, 24, 200)
+    variants = released_form.released_form_variants(64, 24, 200)
   _, current, args = variants["mr2_released"]
   expected = jax.tree.leaves(current(*args))
   texts = {name: fn.as_text() for name, (_, fn, _) in variants.items()}
@@ -109,23 +115,21 @@ def test_released_form_variants_are_each_a_different_program_with_the_same_resul
 
 def test_steal_share_from_two_proc_stat_snapshots(tmp_path):
   """Stolen share = Δsteal / Δ(user … steal), from /proc/stat's first line."""
-  from experiments.benchmarks import run
   stat = tmp_path / "stat"
   stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
-  start = run.cpu_ticks(str(stat))
+  start = timing.cpu_ticks(str(stat))
   assert start == (35, 1000)
   stat.write_text("cpu  160 0 70 900 10 0 5 95 0 0\n")  # +60 user, +20 system, +100 idle, +60 steal
-  assert run.steal_share(start, str(stat)) == 60 / 240
-  assert run.cpu_ticks(str(tmp_path / "missing")) is None
-  assert run.steal_share(None, str(stat)) is None
+  assert timing.steal_share(start, str(stat)) == 60 / 240
+  assert timing.cpu_ticks(str(tmp_path / "missing")) is None
+  assert timing.steal_share(None, str(stat)) is None
 
 
 def test_write_report_prints_and_writes_json_and_markdown(tmp_path, capsys):
-  from experiments import benchmarks  # pylint: disable=g-import-not-at-top
   lines = ["| a | b |", "|---|---|", "| 1 | 2 |"]
-  benchmarks.write_report(None, "x", {"a": 1}, lines)
+  report.write_report(None, "x", {"a": 1}, lines)
   assert capsys.readouterr().out == "\n".join(lines) + "\n"
   assert not list(tmp_path.iterdir())
-  benchmarks.write_report(str(tmp_path / "out"), "x", {"a": 1.5}, lines)
+  report.write_report(str(tmp_path / "out"), "x", {"a": 1.5}, lines)
   assert json.loads((tmp_path / "out" / "x.json").read_text()) == {"a": 1.5}
   assert (tmp_path / "out" / "x.md").read_text() == "\n".join(lines) + "\n"

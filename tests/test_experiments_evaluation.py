@@ -11,15 +11,18 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from experiments.data import datasets as data_lib
-from experiments.train import evaluation
+from experiments.configs import digits_lt
+from experiments.data import batches
+from experiments.data import loading
+from experiments.data import long_tail
+from experiments.data import normalization
 from experiments.losses import registry as losses
 from experiments.models import registry as models
+from experiments.train import evaluation
+from experiments.train import loop as train
 from experiments.train import runners
 from experiments.train import steps
-from experiments.train import loop as train
 from experiments.train import train_state
-from experiments.configs import digits_lt
 from tests.reference import numpy_reweight as ref_rw
 
 
@@ -27,8 +30,8 @@ from tests.reference import numpy_reweight as ref_rw
 def setup(head):
   config = digits_lt.get_config()
   config.head = head
-  train_split = data_lib.load_split("digits", "train")
-  train_split = train_split.subset(data_lib.long_tail_indices(train_split.labels, 10, 10.0, 0))
+  train_split = loading.load_split("digits", "train")
+  train_split = train_split.subset(long_tail.long_tail_indices(train_split.labels, 10, 10.0, 0))
   model = models.create_model("small_cnn", 10, head=head)
   lr = train_state.create_learning_rate_fn(config, 10)
   state = train_state.create_train_state(config, model, train_split.images.shape[1:], 10, lr,
@@ -36,14 +39,14 @@ def setup(head):
   # A few SGD steps, so that BatchNorm statistics and the head are not at their initial values.
   task = steps.Task(tuple(float(c) for c in train_split.class_counts), 10)
   runner = runners.make_runner("none", losses.make_loss_fn(config), task, lr)
-  for batch in list(data_lib.train_batches(train_split, 64, seed=0, epoch=0, augment=False))[:3]:
+  for batch in list(batches.train_batches(train_split, 64, seed=0, epoch=0, augment=False))[:3]:
     state, _ = runner.step(state, batch)
   return config, jax.device_get(state), train_split
 
 
 def numpy_evaluation(state, split, head):
   """Everything in float64 NumPy from one forward pass over the whole split at once."""
-  images = data_lib.normalize(split.images, split.name)
+  images = normalization.normalize(split.images, split.name)
   logits, features = state.apply_fn({"params": state.params, "batch_stats": state.batch_stats},
                                     images, train=False)
   logits, features = np.asarray(logits, np.float64), np.asarray(features, np.float64)

@@ -15,12 +15,13 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.train import checkpoints
-from experiments.data import datasets as data_lib
-from experiments.data import input_pipeline
-from experiments.train import metric_writer
-from experiments.train import loop as train
+from experiments.common.errors import DataError
 from experiments.configs import digits_lt
+from experiments.data import input_pipeline
+from experiments.data import loading
+from experiments.train import checkpoints
+from experiments.train import loop as train
+from experiments.train import metric_writer
 from tests import checkpoints as checkpoint_files
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -45,7 +46,7 @@ def train_state_template(config=None):
   from experiments.models import registry as models
   from experiments.train import train_state
   config = config or config_for()
-  split, _, _ = data_lib.load_data(config)
+  split, _, _ = loading.load_data(config)
   model = models.create_model(config.model, 10, head=config.head)
   return train_state.create_train_state(config, model, split.images.shape[1:], 10, lambda s: 0.0,
                                         jax.random.key(0))
@@ -329,7 +330,7 @@ def test_data_read_once_survives_deletion_and_a_resume_names_the_missing_file(tm
   workdir = tmp_path / "run"
   summary = train.train_and_evaluate(config, workdir, max_steps=2 * EVERY)
   assert summary["steps"] == 2 * EVERY and not folder.exists()
-  with pytest.raises(data_lib.DataError, match=str(folder)):
+  with pytest.raises(DataError, match=str(folder)):
     train.train_and_evaluate(config, workdir, max_steps=3 * EVERY)
   assert steps_in(workdir) == [EVERY, 2 * EVERY]
 
@@ -338,6 +339,6 @@ def test_corrupted_data_file_names_the_file(tmp_path):
   folder = _mnist_folder(tmp_path / "mnist")
   (folder / "train.npz").write_bytes((folder / "train.npz").read_bytes()[:1000])
   config = config_for("ce", dataset="mnist", data_dir=str(folder), batch_size=30)
-  with pytest.raises(data_lib.DataError, match=f"cannot read {folder / 'train.npz'}"):
+  with pytest.raises(DataError, match=f"cannot read {folder / 'train.npz'}"):
     train.train_and_evaluate(config, tmp_path / "run", max_steps=EVERY)
   assert not (tmp_path / "run").exists()  # refused before anything was written

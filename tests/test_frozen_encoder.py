@@ -10,14 +10,16 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.train import checkpoints
-from experiments.data import datasets as data_lib
+from experiments.common.errors import ConfigError
+from experiments.data import batches
+from experiments.data import loading
+from experiments.data import long_tail
 from experiments.losses import registry as losses
+from experiments.train import checkpoints
+from experiments.train import loop as train
 from experiments.train import runners
 from experiments.train import steps
-from experiments.train import loop as train
 from experiments.train import train_state
-from experiments.common.errors import ConfigError
 from tests.test_stage1 import tiny_config  # digits-LT, batch 32, 2 epochs
 
 PRETRAIN_STEPS = 3
@@ -115,9 +117,9 @@ def test_linear_stage_steps_do_not_update_encoder_or_batch_stats(runs):
   come back unchanged bit for bit, the head moves."""
   pretrained, _, _ = runs
   config = linear_config(pretrained)
-  split = data_lib.load_split("digits", "train")
-  split = split.subset(data_lib.long_tail_indices(split.labels, 10, 10.0, 0))
-  steps_per_epoch = data_lib.steps_per_epoch(split, config.batch_size)
+  split = loading.load_split("digits", "train")
+  split = split.subset(long_tail.long_tail_indices(split.labels, 10, 10.0, 0))
+  steps_per_epoch = batches.steps_per_epoch(split, config.batch_size)
   lr_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
   model = train_state.build_model(config, 10)
   template = train_state.create_train_state(config, model, IMAGE_SHAPE, 10, lr_fn,
@@ -128,8 +130,8 @@ def test_linear_stage_steps_do_not_update_encoder_or_batch_stats(runs):
   runner = runners.make_runner("none", losses.make_loss_fn(config), task, lr_fn)
   # Two steps: the optimizer's own count sets the learning rate, 0 at the first warm-up step.
   after = runner.place_state(state)
-  for batch in itertools.islice(data_lib.train_batches(split, config.batch_size, seed=0, epoch=0,
-                                                       augment=True), 2):
+  for batch in itertools.islice(batches.train_batches(split, config.batch_size, seed=0, epoch=0,
+                                                      augment=True), 2):
     after, metrics = runner.step(after, runner.place_batch(batch))
   after = runner.to_host(after)
   assert float(runner.to_host(metrics)["learning_rate"]) > 0

@@ -13,21 +13,25 @@ import jax
 import numpy as np
 import pytest
 
-from experiments.train import checkpoints
-from experiments.data import datasets as data_lib
-from experiments.data import input_pipeline
-from experiments.data import sources
-from experiments.train import steps
-from experiments.train import loop as train
 from experiments.common.errors import ConfigError
+from experiments.common.errors import DataError
 from experiments.configs import digits_lt
+from experiments.data import batches as batches_lib
+from experiments.data import image_files
+from experiments.data import input_pipeline
+from experiments.data import lazy_images
+from experiments.data import loading
+from experiments.data import normalization
+from experiments.train import checkpoints
+from experiments.train import loop as train
+from experiments.train import steps
 from tests import checkpoints as checkpoint_files
 from tests import test_sources
 
 
 @functools.lru_cache(maxsize=None)
 def digits():
-  return data_lib.load_split("digits", "train")
+  return loading.load_split("digits", "train")
 
 
 def draw_pair(rng, global_rows, height, width):
@@ -41,8 +45,8 @@ def batch_at(split=None, **kwargs):
   options = dict(seed=3, augment=True)
   options.update(kwargs)
   batch_size = options.pop("batch_size", 16)
-  spe = data_lib.steps_per_epoch(split, batch_size, options.get("process_count", 1),
-                                 options.get("sample"))
+  spe = batches_lib.steps_per_epoch(split, batch_size, options.get("process_count", 1),
+                                    options.get("sample"))
   return input_pipeline.BatchAt(split, batch_size, spe, **options), spe
 
 
@@ -56,7 +60,7 @@ def test_batch_at_step_is_the_epoch_batch_of_train_batches(options):
   at, spe = batch_at(**options)
   kwargs = {k: v for k, v in options.items() if k != "batch_size"}
   for epoch in (0, 2):
-    expected = list(data_lib.train_batches(digits(), 16, epoch=epoch, **dict(
+    expected = list(batches_lib.train_batches(digits(), 16, epoch=epoch, **dict(
         dict(seed=3, augment=True), **kwargs)))
     assert len(expected) == spe
     for b in (0, spe - 1):
@@ -68,8 +72,8 @@ def test_batch_at_step_is_the_epoch_batch_of_train_batches(options):
 def test_uint8_images_are_normalised_on_the_device_exactly_as_on_the_host():
   images = np.random.default_rng(0).integers(0, 256, (4, 5, 6, 3), dtype=np.uint8)
   for name in ("cifar10_jpeg", "digits", "tfds:cifar100", "imagenet_lt"):
-    task = steps.Task((1.0,), 1, normalization=data_lib.normalization(name))
-    host = data_lib.normalize(images if name != "digits" else images[..., :1], name)
+    task = steps.Task((1.0,), 1, normalization=normalization.normalization(name))
+    host = normalization.normalize(images if name != "digits" else images[..., :1], name)
     device = jax.jit(steps.device_images, static_argnums=1)(
         images if name != "digits" else images[..., :1], task)
     assert device.dtype == np.float32
@@ -100,7 +104,7 @@ def test_grain_and_numpy_pipelines_give_the_same_batches():
   for (_, expected, no_state), (step, batch, state) in zip(numpy_items, grain_items):
     assert no_state is None and state["start"] == spe - 2
     assert batch["image"].dtype == np.uint8
-    batch = dict(batch, image=data_lib.normalize(batch["image"], "digits"))
+    batch = dict(batch, image=normalization.normalize(batch["image"], "digits"))
     chex.assert_trees_all_equal(batch, expected)
 
 
@@ -132,14 +136,14 @@ def test_grain_resumes_from_its_saved_state(workers):
   assert [s for s, _, _ in resumed] == [4, 5, 6]
   for (_, expected, _), (_, batch, _) in zip(first[3:], resumed):
     chex.assert_trees_all_equal(batch, expected)
-  with pytest.raises(data_lib.DataError, match="unknown 'tf'"):
+  with pytest.raises(DataError, match="unknown 'tf'"):
     input_pipeline.make("tf", at, total)
 
 
 def test_grain_workers_decode_a_lazy_image_folder(tmp_path):
   root, _ = test_sources.tree.__wrapped__(tmp_path)
-  split = data_lib.load_split(sources.IMAGENET_LT, "train", root, image_size=16, resize=20)
-  assert isinstance(split.images, sources.LazyImages)
+  split = loading.load_split(image_files.IMAGENET_LT, "train", root, image_size=16, resize=20)
+  assert isinstance(split.images, lazy_images.LazyImages)
   at, spe = batch_at(split, batch_size=4, augment=False, normalized=False)
   in_process = [at(step)[1] for step in range(2 * spe)]
   items = take(input_pipeline.make("grain", at, 2 * spe, workers=2), 0, 2 * spe)
@@ -191,7 +195,7 @@ def test_a_saved_input_position_that_does_not_match_the_step_is_refused(runs, tm
   saved = json.loads(state_file.read_text())
   saved["start"] = 1  # the same grain position counted from another start: step 6, not 5
   state_file.write_text(json.dumps(saved))
-  with pytest.raises(data_lib.DataError, match="batch of step 6 at step 5"):
+  with pytest.raises(DataError, match="batch of step 6 at step 5"):
     train.train_and_evaluate(tiny_config(input_pipeline="grain"), tmp_path / "run")
 
 
@@ -211,7 +215,7 @@ def test_the_numpy_pipeline_runs_without_grain_installed(tmp_path):
   import sys  # pylint: disable=g-import-not-at-top
   script = (
       "import sys; sys.modules['grain'] = None  # `import grain` now raises ImportError\n"
-      "from experiments import train\n"
+      "from experiments.train import loop as train\n"
       "from tests.test_input_pipeline import tiny_config\n"
       f"summary = train.train_and_evaluate(tiny_config(), {str(tmp_path / 'run')!r}, max_steps=3)\n"
       "assert summary['steps'] == 3\n")
@@ -237,7 +241,7 @@ def test_grain_workers_exit_when_the_trainer_is_killed(tmp_path):
   import time  # pylint: disable=g-import-not-at-top
   script = (
       "import glob, os, time\n"
-      "from experiments import input_pipeline\n"
+      "from experiments.data import input_pipeline\n"
       "from tests.test_input_pipeline import batch_at\n"
       "if __name__ == '__main__':\n"
       "  at, spe = batch_at()\n"

@@ -1,12 +1,20 @@
-"""Tests for experiments/probe/linear_probe.py's pure parts on tiny synthetic features (seconds, no data)."""
+"""The linear probe (experiments/probe/linear_head.py, summary.py, features.py and the study
+experiments/studies/linear_probe.py) on tiny synthetic features (seconds, no data)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from experiments.data import datasets as data
-from experiments.probe import linear_probe as lp
+from experiments.data.batches import epoch_permutation
+from experiments.data.holdout import stratified_holdout
+from experiments.data.in_memory_sources import CIFAR10_CLASS_NAMES
+from experiments.data.long_tail import many_medium_few
+import mr2_jax
+from experiments.probe import features as probe_features
+from experiments.probe import linear_head as lp
+from experiments.probe import summary as probe_summary
+from experiments.studies import linear_probe as study
 
 K = lp.NUM_CLASSES
 
@@ -22,13 +30,13 @@ def synthetic_features(num_per_class=30, dim=8, seed=0):
 
 def test_stratified_holdout_partitions_every_class():
   labels = np.repeat(np.arange(K), [50, 40, 30, 20, 10, 5, 3, 2, 2, 1])
-  train, val = data.stratified_holdout(labels, K, 0.1, seed=3)
+  train, val = stratified_holdout(labels, K, 0.1, seed=3)
   assert len(np.intersect1d(train, val)) == 0
   assert np.array_equal(np.sort(np.concatenate([train, val])), np.arange(len(labels)))
   val_counts = np.bincount(labels[val], minlength=K)
   assert val_counts.tolist() == [5, 4, 3, 2, 1, 1, 1, 1, 1, 0]
   assert np.bincount(labels[train], minlength=K).min() >= 1
-  again = data.stratified_holdout(labels, K, 0.1, seed=3)
+  again = stratified_holdout(labels, K, 0.1, seed=3)
   assert np.array_equal(again[1], val)
 
 
@@ -36,7 +44,7 @@ def test_epoch_batches_are_full_and_distinct():
   batches = lp.epoch_batches(100, 32, seed=1, epoch=2)
   assert batches.shape == (3, 32) and batches.dtype == np.int32
   assert len(np.unique(batches)) == 96
-  np.testing.assert_array_equal(batches.ravel(), data.epoch_permutation(100, 1, 2)[:96])
+  np.testing.assert_array_equal(batches.ravel(), epoch_permutation(100, 1, 2)[:96])
   with pytest.raises(ValueError, match="fill one batch"):
     lp.epoch_batches(10, 32, seed=0, epoch=0)
 
@@ -60,7 +68,7 @@ def test_every_method_learns_separable_features(method):
   assert accuracy.shape == (K,) and np.mean(accuracy) > 0.5
   if method == "mr2":
     class_stats = state.loss_state["class_stats"]
-    gamma = np.asarray(lp.mr2_jax.class_margins(class_stats, lp.method_config("mr2").mr2.c_bar))
+    gamma = np.asarray(mr2_jax.class_margins(class_stats, lp.method_config("mr2").mr2.c_bar))
     assert bool(np.all(np.asarray(class_stats.seen)))
     np.testing.assert_allclose(gamma.mean(), 1.0, rtol=1e-5)
     assert gamma.std() > 0  # Classes with larger mean squared feature norm get larger γ.
@@ -90,12 +98,12 @@ def fake_runs(setting, seeds=(0, 1, 2)):
     for method, acc in (("erm", erm), ("mr2", erm + np.r_[np.zeros(7), 0.02 * np.ones(3)])):
       runs.append({"setting": setting, "method": method, "seed": seed,
                    "class_accuracy": acc.tolist(),
-                   "shot_groups": data.many_medium_few(np.asarray(counts)).tolist()})
+                   "shot_groups": many_medium_few(np.asarray(counts)).tolist()})
   return runs
 
 
 def test_summary_groups_from_erm_and_paired_deltas():
-  summary = lp.summarise(fake_runs("lt100"), "lt100")
+  summary = probe_summary.summarise(fake_runs("lt100"), "lt100")
   assert summary["difficulty_groups"] == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
   mr2 = summary["methods"]["mr2"]
   assert mr2["seeds"] == [0, 1, 2]
@@ -112,7 +120,7 @@ def test_summary_groups_from_erm_and_paired_deltas():
   assert np.isnan(erm["mean"]["few"])  # CIFAR-10-LT IF 100 has no class under 20 images.
   json.dumps(summary)  # JSON-serialisable as written to results.json.
 
-  table = lp.markdown_tables(summary, "lt100", data.CIFAR10_CLASS_NAMES)
+  table = probe_summary.markdown_tables(summary, "lt100", CIFAR10_CLASS_NAMES)
   assert "| mr2 |" in table and "+2.00 ± 0.00 (3/3)" in table and "n/a" in table
   headers = [line for line in table.splitlines() if line and not line.startswith("|")]
   assert len(headers) == 2 and all("sample std (ddof = 1)" in line for line in headers)
@@ -121,8 +129,8 @@ def test_summary_groups_from_erm_and_paired_deltas():
 
 
 def test_plot_is_written(tmp_path):
-  summary = lp.summarise(fake_runs("balanced"), "balanced")
-  lp.plot_sorted_class_accuracy(summary, "balanced", data.CIFAR10_CLASS_NAMES, tmp_path / "p.png")
+  summary = probe_summary.summarise(fake_runs("balanced"), "balanced")
+  probe_summary.plot_sorted_class_accuracy(summary, "balanced", CIFAR10_CLASS_NAMES, tmp_path / "p.png")
   assert (tmp_path / "p.png").stat().st_size > 1000
 
 
@@ -132,11 +140,11 @@ def test_report_rebuilds_tables_from_the_run_files(tmp_path):
     run.update(recipe=lp.RECIPE._asdict(), resolution=64)
     (tmp_path / "runs" / f"{run['setting']}-{run['method']}-seed{run['seed']}.json").write_text(
         json.dumps(run))
-  lp.main(["--no_xla_cpu_tuning", "report", "--quiet", "--out", str(tmp_path)])
+  study.main(["--no_xla_cpu_tuning", "report", "--quiet", "--out", str(tmp_path)])
   results = json.loads((tmp_path / "results.json").read_text())
   assert list(results["settings"]) == ["balanced", "lt100"] and results["seeds"] == [0, 1, 2]
   assert json.dumps(results["settings"]["lt100"]) == json.dumps(
-      lp.summarise(fake_runs("lt100"), "lt100"))
+      probe_summary.summarise(fake_runs("lt100"), "lt100"))
   tables = (tmp_path / "tables.md").read_text()
   assert tables.startswith("# Lite0 linear probe on CIFAR-10 (features at 64 px)")
   assert tables.count("mean ± sample std (ddof = 1) over 3 seeds") == 2
@@ -145,4 +153,4 @@ def test_report_rebuilds_tables_from_the_run_files(tmp_path):
 
 def test_missing_features_name_the_command(tmp_path):
   with pytest.raises(SystemExit, match="linear_probe features"):
-    lp.load_features(64, "train", cache=tmp_path)
+    probe_features.load_features(64, "train", cache=tmp_path)

@@ -16,12 +16,12 @@ import pytest
 from PIL import Image
 
 from experiments import launch
-from experiments.data import sources
-from experiments.train import loop as train
 from experiments.configs import cifar100_lt
 from experiments.configs import imagenet_lt
 from experiments.configs import imagenet_mr2
 from experiments.configs import inat2018
+from experiments.data import array_records
+from experiments.train import loop as train
 from tests import checkpoints as checkpoint_files
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def write_benchmarks(root: pathlib.Path) -> pathlib.Path:
 
 
 def write_cifar100_records(root: pathlib.Path) -> None:
-  """CIFAR-100-shaped ArrayRecord files written by the project (`sources.write_array_record`):
+  """CIFAR-100-shaped ArrayRecord files written by the project (`array_records.write_array_record`):
   32×32 PNGs, 100 classes, 2 training and 1 test image each (c100-{train,test}.array_record)."""
   import io  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(1)
@@ -71,8 +71,8 @@ def write_cifar100_records(root: pathlib.Path) -> None:
       buffer = io.BytesIO()
       Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buffer, "PNG")
       encoded.append(buffer.getvalue())
-    sources.write_array_record(root / f"c100-{split}.array_record", encoded, labels,
-                               [f"class{k}" for k in range(100)])
+    array_records.write_array_record(root / f"c100-{split}.array_record", encoded, labels,
+                                     [f"class{k}" for k in range(100)])
 
 
 @pytest.fixture(scope="module")

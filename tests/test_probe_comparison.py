@@ -1,4 +1,4 @@
-"""experiments/studies/probe_comparison.py on tiny synthetic features (no data, seconds): every method trains
+"""experiments/studies/probe_comparison*.py on tiny synthetic features (no data, seconds): every method trains
 end to end, JTT's stage 2 reads the up-sampled epochs, LfF's first step is the library's loss,
 FairDRO's q follows the epoch-end passes, tuning selects on validation only, and the reports are
 written from the run files."""
@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 import reweight_jax
-from experiments.data import datasets as data
-from experiments.probe import linear_probe as lp
+from experiments.data.holdout import stratified_holdout
+from experiments.probe import adapter
+from experiments.probe import lff
+from experiments.probe import linear_head as lp
 from experiments.studies import probe_comparison as pc
+from experiments.studies import probe_comparison_methods as methods
 from tests.reference import numpy_fairdro as ref_fairdro
 
 N, D = 320, 12
@@ -31,15 +34,15 @@ def synthetic(seed=0):
 # EQL (the per-step rng) in the default run; every other method has its own test below or is a
 # registry entry tested in test_losses.py, so the sweep over all of them is slow.
 @pytest.mark.parametrize("name", [name if name == "eql" else pytest.param(name, marks=pytest.mark.slow)
-                                  for name in pc.METHODS])
+                                  for name in methods.METHODS])
 def test_every_method_trains_with_each_candidate_shape(name):
   features, labels = synthetic()
-  params = pc.METHODS[name].candidates()[-1]
+  params = methods.METHODS[name].candidates()[-1]
   flipped = features + 0.1 * np.random.default_rng(1).normal(size=features.shape).astype(np.float32)
-  head, epoch_losses, _ = pc.train_method(name, params, features, labels, RECIPE, seed=0,
-                                          flipped=flipped)
+  head, epoch_losses, _ = methods.train_method(name, params, features, labels, RECIPE, seed=0,
+                                               flipped=flipped)
   assert len(epoch_losses) == RECIPE.epochs and np.all(np.isfinite(epoch_losses))
-  accuracy = pc.class_accuracy(name, head, features, labels)
+  accuracy = methods.class_accuracy(name, head, features, labels)
   assert np.mean(accuracy) > 0.3, name  # learnt something (chance is 0.1)
 
 
@@ -54,8 +57,8 @@ def test_jtt_stage_two_reads_each_error_example_one_plus_upweight_times(monkeypa
     return real_train(method, f, y, recipe, seed, num_classes, epoch_order)
 
   monkeypatch.setattr(lp, "train_probe", recording)
-  _, _, record = pc.train_method("jtt", {"jtt.stage1_epochs": 1, "jtt.upweight": 3}, features,
-                                 labels, RECIPE, seed=0)
+  _, _, record = methods.train_method("jtt", {"jtt.stage1_epochs": 1, "jtt.upweight": 3},
+                                      features, labels, RECIPE, seed=0)
   stage1, _ = real_train("erm", features, labels, RECIPE._replace(epochs=1), 0)
   errors = np.argmax(np.asarray(lp.logits_of(stage1.params, jnp.asarray(features))), 1) != labels
   assert record["jtt_error_set_size"] == int(errors.sum()) > 0
@@ -75,9 +78,9 @@ def test_lff_first_step_is_the_library_loss():
   params = {"debiased": lp.init_params(key, D, lp.NUM_CLASSES, recipe.init_std),
             "biased": lp.init_params(jax.random.fold_in(key, 1), D, lp.NUM_CLASSES,
                                      recipe.init_std)}
-  state = pc.LfFProbeState(params, optimizer.init(params), reweight_jax.init_lff_state(N))
+  state = lff.LfFProbeState(params, optimizer.init(params), reweight_jax.init_lff_state(N))
   batches = lp.epoch_batches(N, recipe.batch_size, 0, 0)[:1]
-  epoch = pc.make_lff_epoch(recipe, 1, 0.7, 0.7)
+  epoch = lff.make_lff_epoch(recipe, 1, 0.7, 0.7)
   _, loss = epoch(state, jnp.asarray(features), jnp.asarray(labels, jnp.int32), batches)
   x = jnp.asarray(features)[batches[0]]
   expected, _, _ = reweight_jax.lff_loss(
@@ -100,8 +103,8 @@ def test_fairdro_q_follows_the_epoch_end_passes(monkeypatch):
 
   monkeypatch.setattr(lp, "class_loss_sums", recording)
   recipe = RECIPE._replace(epochs=3)
-  state, _ = lp.train_probe(pc.loss_key(pc.METHODS["fairdro"], {"fairdro.rho": 0.5}), features,
-                            labels, recipe, seed=0)
+  state, _ = lp.train_probe(methods.loss_key(methods.METHODS["fairdro"], {"fairdro.rho": 0.5}),
+                            features, labels, recipe, seed=0)
   assert len(heads) == recipe.epochs
   q = np.full(lp.NUM_CLASSES, 1.0 / lp.NUM_CLASSES)
   x = features.astype(np.float64)
@@ -126,11 +129,12 @@ def test_tune_scores_on_validation_and_records_the_choice(monkeypatch, tmp_path)
     return real_accuracy(params, f, y)
 
   monkeypatch.setattr(lp, "class_accuracy", recording)
-  record = pc.tune(features, labels, RECIPE, ["erm", "focal"], seeds=(0,), log=lambda *_: None)
-  held_out = data.stratified_holdout(labels, lp.NUM_CLASSES, pc.VALIDATION_FRACTION, seed=0)[1]
+  record = methods.tune(features, labels, RECIPE, ["erm", "focal"], seeds=(0,),
+                        log=lambda *_: None)
+  held_out = stratified_holdout(labels, lp.NUM_CLASSES, methods.VALIDATION_FRACTION, seed=0)[1]
   assert set(scored) == {len(held_out)}  # every score on the held-out rows, never training rows
   focal = record["methods"]["focal"]
-  assert len(focal["candidates"]) == len(pc.METHODS["focal"].candidates())
+  assert len(focal["candidates"]) == len(methods.METHODS["focal"].candidates())
   best = max(focal["candidates"], key=lambda c: (c["val_worst_class"], c["val_mean_class"]))
   assert focal["chosen"] == best["params"]
   assert record["methods"]["erm"]["chosen"] == {}
@@ -170,16 +174,16 @@ def test_adapter_step_is_ce_on_both_views_plus_lambda_supcon():
   flipped = features[:, ::-1].copy()
   recipe = RECIPE._replace(epochs=1)
   batches = lp.epoch_batches(N, recipe.batch_size, 0, 0)[:1]
-  params = pc.Adapter().init(jax.random.key(0), jnp.zeros((1, D)))["params"]
+  params = adapter.Adapter().init(jax.random.key(0), jnp.zeros((1, D)))["params"]
   x = jnp.concatenate([features[batches[0]], flipped[batches[0]]])
   y = jnp.concatenate([labels[batches[0]], labels[batches[0]]]).astype(jnp.int32)
-  logits, projections = pc.Adapter().apply({"params": params}, x)
+  logits, projections = adapter.Adapter().apply({"params": params}, x)
   ce = float(jnp.mean(reweight_jax.cross_entropy_loss(logits, y)))
-  supcon = float(mr2_jax.supcon_loss(projections, y, temperature=0.1)[0])
+  supcon = float(reweight_jax.supcon_loss(projections, y, temperature=0.1)[0])
   for lam in (0.5,):  # λ = 0 (ERM on the adapter) is the same code without the SupCon term
     optimizer = lp.make_optimizer(recipe, 1)
-    state = pc.AdapterState(params, optimizer.init(params))
-    _, loss = pc.make_adapter_epoch(recipe, 1, lam, 0.1)(
+    state = adapter.AdapterState(params, optimizer.init(params))
+    _, loss = adapter.make_adapter_epoch(recipe, 1, lam, 0.1)(
         state, jnp.asarray(features), jnp.asarray(flipped), jnp.asarray(labels, jnp.int32),
         batches)
     np.testing.assert_allclose(float(loss), ce + lam * supcon, rtol=1e-5)

@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) of the two comparison losses that read model outputs of their
-wrapper: `mr2_jax.supcon_loss` (with `mr2_jax.stack_views`) and `reweight_jax.lff_loss` (with
+wrapper: `reweight_jax.supcon_loss` (with `reweight_jax.stack_views`) and `reweight_jax.lff_loss` (with
 `init_lff_state`), against the float64 loop references tests/reference/numpy_supcon.py and
 tests/reference/numpy_jtt_lff.py. Inputs: tests/strategies.py (`S`) and the strategies below;
 profiles: tests/conftest.py (the default profile: a few examples per parametrised test on one fixed
@@ -285,9 +285,9 @@ def supcon_fn(tau, tau_b, num_classes, devices):
     def objective(views):
       if devices > 1:
         views = jax.lax.dynamic_slice_in_dim(views, jax.lax.axis_index(AXIS) * images, images)
-      z, y, w = mr2_jax.stack_views(views, labels, image_where)
+      z, y, w = reweight_jax.stack_views(views, labels, image_where)
       w = w & jnp.swapaxes(view_keep, 0, 1).reshape(-1)
-      return mr2_jax.supcon_loss(z, y, temperature=tau, base_temperature=tau_b, where=w,
+      return reweight_jax.supcon_loss(z, y, temperature=tau, base_temperature=tau_b, where=w,
                                  axis_name=AXIS if devices > 1 else None,
                                  num_classes=num_classes)
 
@@ -298,7 +298,7 @@ def supcon_fn(tau, tau_b, num_classes, devices):
 
   if devices == 1:
     return jax.jit(run)
-  aux_specs = mr2_jax.SupConAux(P(AXIS), P(AXIS), P())
+  aux_specs = reweight_jax.SupConAux(P(AXIS), P(AXIS), P())
   return jax.jit(jax.shard_map(run, mesh=_mesh(devices),
                                in_specs=(P(), P(AXIS), P(AXIS), P(AXIS)),
                                out_specs=(P(), aux_specs, P()), check_vma=False))

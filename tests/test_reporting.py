@@ -77,7 +77,7 @@ def test_cells_and_headers():
 
 def test_export_runs_is_the_inverse_of_link_runs(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
-  from experiments.report import regenerate as regenerate_reports  # pylint: disable=g-import-not-at-top
+  from experiments.studies import regenerate_reports  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / "work"
   for method, seed in (("ce", 0), ("ce", 1), ("glmc_rw", 0)):
     run = workdir / method / f"seed{seed}"
@@ -96,7 +96,7 @@ def test_export_runs_is_the_inverse_of_link_runs(tmp_path):
 
 def test_export_keep_existing_leaves_committed_runs_and_link_runs_reads_chosen_seeds(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
-  from experiments.report import regenerate as regenerate_reports  # pylint: disable=g-import-not-at-top
+  from experiments.studies import regenerate_reports  # pylint: disable=g-import-not-at-top
   workdir, runs = tmp_path / "work", tmp_path / "runs"
   for seed in (0, 1, 2):
     run = workdir / "ce" / f"seed{seed}"

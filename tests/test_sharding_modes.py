@@ -262,7 +262,7 @@ def _supcon_case(rng):
 
   def fn(params, batch, state, axis_name):
     del state
-    loss, aux = mr2_jax.supcon_loss(
+    loss, aux = rw.supcon_loss(
         mr2_jax.l2_normalize(batch["x"] @ params["v"]), batch["labels"], where=batch["where"],
         axis_name=axis_name, num_classes=NUM_CLASSES)
     return (loss,), aux.num_anchors, (aux.per_anchor, aux.num_positives)
@@ -277,8 +277,8 @@ def _supcon_views_case(rng):
     del state
     z = batch["x"] @ params["v"]
     views = mr2_jax.l2_normalize(jnp.stack([z, jnp.tanh(z)], axis=1))
-    projections, labels, where = mr2_jax.stack_views(views, batch["labels"], batch["where"])
-    loss, aux = mr2_jax.supcon_loss(projections, labels, where=where, axis_name=axis_name,
+    projections, labels, where = rw.stack_views(views, batch["labels"], batch["where"])
+    loss, aux = rw.supcon_loss(projections, labels, where=where, axis_name=axis_name,
                                     num_classes=NUM_CLASSES)
     return (loss,), aux.num_anchors, ()
   return Case(fn, params, batch, ())

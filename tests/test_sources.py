@@ -1,4 +1,5 @@
-"""Tests for experiments/data/sources.py: image folders with OLTR split lists, iNaturalist 2018 JSON and
+"""Tests for the lazy sources of experiments/data (sources.py, lazy_images.py, image_files.py,
+tfds_source.py, array_records.py): image folders with OLTR split lists, iNaturalist 2018 JSON and
 TFDS, all in their real file formats (tiny JPEGs in tmp_path, `tfds.testing.mock_data`), decoded on
 index."""
 
@@ -12,14 +13,22 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from experiments.data import datasets as data
+from experiments.common.errors import DataError
+from experiments.data import array_records
+from experiments.data import batches
+from experiments.data import holdout
+from experiments.data import image_files
+from experiments.data import lazy_images
+from experiments.data import loading
+from experiments.data import long_tail
+from experiments.data import normalization
 from experiments.data import sources
 
 IMAGE_SIZE, RESIZE = 16, 20
 WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361")
 TRAIN_COUNTS = (6, 3, 2, 1)  # Long-tailed; val and test hold one image per class.
 # With many=4, few=2: 6 > 4 is Many, 3 and 2 Medium, 1 < 2 Few.
-GROUPS = (data.MANY, data.MEDIUM, data.MEDIUM, data.FEW)
+GROUPS = (long_tail.MANY, long_tail.MEDIUM, long_tail.MEDIUM, long_tail.FEW)
 
 
 def write_jpeg(path, seed, portrait=False):
@@ -66,7 +75,7 @@ def tree(tmp_path):
 
 
 def load(name, split, root):
-  return data.load_split(name, split, root, image_size=IMAGE_SIZE, resize=RESIZE)
+  return loading.load_split(name, split, root, image_size=IMAGE_SIZE, resize=RESIZE)
 
 
 def references(root, paths):
@@ -77,7 +86,7 @@ def test_imagenet_lt_labels_rows_and_groups(tree):
   root, lists = tree
   for split, (paths, labels) in lists.items():
     loaded = load("imagenet_lt", split, root)
-    assert isinstance(loaded.images, sources.LazyImages)
+    assert isinstance(loaded.images, lazy_images.LazyImages)
     assert loaded.images.shape == (len(paths), IMAGE_SIZE, IMAGE_SIZE, 3)
     assert (loaded.images.dtype, loaded.images.ndim, len(loaded)) == (np.uint8, 4, len(paths))
     np.testing.assert_array_equal(loaded.labels, labels)
@@ -92,9 +101,9 @@ def test_imagenet_lt_labels_rows_and_groups(tree):
   np.testing.assert_array_equal(train.images[[1, 3]], expected[[1, 3]])
   assert train.images[4:4].shape == (0, IMAGE_SIZE, IMAGE_SIZE, 3)
   np.testing.assert_array_equal(train.class_counts[:4], TRAIN_COUNTS)
-  np.testing.assert_array_equal(data.many_medium_few(train.class_counts[:4], many=4, few=2),
+  np.testing.assert_array_equal(long_tail.many_medium_few(train.class_counts[:4], many=4, few=2),
                                 GROUPS)
-  batch = next(data.eval_batches(train, 8))
+  batch = next(batches.eval_batches(train, 8))
   assert batch["image"].shape == (8, IMAGE_SIZE, IMAGE_SIZE, 3)
 
 
@@ -113,15 +122,15 @@ def test_places_lt_and_list_sources_read_the_same_format(tree):
   np.testing.assert_array_equal(custom.images[:], references(root, lists["test"][0]))
   for split in ("train", "val"):
     (root / f"Places_LT_{split}.txt").unlink()
-  with pytest.raises(data.DataError, match=r"not found: .*Places_LT_val\.txt \(expected "
-                                           r".*Places_LT_train\.txt, .*Places_LT_test\.txt"):
+  with pytest.raises(DataError, match=r"not found: .*Places_LT_val\.txt \(expected "
+                     r".*Places_LT_train\.txt, .*Places_LT_test\.txt"):
     load("places_lt", "val", root)
   test = load("places_lt", "test", root)  # The remaining list alone.
   assert test.num_classes == 365 and len(test) == 4
   for train in (places, load(f"list:{root}/lists/mine_{{split}}.txt", "train", root)):
-    np.testing.assert_array_equal(data.many_medium_few(train.class_counts[:4], many=4, few=2),
+    np.testing.assert_array_equal(long_tail.many_medium_few(train.class_counts[:4], many=4, few=2),
                                   GROUPS)
-  with pytest.raises(data.DataError, match=r"must contain '\{split\}'"):
+  with pytest.raises(DataError, match=r"must contain '\{split\}'"):
     load(f"list:{root}/lists/mine_train.txt", "train", root)
 
 
@@ -135,14 +144,14 @@ def test_subsets_stay_lazy_and_only_indexed_rows_are_decoded(tree):
   train = load("imagenet_lt", "train", root)  # Labels and counts open no image.
   np.testing.assert_array_equal(train.class_counts[:4], TRAIN_COUNTS)
   subset = train.subset(kept)
-  assert isinstance(subset.images, sources.LazyImages) and subset.images.shape[0] == 2
+  assert isinstance(subset.images, lazy_images.LazyImages) and subset.images.shape[0] == 2
   np.testing.assert_array_equal(subset.labels, lists["train"][1][kept])
   np.testing.assert_array_equal(subset.images[:], expected)
   np.testing.assert_array_equal(subset.subset([1]).images[0], expected[1])
-  kept_part, held_out = data.validation_split(train, 0.5, seed=0)
-  assert isinstance(kept_part.images, sources.LazyImages)
-  assert isinstance(held_out.images, sources.LazyImages)
-  with pytest.raises(data.DataError, match=rf"example 0 \(.*{paths[0]}\)"):
+  kept_part, held_out = holdout.validation_split(train, 0.5, seed=0)
+  assert isinstance(kept_part.images, lazy_images.LazyImages)
+  assert isinstance(held_out.images, lazy_images.LazyImages)
+  with pytest.raises(DataError, match=rf"example 0 \(.*{paths[0]}\)"):
     train.images[0]
 
 
@@ -154,7 +163,7 @@ def test_out_of_range_and_unsupported_indices_are_refused(tree):
   with pytest.raises(IndexError):
     images.take([4])
   with pytest.raises(IndexError):
-    sources.LazyImages(images.records, np.array([0, 4]))
+    lazy_images.LazyImages(images.records, np.array([0, 4]))
   for key in ((0, 1), np.array([True, False, True, False]), 1.0):
     with pytest.raises(TypeError):
       images[key]
@@ -166,9 +175,9 @@ def test_unreadable_image_names_the_file_and_example(tree):
   (root / paths[3]).write_bytes(b"not a JPEG")
   (root / paths[5]).unlink()
   train = load("imagenet_lt", "train", root)
-  with pytest.raises(data.DataError, match=rf"example 3 \(.*{paths[3]}\)"):
+  with pytest.raises(DataError, match=rf"example 3 \(.*{paths[3]}\)"):
     train.images[np.array([0, 3])]
-  with pytest.raises(data.DataError, match=rf"example 5 \(.*{paths[5]}\).*No such file"):
+  with pytest.raises(DataError, match=rf"example 5 \(.*{paths[5]}\).*No such file"):
     train.images[5]
 
 
@@ -181,14 +190,14 @@ def test_bad_split_lists_are_refused_with_the_line(tree):
                              ([good[0], "train/a/b.JPEG -1"], 2),
                              ([], 1)):
     train_list.write_text("".join(line + "\n" for line in lines))
-    with pytest.raises(data.DataError, match=rf"ImageNet_LT_train\.txt: line {line_number}: "):
+    with pytest.raises(DataError, match=rf"ImageNet_LT_train\.txt: line {line_number}: "):
       load("imagenet_lt", "val", root)  # Every list of the source is read.
   train_list.write_text("train/a/b.JPEG 1000\n")
-  with pytest.raises(data.DataError, match=r"label 1000 outside \[0, 1000\)"):
+  with pytest.raises(DataError, match=r"label 1000 outside \[0, 1000\)"):
     load("imagenet_lt", "train", root)
-  with pytest.raises(data.DataError, match="needs data_dir"):
-    data.load_split("imagenet_lt", "train")
-  with pytest.raises(data.DataError, match="unknown split 'validation'"):
+  with pytest.raises(DataError, match="needs data_dir"):
+    loading.load_split("imagenet_lt", "train")
+  with pytest.raises(DataError, match="unknown split 'validation'"):
     load("imagenet_lt", "validation", root)
 
 
@@ -223,17 +232,18 @@ def test_inat2018_json_labels_names_and_rows(tree, caplog):
   np.testing.assert_array_equal(train.labels, lists["train"][1])
   np.testing.assert_array_equal(train.images[[0, 2]],
                                 references(root, [lists["train"][0][i] for i in (0, 2)]))
-  np.testing.assert_array_equal(data.many_medium_few(train.class_counts, many=4, few=2), GROUPS)
+  np.testing.assert_array_equal(long_tail.many_medium_few(train.class_counts, many=4, few=2),
+                                GROUPS)
   test = load("inat2018", "test", root)  # val2018.json.
   np.testing.assert_array_equal(test.labels, lists["val"][1])
   np.testing.assert_array_equal(test.images[:], references(root, lists["val"][0]))
   annotations = json.loads((root / "val2018.json").read_text())
   annotations["annotations"].pop()
   (root / "val2018.json").write_text(json.dumps(annotations))
-  with pytest.raises(data.DataError, match="exactly one annotation per image"):
+  with pytest.raises(DataError, match="exactly one annotation per image"):
     load("inat2018", "val", root)
   (root / "train2018.json").unlink()
-  with pytest.raises(data.DataError,
+  with pytest.raises(DataError,
                      match=r"not found: .*train2018\.json \(expected train2018\.json, val2018"):
     load("inat2018", "train", root)
 
@@ -241,61 +251,63 @@ def test_inat2018_json_labels_names_and_rows(tree, caplog):
 def test_tfds_cifar100_is_lazy_and_ldam_subset_stays_lazy():
   tfds = pytest.importorskip("tensorflow_datasets")
   with tfds.testing.mock_data(num_examples=64):
-    train = data.load_split("tfds:cifar100", "train")
+    train = loading.load_split("tfds:cifar100", "train")
     mock = tfds.data_source("cifar100", split="train", download=False)
     expected = np.stack([mock[i]["image"] for i in range(64)])
     np.testing.assert_array_equal(train.labels, [mock[i]["label"] for i in range(64)])
-    assert isinstance(train.images, sources.LazyImages)
+    assert isinstance(train.images, lazy_images.LazyImages)
     assert train.images.shape == (64, 32, 32, 3) and train.num_classes == 100
     np.testing.assert_array_equal(train.images[np.array([63, 0, 7])], expected[[63, 0, 7]])
-    kept = data.long_tail_indices(train.labels, 100, 10.0, seed=3, selection="ldam")
+    kept = long_tail.long_tail_indices(train.labels, 100, 10.0, seed=3, selection="ldam")
     long_tailed = train.subset(kept)
-    assert isinstance(long_tailed.images, sources.LazyImages) and 0 < len(kept) < 64
+    assert isinstance(long_tailed.images, lazy_images.LazyImages) and 0 < len(kept) < 64
     np.testing.assert_array_equal(long_tailed.images[:], expected[kept])
     blob = pickle.dumps(long_tailed.images)  # The spec, not the opened source.
     assert len(blob) < 2048
     np.testing.assert_array_equal(pickle.loads(blob)[:], expected[kept])
-  assert data.many_medium_few(train.class_counts).shape == (100,)
-  np.testing.assert_allclose(data.normalize(np.zeros((1, 1, 1, 3), np.uint8), "tfds:cifar100"),
-                             -np.divide((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
-                             [None, None, None], rtol=1e-6)
+  assert long_tail.many_medium_few(train.class_counts).shape == (100,)
+  np.testing.assert_allclose(
+      normalization.normalize(np.zeros((1, 1, 1, 3), np.uint8), "tfds:cifar100"),
+      -np.divide((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))[None, None, None], rtol=1e-6)
   if importlib.util.find_spec("tensorflow") is None:
     assert "tensorflow" not in sys.modules
 
 
 def test_array_record_files_written_here_read_as_the_image_list(tree):
   root, lists = tree
-  written = sources.convert_to_array_record(sources.IMAGENET_LT, root,
+  written = sources.convert_to_array_record(image_files.IMAGENET_LT, root,
                                             str(root / "ar" / "lt-{split}.array_record"))
-  assert [p.name for p in written] == [f"lt-{s}.array_record" for s in sources.SPLITS]
+  assert [p.name for p in written] == [f"lt-{s}.array_record" for s in image_files.SPLITS]
   name = "arrayrecord:ar/lt-{split}.array_record"  # relative to data_dir
-  for split in sources.SPLITS:
-    from_files, from_records = load(sources.IMAGENET_LT, split, root), load(name, split, root)
-    assert isinstance(from_records.images, sources.LazyImages)
+  for split in image_files.SPLITS:
+    from_files, from_records = load(image_files.IMAGENET_LT, split, root), load(name, split, root)
+    assert isinstance(from_records.images, lazy_images.LazyImages)
     np.testing.assert_array_equal(from_records.labels, from_files.labels)
     assert from_records.class_names == from_files.class_names  # K = 1000: the benchmark's
     np.testing.assert_array_equal(from_records.images[:], references(root, lists[split][0]))
   train = load(name, "train", root)
-  np.testing.assert_array_equal(data.many_medium_few(train.class_counts, many=4, few=2)[:4],
+  np.testing.assert_array_equal(long_tail.many_medium_few(train.class_counts, many=4, few=2)[:4],
                                 GROUPS)
   again = pickle.loads(pickle.dumps(train.subset(np.array([3, 0]))))  # the path, not a reader
   np.testing.assert_array_equal(again.images[:], train.images[np.array([3, 0])])
-  with pytest.raises(data.DataError, match=r"must contain '\{split\}'"):
+  with pytest.raises(DataError, match=r"must contain '\{split\}'"):
     load("arrayrecord:ar/lt-train.array_record", "train", root)
-  with pytest.raises(data.DataError, match="not found"):
+  with pytest.raises(DataError, match="not found"):
     load("arrayrecord:nowhere/{split}.array_record", "train", root)
-  bad = sources.write_array_record(root / "bad-train.array_record", [b"not an image"], [0], ["a"])
-  with pytest.raises(data.DataError, match=f"cannot decode record 0 of {bad}"):
+  bad = array_records.write_array_record(root / "bad-train.array_record", [b"not an image"], [0],
+                                         ["a"])
+  with pytest.raises(DataError, match=f"cannot decode record 0 of {bad}"):
     load("arrayrecord:bad-{split}.array_record", "train", root).images[0]
-  with pytest.raises(data.DataError, match=r"labels must lie in \[0, 1\)"):
-    sources.write_array_record(root / "x.array_record", [b"a"], [1], ["a"])
+  with pytest.raises(DataError, match=r"labels must lie in \[0, 1\)"):
+    array_records.write_array_record(root / "x.array_record", [b"a"], [1], ["a"])
 
 
 def test_the_conversion_command_writes_every_split(tree, capsys):
   root, lists = tree
   out = str(root / "cli" / "lt-{split}.array_record")
-  assert sources.main(["--dataset", sources.IMAGENET_LT, "--data_dir", str(root), "--out", out]) == 0
+  assert sources.main(["--dataset", image_files.IMAGENET_LT, "--data_dir", str(root),
+                       "--out", out]) == 0
   printed = capsys.readouterr().out.split()
-  assert printed == [out.replace("{split}", s) for s in sources.SPLITS]
+  assert printed == [out.replace("{split}", s) for s in image_files.SPLITS]
   test = load("arrayrecord:" + out, "test", root)
   np.testing.assert_array_equal(test.labels, lists["test"][1])

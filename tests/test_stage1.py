@@ -8,13 +8,15 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments.data import datasets as data_lib
-from experiments.train import jtt_error_set
-from experiments.train import run_features
-from experiments.losses import registry as losses
-from experiments.train import loop as train
 from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
+from experiments.data import batches
+from experiments.data import loading
+from experiments.data import long_tail
+from experiments.losses import registry as losses
+from experiments.train import jtt_error_set
+from experiments.train import loop as train
+from experiments.train import run_features
 
 UPWEIGHT = 3
 BATCH = 32
@@ -36,8 +38,8 @@ def tiny_config(loss, **overrides):
 
 def digits_train():
   """The digits-LT training set as the configs above select it, rebuilt here (IF 10, seed 0)."""
-  split = data_lib.load_split("digits", "train")
-  return split.subset(data_lib.long_tail_indices(split.labels, 10, 10.0, 0))
+  split = loading.load_split("digits", "train")
+  return split.subset(long_tail.long_tail_indices(split.labels, 10, 10.0, 0))
 
 
 def jtt_config(stage1, **overrides):
@@ -87,7 +89,7 @@ def test_jtt_upsamples_the_stage1_error_set(stage1, tmp_path):
   assert record["jtt_error_set_size"] == size
   np.testing.assert_array_equal(np.bincount(sample, minlength=n), 1 + UPWEIGHT * errors)
   assert len(sample) == n + UPWEIGHT * size
-  assert data_lib.steps_per_epoch(train_split, BATCH, sample=sample) == steps_per_epoch
+  assert batches.steps_per_epoch(train_split, BATCH, sample=sample) == steps_per_epoch
 
   # The derivation is kept in the workdir; a resume after the stage-1 run changed is refused (its
   # error set, hence the training set, would change mid-run). Here: the recorded step differs.

@@ -19,15 +19,17 @@ import numpy as np
 import pytest
 
 import reweight_jax
-from experiments.data import datasets as data_lib
-from experiments.losses import registry as losses
-from experiments.models import registry as models
-from experiments.train import runners
-from experiments.train import steps
-from experiments.train import loop as train
-from experiments.train import train_state
 from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
+from experiments.data import batches as batches_lib
+from experiments.data import loading
+from experiments.data import long_tail
+from experiments.losses import registry as losses
+from experiments.models import registry as models
+from experiments.train import loop as train
+from experiments.train import runners
+from experiments.train import steps
+from experiments.train import train_state
 from tests import checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -50,19 +52,19 @@ def tiny_config(loss):
 
 @functools.lru_cache(maxsize=None)
 def digits_train():
-  split = data_lib.load_split("digits", "train")
-  return split.subset(data_lib.long_tail_indices(split.labels, 10, 10.0, 0))
+  split = loading.load_split("digits", "train")
+  return split.subset(long_tail.long_tail_indices(split.labels, 10, 10.0, 0))
 
 
 def run_steps(config, num_steps, modes):
   """`num_steps` steps for each (parallel, num_devices) in `modes`; returns host states and metrics."""
   train_split = digits_train()
-  steps_per_epoch = data_lib.steps_per_epoch(train_split, config.batch_size)
+  steps_per_epoch = batches_lib.steps_per_epoch(train_split, config.batch_size)
   task = steps.Task(tuple(float(c) for c in train_split.class_counts), steps_per_epoch,
                     mixup_alpha=float(config.mixup_alpha))
   lr_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
   entry = losses.get(config.loss)
-  batches = list(data_lib.train_batches(
+  batches = list(batches_lib.train_batches(
       train_split, config.batch_size, seed=0, epoch=0, augment=False, views=entry.views,
       pair=losses.pair_draw(config, train_split)))[:num_steps]
   results = {}
@@ -174,7 +176,7 @@ def _fairdro_one_epoch(tmp_path):
   from tests.reference import numpy_fairdro as ref_fairdro
   config = tiny_config("fairdro")
   config.fairdro.rho = 0.3
-  steps_per_epoch = data_lib.steps_per_epoch(digits_train(), config.batch_size)
+  steps_per_epoch = batches_lib.steps_per_epoch(digits_train(), config.batch_size)
   summary = train.train_and_evaluate(config, tmp_path / "one", max_steps=steps_per_epoch)
   class_loss = np.asarray(summary["train_class_loss"], np.float64)
   q_star = ref_fairdro.best_response(class_loss, 0.3, present=np.isfinite(class_loss))
@@ -220,11 +222,11 @@ def test_train_and_evaluate_writes_summary_metrics_and_history(tmp_path):
   assert any((tmp_path / "tensorboard").iterdir())
 
 
-def test_class_loss_every_epochs_logs_training_set_class_loss_and_rho(tmp_path):
+def test_class_loss_every_epochs_logs_training_set_class_loss_rho_and_nc(tmp_path):
   config = tiny_config("inverse_reweight")
   config.num_epochs = 2
   config.class_loss_every_epochs = 1
-  config.nc_metrics = False
+  config.nc_metrics = True
   summary = train.train_and_evaluate(config, tmp_path)
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   rho_records = [r for r in records if "train_rho" in r]
@@ -238,6 +240,12 @@ def test_class_loss_every_epochs_logs_training_set_class_loss_and_rho(tmp_path):
   np.testing.assert_allclose(class_ce[-1], summary["train_class_loss"], rtol=1e-6)
   final = np.asarray(class_ce[-1], np.float64)
   assert rho_records[-1]["train_rho"] == pytest.approx(final.std() / final.mean(), rel=1e-5)
+  # NC1–NC4 over training: the last pass is the final state's, whose NC the summary holds.
+  names = ("nc1", "nc2", "nc2_classifier", "nc3", "nc4")
+  assert all(f"train_{n}" in r for r in rho_records for n in names)
+  assert rho_records[0]["train_nc1"] != rho_records[1]["train_nc1"]
+  for n in names:
+    assert rho_records[-1][f"train_{n}"] == pytest.approx(summary["neural_collapse"][n], rel=1e-6)
 
 
 def test_evaluation_counts_every_test_example_in_a_relative_workdir(tmp_path, monkeypatch):
@@ -248,7 +256,7 @@ def test_evaluation_counts_every_test_example_in_a_relative_workdir(tmp_path, mo
   train.train_and_evaluate(config, "relative/run", max_steps=2)
   tmp_path = tmp_path / "relative" / "run"
   assert (tmp_path / "checkpoints" / "2").is_dir()
-  train_split, _, test_split = data_lib.load_data(config)
+  train_split, _, test_split = loading.load_data(config)
   del train_split
   counts = np.bincount(test_split.labels, minlength=10)
   summary = json.loads((tmp_path / "summary.json").read_text())
@@ -404,8 +412,8 @@ def test_mixup_draws_one_lambda_and_one_global_permutation_on_the_host():
   split = digits_train()
   draw = losses.mixup_pair(1.0)
   kwargs = dict(seed=2, epoch=1, augment=False, pair=draw)
-  whole = list(data_lib.train_batches(split, 32, **kwargs))[:3]
-  parts = [list(data_lib.train_batches(split, 8, process_index=p, process_count=4, **kwargs))[:3]
+  whole = list(batches_lib.train_batches(split, 32, **kwargs))[:3]
+  parts = [list(batches_lib.train_batches(split, 8, process_index=p, process_count=4, **kwargs))[:3]
            for p in range(4)]
   for b, batch in enumerate(whole):
     assert sorted(batch["index_b"].tolist()) == sorted(batch["index"].tolist())  # a permutation

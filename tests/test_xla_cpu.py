@@ -80,13 +80,13 @@ def test_configure_appends_without_overriding_the_user(monkeypatch):
 def test_configure_before_jax_starts():
   code = ("import os; os.environ['XLA_FLAGS'] = "
           "'--xla_cpu_experimental_ynn_fusion_type=+eltwise --xla_cpu_enable_fast_math=false'\n"
-          "from experiments import xla_cpu; print(xla_cpu.configure())\n"
+          "from experiments.common import xla_cpu; print(xla_cpu.configure())\n"
           "import jax.numpy as jnp; jnp.ones(2).block_until_ready()")
   out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                        check=True, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout.strip()
   # The user's own ynn setting is kept; nothing is duplicated.
   assert out == ("--xla_cpu_experimental_ynn_fusion_type=+eltwise --xla_cpu_enable_fast_math=false")
-  code = "from experiments import xla_cpu; print(xla_cpu.configure())"
+  code = "from experiments.common import xla_cpu; print(xla_cpu.configure())"
   out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                        check=True, env={**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
                                         "PYTHONPATH": str(REPO)}).stdout.strip()

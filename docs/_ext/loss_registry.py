@@ -48,8 +48,10 @@ def _called_names(fn, module, seen=None) -> dict[str, None]:
     code = codes.pop(0)
     for name in code.co_names:
       seen.setdefault(name, None)
-      helper = vars(module).get(name)
-      if isinstance(helper, types.FunctionType) and helper.__module__ == module.__name__:
+      # The entry's helpers live beside it, in the modules of the registry's package.
+      helper = fn.__globals__.get(name)
+      if (isinstance(helper, types.FunctionType)
+          and helper.__module__.rpartition(".")[0] == module.__name__.rpartition(".")[0]):
         _called_names(helper, module, seen)
     codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
   for cell in fn.__closure__ or ():
@@ -247,8 +249,9 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
   if entry.views != 1:
     hooks.append(f"{entry.views} augmented views per example, view-major, labels repeated")
   if entry.sampler is not None:
-    hooks.append(f"per-epoch sampler ``{entry.sampler.__name__}``: "
-                 + (inspect.getdoc(entry.sampler) or "the dataset positions an epoch draws"))
+    sampler = importlib.import_module("experiments.train.samplers").SAMPLERS[entry.sampler]
+    hooks.append(f"per-epoch sampler ``{entry.sampler}`` (``{sampler.__module__}.{sampler.__name__}``): "
+                 + (inspect.getdoc(sampler) or "the dataset positions an epoch draws"))
   if entry.epoch_end is not None:
     hooks.append(f"epoch-end pass ``{entry.epoch_end.__name__}`` over the training set (eval "
                  "mode, no augmentation): " + (inspect.getdoc(entry.epoch_end) or ""))

@@ -27,7 +27,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mr2_jax  # noqa: E402
-from experiments.data import datasets as data_lib  # noqa: E402
+from experiments.data import batches  # noqa: E402
+from experiments.data import loading  # noqa: E402
+from experiments.data import long_tail  # noqa: E402
 
 DEVICES = 8
 DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "pred": 1, "f64": 8, "s64": 8, "bf16": 2, "f16": 2,
@@ -90,8 +92,8 @@ def communication_table(configs):
 
 def drift(p: float, decay: float = 0.9):
   """Exact vs per-device statistics on the same feature stream; relative errors at the end."""
-  split = data_lib.load_split("digits", "train")
-  split = split.subset(data_lib.long_tail_indices(split.labels, 10, 10.0, 0))
+  split = loading.load_split("digits", "train")
+  split = split.subset(long_tail.long_tail_indices(split.labels, 10, 10.0, 0))
   rng = np.random.default_rng(0)
   projection = rng.normal(size=(64, 128)).astype(np.float32) / 8.0
   per_device = 8
@@ -101,7 +103,7 @@ def drift(p: float, decay: float = 0.9):
                   in_axes=(None, 0, 0), out_axes=None)
       for r in ("exact", "per_device")}
   stats = {r: mr2_jax.init_class_stats(10) for r in update}
-  for batch in data_lib.train_batches(split, DEVICES * per_device, seed=0, epoch=0, augment=False):
+  for batch in batches.train_batches(split, DEVICES * per_device, seed=0, epoch=0, augment=False):
     images = batch["image"].reshape(len(batch["label"]), -1)
     features = np.maximum(images @ projection, 0.0).reshape(DEVICES, per_device, -1)
     labels = batch["label"].reshape(DEVICES, per_device)

@@ -1,7 +1,7 @@
 """The three convolutions of a ResNet-32 3×3 layer, JAX (this process's XLA_FLAGS) vs PyTorch eager.
 
     XLA_FLAGS= python -m experiments.benchmarks.conv_kernels
-    XLA_FLAGS="$(python -c 'from experiments import xla_cpu; print(*xla_cpu.TUNED_FLAGS)')" \
+    XLA_FLAGS="$(python -c 'from experiments.common import xla_cpu; print(*xla_cpu.TUNED_FLAGS)')" \
         python -m experiments.benchmarks.conv_kernels
 
 For each stage shape (batch 128; 32×32×16, 16×16×32, 8×8×64; 3×3, stride 1, 'SAME'): forward, input
@@ -33,6 +33,7 @@ def _median_ms(fn, repeats=10):
 
 
 def main():
+  # optional: the PyTorch reference only (pip install ".[bench]")
   import torch  # pylint: disable=g-import-not-at-top
   dims = ("NHWC", "HWIO", "NHWC")
   conv = lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dims)

@@ -20,8 +20,11 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from experiments import benchmarks
-from experiments.data import datasets as data_lib
+from experiments.benchmarks.report import write_report
+from experiments.data import batches as batches_lib
+from experiments.data import in_memory_sources
+from experiments.data import loading
+from experiments.data.split import Split
 from experiments.data import input_pipeline
 
 _THREADS = flags.DEFINE_list("threads", ["0", "1", "2"],
@@ -37,21 +40,21 @@ RECIPES = (("crop_flip", 1, 60), ("released", 3, 8))
 LT_IMAGES = 12_406  # CIFAR-10-LT, imbalance factor 100
 
 
-def lt_sized_split() -> data_lib.Split:
+def lt_sized_split() -> Split:
   if _DATA_DIR.value:
-    split = data_lib.load_split("cifar10_jpeg", "train", _DATA_DIR.value)
+    split = loading.load_split("cifar10_jpeg", "train", _DATA_DIR.value)
     keep = np.random.default_rng(0).permutation(len(split.labels))[:LT_IMAGES]
-    return data_lib.Split(split.images[keep], split.labels[keep], split.num_classes,
-                          split.class_names, split.name)
+    return Split(split.images[keep], split.labels[keep], split.num_classes,
+                 split.class_names, split.name)
   rng = np.random.default_rng(0)
-  return data_lib.Split(rng.integers(0, 256, (LT_IMAGES, 32, 32, 3), dtype=np.uint8),
-                        rng.integers(0, 10, LT_IMAGES).astype(np.int32), 10,
-                        data_lib.CIFAR10_CLASS_NAMES, "cifar10_jpeg")
+  return Split(rng.integers(0, 256, (LT_IMAGES, 32, 32, 3), dtype=np.uint8),
+               rng.integers(0, 10, LT_IMAGES).astype(np.int32), 10,
+               in_memory_sources.CIFAR10_CLASS_NAMES, "cifar10_jpeg")
 
 
 def images_per_second(split, augmentation: str, views: int, threads: int, batches: int) -> float:
   """Batches taken from `NumpyInput.batches` (placement a no-op), after one untimed batch."""
-  steps_per_epoch = data_lib.steps_per_epoch(split, _BATCH.value, 1, None)
+  steps_per_epoch = batches_lib.steps_per_epoch(split, _BATCH.value, 1, None)
   at = input_pipeline.BatchAt(split, _BATCH.value, steps_per_epoch, seed=0, augment=True,
                               views=views, augmentation=augmentation)
   stream = input_pipeline.make("numpy", at, 10 * steps_per_epoch, workers=threads).batches(
@@ -92,7 +95,7 @@ def main(argv):
       v = times[augmentation, t]
       cells.append(f"{np.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})")
     lines.append(f"| {augmentation} ({views} view{'s' * (views > 1)}) | " + " | ".join(cells) + " |")
-  benchmarks.write_report(_OUT.value, "host_threads", result, lines)
+  write_report(_OUT.value, "host_threads", result, lines)
 
 
 if __name__ == "__main__":

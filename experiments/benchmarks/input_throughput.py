@@ -27,9 +27,15 @@ from absl import app
 from absl import flags
 from PIL import Image
 
-from experiments import benchmarks
-from experiments.data import datasets as data_lib
+from experiments.benchmarks.report import write_report
+from experiments.configs import imagenet_lt
+from experiments.data import batches as batches_lib
 from experiments.data import input_pipeline
+from experiments.data import loading
+from experiments.data import normalization
+from experiments.losses import registry as losses
+from experiments.train import steps
+from experiments.train import train_state
 
 _WORKERS = flags.DEFINE_list("workers", ["0", "1", "2"], "grain worker counts to time.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Images per batch.")
@@ -60,7 +66,7 @@ def write_images(root: pathlib.Path, count: int, classes: int = 10) -> None:
 
 def pipeline_rate(split, workers: int) -> float:
   """Images/s of `GrainInput` with `workers` processes: uint8 224² batches with crop + flip."""
-  steps = data_lib.steps_per_epoch(split, _BATCH.value)
+  steps = batches_lib.steps_per_epoch(split, _BATCH.value)
   at = input_pipeline.BatchAt(split, _BATCH.value, steps, seed=0, augment=True, normalized=False)
   total = _WARMUP.value + _BATCHES.value
   batches = input_pipeline.make("grain", at, 10 ** 6, workers=workers).batches(0, lambda b: b)
@@ -77,10 +83,6 @@ def pipeline_rate(split, workers: int) -> float:
 
 def step_rate() -> float:
   """Images/s of a ResNet-50 train step (forward, backward, SGD) at 224², jit, this backend."""
-  from experiments.train import steps  # pylint: disable=g-import-not-at-top
-  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
-  from experiments.train import train_state  # pylint: disable=g-import-not-at-top
-  from experiments.configs import imagenet_lt  # pylint: disable=g-import-not-at-top
   config = imagenet_lt.get_config()
   config.loss = "ce"
   batch = _STEP_BATCH.value
@@ -90,7 +92,7 @@ def step_rate() -> float:
   state = train_state.create_train_state(config, model, (224, 224, 3), 1000, lr,
                                          jax.random.key(0))
   task = steps.Task(tuple(map(float, counts)), 100,
-                    normalization=data_lib.normalization("imagenet_lt"))
+                    normalization=normalization.normalization("imagenet_lt"))
   step = jax.jit(lambda s, b: steps.train_step(s, b, loss_fn=losses.make_loss_fn(config),
                                                task=task, learning_rate_fn=lr))
   rng = np.random.default_rng(0)
@@ -114,7 +116,7 @@ def main(argv):
     root = pathlib.Path(folder)
     write_images(root, _IMAGES.value)
     mean_kb = np.mean([p.stat().st_size for p in root.rglob("*.JPEG")]) / 1024
-    split = data_lib.load_split("imagenet_lt", "train", root)
+    split = loading.load_split("imagenet_lt", "train", root)
     for workers in map(int, _WORKERS.value):
       rates[workers] = pipeline_rate(split, workers)
       print(f"grain, {workers} worker(s): {rates[workers]:.1f} images/s", flush=True)
@@ -142,7 +144,7 @@ def main(argv):
             f"accelerator step of R images/s needs ≥ R / {per_core:.0f} free host cores of this kind "
             f"(workers × threads); for a hypothetical R = 3,000 images/s, "
             f"{int(np.ceil(3000 / per_core))}. Below that the pipeline, not the step, bounds the run."]
-  benchmarks.write_report(_OUT.value, "input_throughput", result, lines)
+  write_report(_OUT.value, "input_throughput", result, lines)
 
 
 if __name__ == "__main__":

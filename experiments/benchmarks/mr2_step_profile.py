@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import mr2_jax
-from experiments.benchmarks import run
+from experiments.benchmarks import loss_scaling
 from mr2_jax import representation_margin
 
 
@@ -39,7 +39,8 @@ def main() -> None:
   args = parser.parse_args()
   batch, dim, classes = args.batch, args.dim, args.classes
 
-  logits, features, labels = run.benchmark_batch(batch, dim, classes)  # the benchmark's inputs
+  # the benchmark's inputs
+  logits, features, labels = loss_scaling.benchmark_batch(batch, dim, classes)
   stats = mr2_jax.init_class_stats(classes)
 
   def step(form, lam):

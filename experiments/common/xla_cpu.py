@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 
+from jax._src import xla_bridge
+
 TUNED_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=+eltwise,+reduce,-individual_convolution",)
 
 
@@ -37,7 +39,6 @@ def configure(enable: bool = True) -> str:
   current = os.environ.get("XLA_FLAGS", "")
   if not enable:
     return current
-  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
   if xla_bridge.backends_are_initialized():
     if all(flag in current.split() for flag in TUNED_FLAGS):
       return current

@@ -1,34 +1,29 @@
 """CIFAR-10-LT IF 100 at the LDAM-DRW release's 200-epoch recipe (Cao et al., NeurIPS 2019, the
-schedule behind the standard published CIFAR-10-LT tables; issue 39.2): the LDAM seed-0 selection
-(12,406 images, `cifar10_lt_data.py`), ResNet-32 with a linear head, SGD 0.1, momentum 0.9, weight
-decay 2e-4, batch 128, pad-4 crop + flip, one view, 5 linear warm-up epochs, the rate ×0.01 from
-epoch 160 and ×0.0001 from 180; deferred methods (the reweighting, DRW) from epoch 160, started
-from CE's epoch-160 checkpoint by `experiments.compare`. LDAM-DRW keeps its released normalised
-head (`head=cosine`, scale 30, `ldam.scale=1`, `ldam.max_margin=15`:
-experiments/studies/standard_size.sh). Every 20 epochs the per-class training loss L_c, ρ, NC1–NC4
-and MR2's γ_k are logged (class_history.jsonl), for the terminal-phase claims.
+schedule behind the standard published CIFAR-10-LT tables; issue 39.2): the short recipe
+(`cifar10_lt_short.py`: ResNet-32 with a linear head, SGD 0.1, momentum 0.9, weight decay 2e-4,
+batch 128, pad-4 crop + flip, one view) on the LDAM seed-0 selection (12,406 images) for 200
+epochs, with 5 linear warm-up epochs and the rate ×0.01 from epoch 160 and ×0.0001 from 180;
+deferred methods (the reweighting, DRW) from epoch 160, started from CE's epoch-160 checkpoint by
+`experiments.compare`. LDAM-DRW keeps its released normalised head (`head=cosine`, scale 30,
+`ldam.scale=1`, `ldam.max_margin=15`: experiments/studies/standard_size.sh). Every 20 epochs the
+per-class training loss L_c, ρ and NC1–NC4 are logged (metrics.jsonl, class_history.jsonl; MR2's
+γ_k every 50 steps), for the terminal-phase claims.
 Deviation: the release lowers the rate after its epoch counter passes 160 / 180 (from the 162nd /
 182nd epoch); here from the 161st / 181st. Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
 """
 
-from experiments.configs import cifar10_lt_data
+from experiments.configs import cifar10_lt_short
 
 
 def get_config():
-  config = cifar10_lt_data.get_config()
-  config.head = "linear"
+  config = cifar10_lt_short.get_config()
+  config.lt_selection = "ldam"
   config.num_epochs = 200
-  config.batch_size = 128
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 2e-4
   config.warmup_epochs = 5
-  config.schedule = "step"
   config.step_epochs = (160, 180)
   config.step_factor = 0.01  # ×0.01 at epoch 160, ×0.0001 at 180
   config.reweight.start_epoch = 160
   config.ldam.drw_epoch = 160
   config.ib.start_epoch = 160
   config.class_loss_every_epochs = 20
-  config.checkpoint_every_steps = 500
   return config

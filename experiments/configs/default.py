@@ -7,7 +7,7 @@ CLI overrides: `--config=experiments/configs/cifar10_lt.py --config.loss=mr2 --c
 
 import ml_collections
 
-from experiments.losses import registry as losses
+from experiments.losses import config_trees
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -56,10 +56,10 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Loss: a name of the loss registry (experiments.losses.registry.LOSSES); each loss reads its own sub-tree
   # (mr2, reweight, focal, class_balanced, ldam, logit_adjust, ib: defaults, ranges and start epochs
-  # in experiments.losses.registry.CONFIG_TREES). Deferred losses train as their `before` entry until their
+  # in experiments.losses.config_trees.CONFIG_TREES). Deferred losses train as their `before` entry until their
   # start epoch (reweight.start_epoch, ldam.drw_epoch, ib.start_epoch).
   config.loss = "ce"
-  losses.add_config_trees(config)
+  config_trees.add_config_trees(config)
 
   # Optimisation: SGD + momentum + weight decay, linear warm-up then cosine or step decay.
   config.num_epochs = 200
@@ -90,7 +90,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.progress_bar = True
   config.nc_metrics = True          # NC1–NC4 and ρ on the training set at the end.
   # > 0: every this many epochs, the per-class cross-entropy L_c on the whole training set (no
-  # augmentation) and ρ = std_c L_c / mean_c L_c, in class_history.jsonl / metrics.jsonl.
+  # augmentation) and ρ = std_c L_c / mean_c L_c, in class_history.jsonl / metrics.jsonl; with
+  # nc_metrics also NC1–NC4 of that pass (metrics.jsonl: train_nc1 … train_nc4).
   config.class_loss_every_epochs = 0
   config.reference_summary = ml_collections.config_dict.placeholder(str)  # ERM summary.json.
   # '<workdir>:<epoch>': start from another run's checkpoint at the end of `epoch` — a deferred loss

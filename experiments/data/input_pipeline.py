@@ -13,7 +13,7 @@
            (item 'input', one file per process) and restored with it.
 
 Both build batch g of the run with one function (`BatchAt`): batch b = g mod S of epoch g // S
-(S steps per epoch) is `data.train_batch` of that epoch's global batch b (this process's rows),
+(S steps per epoch) is `batches.train_batch` of that epoch's global batch b (this process's rows),
 a pure function of (seed, epoch, b, process). So the two pipelines give the same rows, labels and
 draws, and a resumed run sees the batches it would have seen; every batch carries its step, and
 the trainer refuses a pipeline whose position is not the train state's step.
@@ -31,8 +31,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+from absl import flags
 
-from experiments.data import datasets as data_lib
+from experiments.common.errors import DataError
+from experiments.data.batches import epoch_order, global_batch_positions, train_batch
+from experiments.data.split import Split
+from experiments.data.threaded_map import threaded_map
 
 PIPELINES = ("numpy", "grain")
 
@@ -41,10 +45,10 @@ PIPELINES = ("numpy", "grain")
 class BatchAt:
   """Batch g of a run (picklable: grain ships it to its worker processes).
 
-  Attributes mirror `data.train_batches`; `sample` is the positions an epoch draws from (the
+  Attributes mirror `batches.train_batches`; `sample` is the positions an epoch draws from (the
   whole split by default), `normalized` whether images leave as float32 (host) or uint8.
   """
-  split: data_lib.Split
+  split: Split
   batch_size: int
   steps_per_epoch: int
   seed: int
@@ -62,10 +66,10 @@ class BatchAt:
     size = len(self.split) if self.sample is None else len(self.sample)
     global_batch = self.batch_size * self.process_count
     order = _epoch_order(size, self.steps_per_epoch * global_batch, self.seed, epoch)
-    rows = data_lib.global_batch_positions(order, b, global_batch)
+    rows = global_batch_positions(order, b, global_batch)
     if self.sample is not None:
       rows = self.sample[rows]
-    return int(step), data_lib.train_batch(
+    return int(step), train_batch(
         self.split, rows[self.process_index::self.process_count], key=[self.seed, epoch, b],
         augment=self.augment, process_index=self.process_index,
         process_count=self.process_count, views=self.views, augmentation=self.augmentation,
@@ -74,9 +78,9 @@ class BatchAt:
 
 @functools.lru_cache(maxsize=4)
 def _epoch_order(num_examples: int, kept: int, seed: int, epoch: int) -> np.ndarray:
-  """`data.epoch_order`, kept for the few epochs in flight (thread-safe: grain's reading threads
+  """`batches.epoch_order`, kept for the few epochs in flight (thread-safe: grain's reading threads
   share it)."""
-  return data_lib.epoch_order(num_examples, kept, seed=seed, epoch=epoch)
+  return epoch_order(num_examples, kept, seed=seed, epoch=epoch)
 
 
 class TrainInput:
@@ -97,12 +101,12 @@ class TrainInput:
 
 
 class NumpyInput(TrainInput):
-  """Batches built in `workers` host threads (one when workers is 0; `data.threaded_map`, in step
+  """Batches built in `workers` host threads (one when workers is 0; `threaded_map`, in step
   order, a few batches ahead of the step), float32 normalised on the host."""
 
   def batches(self, start_step, place):
-    items = data_lib.threaded_map(self.batch_at, range(start_step, self.total_steps),
-                                  max(1, self.workers))
+    items = threaded_map(self.batch_at, range(start_step, self.total_steps),
+                         max(1, self.workers))
     for step, batch in items:
       yield step, place(batch), None
 
@@ -123,13 +127,13 @@ class GrainInput(TrainInput):
   READ_BUFFER = 4
 
   def batches(self, start_step, place):
+    # optional: only the grain pipeline needs it
     import grain  # pylint: disable=g-import-not-at-top
     saved = self.restored_state
     start = start_step if saved is None else int(saved["start"])
     dataset = grain.MapDataset.range(start, self.total_steps).map(self.batch_at).to_iter_dataset(
         grain.ReadOptions(num_threads=self.READ_THREADS, prefetch_buffer_size=self.READ_BUFFER))
     if self.workers > 0:
-      from absl import flags  # pylint: disable=g-import-not-at-top
       if not flags.FLAGS.is_parsed():  # grain reads its flags (outside an absl app: defaults)
         flags.FLAGS.mark_as_parsed()
       dataset = dataset.mp_prefetch(
@@ -176,7 +180,7 @@ def make(name: str, batch_at: BatchAt, total_steps: int, *, workers: int = 0,
          restored_state: dict | None = None) -> TrainInput:
   """The pipeline `name` ('numpy' or 'grain') over the run's `total_steps` steps."""
   if name not in REGISTRY:
-    raise data_lib.DataError(f"input_pipeline: unknown {name!r}; expected one of {PIPELINES}")
+    raise DataError(f"input_pipeline: unknown {name!r}; expected one of {PIPELINES}")
   if not REGISTRY[name].saves_state and restored_state is not None:
-    raise data_lib.DataError(f"input_pipeline {name!r} keeps no state; got a saved one")
+    raise DataError(f"input_pipeline {name!r} keeps no state; got a saved one")
   return REGISTRY[name](batch_at, total_steps, workers, restored_state)

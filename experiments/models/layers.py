@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from mr2_jax.linen import CosineClassifier
+from reweight_jax import etf_dr
 
 HEADS = ("linear", "cosine", "etf")
 
@@ -74,7 +75,6 @@ class ETFHead(nn.Module):
 
   @nn.compact
   def __call__(self, features: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
-    from reweight_jax import etf_dr  # pylint: disable=g-import-not-at-top
     h = batch_norm(train, self.axis_name, name="norm")(features)
     h = etf_dr.etf_normalize(h)
     etf = self.param("etf", lambda _: jnp.asarray(

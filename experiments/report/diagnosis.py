@@ -28,8 +28,12 @@ import zipfile
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 
+import mr2_jax
+import reweight_jax
 from mr2_reweight_core.metrics import class_mean
 from experiments.common.errors import DiagnoseError
 
@@ -126,7 +130,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
   """Spearman's rank correlation of two [n] vectors over the entries where both are finite.
 
   Returns {'rho', 'pvalue', 'classes', 'note'}; rho is NaN (with a note) for fewer than 3 classes
-  or a constant vector. The two-sided p-value (t approximation) needs scipy; None without it.
+  or a constant vector (pvalue None then). The two-sided p-value (t approximation) is scipy's.
   """
   keep = np.isfinite(x) & np.isfinite(y)
   x, y = x[keep], y[keep]
@@ -140,12 +144,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
   rx, ry = rank_average(x), rank_average(y)
   rx, ry = rx - rx.mean(), ry - ry.mean()
   result["rho"] = float(np.sum(rx * ry) / math.sqrt(np.sum(rx * rx) * np.sum(ry * ry)))
-  try:
-    from scipy import stats  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    result["note"] = "p-value needs scipy"
-  else:
-    result["pvalue"] = float(stats.spearmanr(x, y).pvalue)
+  result["pvalue"] = float(scipy.stats.spearmanr(x, y).pvalue)
   return result
 
 
@@ -159,8 +158,6 @@ def _nc4_from_logits(features, labels, logits, num_classes, present):
 
 def _nc_metrics(features, labels, num_classes, classifier, bias, logits, present, skipped):
   """NC1–NC4 with the library; what a missing classifier prevents is None (said in `skipped`)."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import reweight_jax  # pylint: disable=g-import-not-at-top
   names = ("nc1", "nc2", "nc2_classifier", "nc3", "nc4")
   if classifier is not None:
     metrics = reweight_jax.nc_metrics(
@@ -251,9 +248,6 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
 
   # MR2 statistics over the whole set, by the library itself: one `update_class_stats` of fresh
   # statistics sets A_k = a_k and V_k = v_k of the set (MR2 spec, 'Per-class statistics').
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import mr2_jax  # pylint: disable=g-import-not-at-top
-  import reweight_jax  # pylint: disable=g-import-not-at-top
   counts = np.bincount(labels, minlength=num_classes)
   present = counts > 0
   stats = mr2_jax.update_class_stats(mr2_jax.init_class_stats(num_classes),

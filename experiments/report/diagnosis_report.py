@@ -157,9 +157,10 @@ def markdown_report(result: dict[str, Any], plots: Sequence[str] = ()) -> str:
 
 
 def _plots(result: dict[str, Any], out: pathlib.Path) -> list[str]:
+  # optional: plots only; matplotlib is imported when a plot is drawn
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # optional: plots only; pylint: disable=g-import-not-at-top
   names = result["class_names"]
   num_classes = result["num_classes"]
   named = num_classes <= MAX_NAMED_CLASSES

@@ -191,9 +191,10 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
 def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
   """Per-class accuracy of each method, classes sorted by the first method's accuracy; error bars
   ±1 sample std (ddof = 1) over seeds."""
+  # optional: plots only; matplotlib is imported when a plot is drawn
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # optional: plots only; pylint: disable=g-import-not-at-top
   methods = [m for m in table if not m.startswith("_")]
   order = np.argsort(table[methods[0]]["per_class_mean"])[::-1]
   fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(order)), 4))
@@ -218,9 +219,10 @@ def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list
   records = read_jsonl(pathlib.Path(workdir) / "class_history.jsonl")
   if not records:
     return []
+  # optional: plots only; matplotlib is imported when a plot is drawn
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # optional: plots only; pylint: disable=g-import-not-at-top
   written = []
   for key, title in PLOTTED_HISTORY:
     rows = [(r["step"], r[key]) for r in records if key in r]
@@ -282,9 +284,10 @@ def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
 def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
   """ρ on the training set against epochs, one line per method with a band of ±1 sample std
   (ddof = 1) over seeds."""
+  # optional: plots only; matplotlib is imported when a plot is drawn
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # optional: plots only; pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(7, 4))
   for name, history in histories.items():
     epoch, mean, std = (np.asarray(history[k]) for k in ("epoch", "mean", "std"))

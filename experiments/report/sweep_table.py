@@ -99,9 +99,10 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
 def plot(rows: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
   """Overall accuracy against the reports (x: their labels), one line per method, error bars ±1
   sample std (ddof = 1) over seeds."""
+  # optional: plots only; matplotlib is imported when a plot is drawn
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # optional: plots only; pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(6, 4))
   for method, cells in rows.items():
     labels = list(cells)

@@ -2,7 +2,7 @@
 without training: the comparison reports (report.md, comparison.json, PNG plots) with
 `experiments.report.run_tables`, the imbalance-factor table (sweep.md, sweep.json) with
 `experiments.report.sweep_table`, and the linear probe's results.json / tables.md / plots with
-`experiments.probe.linear_probe report`.
+`experiments.studies.linear_probe report`.
 
     python -m experiments.studies.regenerate_reports                 # all of experiments/studies/results/
     python -m experiments.studies.regenerate_reports --results DIR   # a copy elsewhere
@@ -21,8 +21,13 @@ from __future__ import annotations
 import argparse
 import pathlib
 import re
+import shutil
 import tempfile
 from typing import NamedTuple, Sequence
+
+from experiments.report import run_tables as evaluate
+from experiments.report import sweep_table
+from experiments.studies import linear_probe
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 RUN_FILES = {"json": "summary.json", "metrics.jsonl": "metrics.jsonl",
@@ -116,7 +121,6 @@ def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path, *,
   class_history.jsonl}` (no checkpoints). With `keep_existing`, a run whose summary is already in
   `runs_dir` is left as it is (a resumed finished run re-evaluates and rewrites its summary).
   Returns the summaries written."""
-  import shutil  # pylint: disable=g-import-not-at-top
   written = []
   runs_dir.mkdir(parents=True, exist_ok=True)
   for summary in sorted(workdir.glob("*/seed*/summary.json")):
@@ -131,7 +135,6 @@ def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path, *,
 
 
 def regenerate_study(results: pathlib.Path, study: Study) -> str:
-  from experiments.report import run_tables as evaluate  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory() as scratch:
     runs = {name: link_runs(results / runs_dir, name, pathlib.Path(scratch), study.seeds)
             for name, runs_dir in study.methods}
@@ -162,12 +165,10 @@ def main(argv: Sequence[str] | None = None) -> None:
   for study in STUDIES:
     regenerate_study(results, study)
     print(f"{results / study.out}: report.md, comparison.json, plots")
-  from experiments.report import sweep_table  # pylint: disable=g-import-not-at-top
   sweep_table.main(["--out", str(results / "if_sweep"), "--quiet", "--reports",
                     *(f"{label}={results / folder}" for label, folder in IF_SWEEP)])
   print(f"{results / 'if_sweep'}: sweep.md, sweep.json, overall_accuracy.png")
   if not args.skip_linear_probe:
-    from experiments.probe import linear_probe  # pylint: disable=g-import-not-at-top
     linear_probe.main(["--no_xla_cpu_tuning", "report", "--quiet", "--out",
                       str(results / "linear_probe")])
     print(f"{results / 'linear_probe'}: results.json, tables.md, per_class_*.png")

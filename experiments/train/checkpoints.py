@@ -17,12 +17,18 @@ import logging
 import pathlib
 
 import jax
+import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 
 from experiments.common.errors import ConfigError
 from experiments.common.errors import field_value
 from experiments.common.errors import CheckpointError
+from experiments.configs import default
+from experiments.losses import registry as losses
+from experiments.models.pretrained import weights
+from experiments.train import train_state
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +58,6 @@ def start_epochs(config) -> tuple[int, ...]:
   """The start epochs of every deferred loss in `config` (reweight.start_epoch, ldam.drw_epoch,
   ib.start_epoch, > 0): the run checkpoints and keeps the end of each, so that a deferred sibling
   can start there from this run (`config.init_from`) instead of training its first epochs again."""
-  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
   fields = {entry.start for entry in losses.REGISTRY.values() if entry.start is not None}
   epochs = {int(field_value(config, field)) for field in fields}
   return tuple(sorted(e for e in epochs if 0 < e < config.num_epochs))
@@ -105,7 +110,8 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, host_state,
   input pipeline's position (`input_state`, grain's iterator state) when it has one."""
   items = dict(state=ocp.args.StandardSave(host_state),
                integrity=ocp.args.JsonSave({"sha256": digest(host_state), "step": int(step)}))
-  if input_state is not None:  # grain only when its pipeline runs (an accelerator may lack it)
+  if input_state is not None:
+    # optional: grain only when its pipeline runs (an accelerator may lack it)
     import grain  # pylint: disable=g-import-not-at-top
     items["input"] = grain.checkpoint.CheckpointSave(InputState(input_state))
   checkpoint_manager.save(step, args=ocp.args.Composite(**items))
@@ -118,6 +124,7 @@ def _restore_step(checkpoint_manager: ocp.CheckpointManager, step: int, template
                integrity=ocp.args.JsonRestore())
   has_input = input_state and (where / "input").is_dir()  # only a grain pipeline's has one
   if has_input:
+    # optional: grain only when its pipeline runs (an accelerator may lack it)
     import grain  # pylint: disable=g-import-not-at-top
     items["input"] = grain.checkpoint.CheckpointRestore(InputState())
   try:
@@ -173,7 +180,6 @@ def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int
   Raises:
     FileNotFoundError: no checkpoint. CheckpointError: unreadable, or variables that do not fit.
   """
-  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
   directory = pathlib.Path(workdir).resolve() / "checkpoints"
   if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
     raise FileNotFoundError(f"{directory}: no checkpoint (the run saved none yet)")
@@ -223,7 +229,6 @@ def read_saved_config(path: pathlib.Path) -> dict:
   their defaults (`configs/default.py`): a field that did not exist then had its default's
   behaviour (every new field is added so), so an older run compares equal to a run that leaves it
   at the default — it can be resumed, started from (`init_from`) and read back."""
-  from experiments.configs import default  # pylint: disable=g-import-not-at-top
   defaults = json.loads(default.get_config().to_json_best_effort())
   return _with_defaults(json.loads(pathlib.Path(path).read_text()), defaults)
 
@@ -273,7 +278,6 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   fields the other run does not carry start at their initial values, as they would here (a deferred
   entry's own state is untouched before its start).
   """
-  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
   source, _, epoch_text = str(config.init_from).rpartition(":")
   if not source or not epoch_text.isdigit():
     raise ConfigError(f"config.init_from: expected '<workdir>:<epoch>', got {config.init_from!r}")
@@ -323,9 +327,6 @@ def load_frozen_encoder(config, template, image_shape):
   SupCon: the head starts fresh and is the only thing trained), or from a PyTorch weight file
   (`experiments.models.pretrained.weights`: a linear probe of a pretrained network). Returns (state,
   record)."""
-  from experiments.train import train_state  # pylint: disable=g-import-not-at-top
-  from experiments.models.pretrained import weights  # pylint: disable=g-import-not-at-top
-  import ml_collections  # pylint: disable=g-import-not-at-top
   if weights.is_weight_file(config.frozen_encoder_from):  # a PyTorch weight file: a linear probe
     variables = weights.encoder_variables(config.frozen_encoder_from, config.model,
                                           train_state.base_model(config, _num_classes(template)),
@@ -360,7 +361,6 @@ def load_frozen_encoder(config, template, image_shape):
 def init_from_differences(before: dict, now: dict) -> list[str]:
   """Config fields (JSON dicts) in which two runs differ beyond the loss, its sub-trees and how a
   run is kept or reported: a run may start from the other (`init_from`) only when this is empty."""
-  from experiments.losses import registry as losses  # pylint: disable=g-import-not-at-top
   free = {"loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS}
   return sorted(k for k in set(before) | set(now) if k not in free and before.get(k) != now.get(k))
 

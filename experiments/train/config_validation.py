@@ -8,7 +8,8 @@ import pathlib
 
 import jax
 
-from experiments.data import datasets as data_lib
+from experiments.data import augmentations
+from experiments.data import long_tail
 from experiments.data import input_pipeline
 from experiments.losses import registry as losses
 from experiments.models import registry as models
@@ -43,8 +44,8 @@ def validate_config(config) -> None:
   check_choice(config, "schedule", ("cosine", "step", "milelr"))
   check_choice(config, "head", models.HEADS)
   check_choice(config, "compute_dtype", models.COMPUTE_DTYPES)
-  check_choice(config, "augmentation", data_lib.AUGMENTATIONS)
-  check_choice(config, "lt_selection", data_lib.LT_SELECTIONS)
+  check_choice(config, "augmentation", augmentations.AUGMENTATIONS)
+  check_choice(config, "lt_selection", long_tail.LT_SELECTIONS)
   check_choice(config, "input_pipeline", input_pipeline.PIPELINES)
   if config.model not in models.MODELS:
     raise ConfigError(f"config.model: unknown model {config.model!r}; expected one of "

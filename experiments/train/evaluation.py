@@ -18,7 +18,8 @@ import numpy as np
 
 import mr2_jax
 import reweight_jax
-from experiments.data import datasets as data_lib
+from experiments.data import batches
+from experiments.data import long_tail
 from experiments.train import steps
 
 
@@ -49,7 +50,7 @@ def evaluate_split(runner, state, split, batch_size: int, num_classes: int, *,
   """Host `EvalSums` of `split` (every example once; the padded tail masked). `state` is in the
   runner's layout; `batch_size` is global and divisible by the runner's devices."""
   sums, kept = None, []
-  for batch in data_lib.eval_batches(split, batch_size):
+  for batch in batches.eval_batches(split, batch_size):
     local = runner.place_batch(process_rows(batch, process_index, process_count))
     if sums is None:
       feature_dim = None
@@ -92,7 +93,7 @@ def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str
       "train_class_counts": train.class_counts.tolist(),
   }
   if config.imbalance_factor > 1:
-    split_ids = data_lib.many_medium_few(train.class_counts)
+    split_ids = long_tail.many_medium_few(train.class_counts)
     summary["many_medium_few"] = {
         name: (float(np.nanmean(accuracy[split_ids == i])) if np.any(split_ids == i) else None)
         for i, name in enumerate(("many", "medium", "few"))}

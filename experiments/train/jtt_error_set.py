@@ -10,13 +10,13 @@ import numpy as np
 
 import reweight_jax
 from experiments.train import checkpoints
-from experiments.data import datasets as data_lib
+from experiments.data.split import Split
 from experiments.common.errors import ConfigError
 from experiments.common.errors import DiagnoseError
 from experiments.train import run_features
 
 
-def error_set(stage1_workdir: str, config, train: data_lib.Split) -> tuple[np.ndarray, int]:
+def error_set(stage1_workdir: str, config, train: Split) -> tuple[np.ndarray, int]:
   """(bool [N] E_i = 1[argmax_k z_ik ≠ y_i], the checkpoint step) of the stage-1 run's latest
   checkpoint over `train`.
 

@@ -24,9 +24,11 @@ import ml_collections
 import numpy as np
 
 from experiments.train import checkpoints
-from experiments.data import datasets as data_lib
+from experiments.data import batches as batches_lib
 from experiments.train import evaluation
 from experiments.data import input_pipeline
+from experiments.data import loading
+from experiments.data import normalization
 from experiments.losses import registry as losses
 from experiments.train import metric_writer
 from experiments.train import runners
@@ -34,6 +36,7 @@ from experiments.train import steps
 from experiments.train import train_state
 from experiments.models.pretrained import weights as pretrained
 from experiments.common.errors import ConfigError
+from experiments.common.errors import DataError
 from experiments.train import samplers
 from experiments.train.config_validation import validate_config
 
@@ -50,10 +53,10 @@ def probe_step(config, task, learning_rate_fn, state, model, train, process_batc
                views: int = 1, pair=None) -> None:
   """Traces one train step abstractly (no compute), so that arguments the library rejects at trace
   time (they name themselves) fail before the workdir is touched."""
-  batch = next(data_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
-                                      augment=False, views=views, pair=pair,
-                                      normalized=not input_pipeline.REGISTRY[
-                                          config.input_pipeline].uint8_to_device))
+  batch = next(batches_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
+                                         augment=False, views=views, pair=pair,
+                                         normalized=not input_pipeline.REGISTRY[
+                                             config.input_pipeline].uint8_to_device))
   single_device = state.replace(apply_fn=model.clone(axis_name=None).apply)
   step = functools.partial(steps.train_step, loss_fn=losses.make_loss_fn(config), task=task,
                            learning_rate_fn=learning_rate_fn)
@@ -100,7 +103,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     The summary dict (also written to workdir/summary.json).
   """
   validate_config(config)
-  train, validation, test = data_lib.load_data(config)  # fails before anything is written
+  train, validation, test = loading.load_data(config)  # fails before anything is written
   workdir = pathlib.Path(workdir).resolve()  # orbax needs absolute paths
   is_main = jax.process_index() == 0
   process_count, process_index = jax.process_count(), jax.process_index()
@@ -113,7 +116,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # An entry that trains on an edited training set (JTT): the positions one epoch draws from.
   sample, sample_record = (None, {}) if entry.sampler is None else samplers.SAMPLERS[entry.sampler](config, train)
   pair = losses.pair_draw(config, train)  # GLMC's paired batches, mixup's partners
-  steps_per_epoch = data_lib.steps_per_epoch(train, process_batch, process_count, sample)
+  steps_per_epoch = batches_lib.steps_per_epoch(train, process_batch, process_count, sample)
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:
     total_steps = min(total_steps, max_steps)
@@ -124,7 +127,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                     steps_per_epoch=steps_per_epoch,
                     loss_views=entry.views if views > entry.views else 0,
                     mixup_alpha=float(config.mixup_alpha),
-                    normalization=data_lib.normalization(train.name))
+                    normalization=normalization.normalization(train.name))
   try:
     learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch,
                                                            train.class_counts)
@@ -167,7 +170,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           train, process_batch, steps_per_epoch, seed=config.seed, augment=config.augment,
           process_index=process_index, process_count=process_count, views=views,
           augmentation=config.augmentation,
-          sample=None if sample is None else data_lib.check_sample(train, sample), pair=pair,
+          sample=None if sample is None else batches_lib.check_sample(train, sample), pair=pair,
           normalized=not pipeline.uint8_to_device),
       int(config.num_epochs * steps_per_epoch), workers=config.data_workers,
       restored_state=input_state)
@@ -178,6 +181,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   writer = metric_writer.MetricWriter(workdir, is_main, start_step)
   progress = None
   if config.progress_bar and is_main:
+    # optional: tqdm only for the progress bar (config.progress_bar)
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
     progress = tqdm(total=total_steps * config.batch_size, initial=start_step * config.batch_size,
                     unit="img", unit_scale=True, dynamic_ncols=True,
@@ -201,7 +205,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   with contextlib.closing(train_input.batches(start_step, runner.place_batch)) as batches:
     for batch_step, batch, input_state in batches:
       if batch_step != step:
-        raise data_lib.DataError(f"the input pipeline gave the batch of step {batch_step} at "
+        raise DataError(f"the input pipeline gave the batch of step {batch_step} at "
                                  f"step {step} (its saved state does not match the checkpoint)")
       state, metrics = runner.step(state, batch)
       window = metric_writer.accumulate(window, metrics)
@@ -234,9 +238,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       if (config.class_loss_every_epochs and step % steps_per_epoch == 0
           and (step // steps_per_epoch) % config.class_loss_every_epochs == 0):
         evaluation_start = time.perf_counter()
-        class_loss, loss_rho = evaluation.training_class_loss(evaluate_train(state))
-        write_metrics(step, {"epoch": step / steps_per_epoch, "train_rho": loss_rho},
-                      {"train_class_ce": class_loss})
+        sums = evaluate_train(state, neural_collapse=config.nc_metrics, head_kind=config.head)
+        class_loss, loss_rho = evaluation.training_class_loss(sums)
+        scalars = {"epoch": step / steps_per_epoch, "train_rho": loss_rho}
+        if config.nc_metrics:  # NC1–NC4 over training (the terminal-phase claims)
+          nc = evaluation.neural_collapse_metrics(sums, config.head, runner.to_host(state).params)
+          scalars.update({f"train_{name}": value for name, value in nc.items() if name != "rho"})
+        write_metrics(step, scalars, {"train_class_ce": class_loss})
         window_start += time.perf_counter() - evaluation_start  # images/s: training time only
       kept_epoch = (step % steps_per_epoch == 0
                     and step // steps_per_epoch in checkpoints.start_epochs(config))

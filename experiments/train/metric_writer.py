@@ -73,6 +73,7 @@ class MetricWriter:
         kept = [line for line in path.read_text().splitlines()
                 if line.strip() and json.loads(line)["step"] <= start_step]
         path.write_text("".join(line + "\n" for line in kept))
+    # optional: tensorboardX only on the process that writes the logs
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
     self.metrics = open(workdir / "metrics.jsonl", "a", encoding="utf-8")
     self.class_history = open(workdir / "class_history.jsonl", "a", encoding="utf-8")

@@ -14,7 +14,9 @@ import ml_collections
 import numpy as np
 
 from experiments.common.errors import DiagnoseError
-from experiments.data import datasets as data_lib
+from experiments.common.errors import DataError
+from experiments.data import batches
+from experiments.data import loading
 from experiments.train import checkpoints as checkpoints_lib
 from experiments.train import train_state
 from experiments.train.evaluation import classifier_weights
@@ -72,8 +74,8 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   config = ml_collections.ConfigDict(checkpoints_lib.read_saved_config(config_path))
 
   try:
-    train, validation, test = data_lib.load_data(config)
-  except data_lib.DataError as error:
+    train, validation, test = loading.load_data(config)
+  except DataError as error:
     raise DiagnoseError(f"the run's data set cannot be loaded: {error}") from error
   if "validation" in splits and validation is None:
     raise DiagnoseError("split: this run has no validation split (config.validation_fraction = 0)")
@@ -95,7 +97,7 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   for name in splits:
     data = {"train": train, "validation": validation, "test": test}[name]
     features, logits, labels = [], [], []
-    for batch in data_lib.eval_batches(data, config.eval_batch_size):
+    for batch in batches.eval_batches(data, config.eval_batch_size):
       batch_logits, batch_features = forward(variables, batch["image"])
       mask = batch["mask"]
       features.append(np.asarray(batch_features)[mask])

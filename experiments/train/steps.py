@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 import reweight_jax
 from mr2_reweight_core import metrics as perclass_metrics
-from experiments.data import datasets as data_lib
+from experiments.data import normalization
 from experiments.losses import registry as losses
 from experiments.models import registry as models
 
@@ -33,7 +33,7 @@ def device_images(images, task: Task):
   """Images as the model takes them: uint8 pixels normalised on the device with the host's
   float32 operations (`data.normalize`), float images (normalised on the host) unchanged."""
   if jnp.issubdtype(images.dtype, jnp.integer):
-    return data_lib.normalize(images, task.normalization, xp=jnp)
+    return normalization.normalize(images, task.normalization, xp=jnp)
   return images
 
 

@@ -71,6 +71,7 @@ def load_state_dict(path: str | pathlib.Path) -> dict[str, np.ndarray]:
   path = pathlib.Path(path)
   if path.suffix == ".safetensors":
     try:
+      # optional: safetensors only for a .safetensors file
       from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
     except ImportError as e:
       raise ImportError(f"reading {path.name} needs the 'safetensors' package "

@@ -40,6 +40,7 @@ def encoder_variables(path: str | pathlib.Path, model_name: str, model, field: s
     raise ConfigError(f"config.{field}: weight file not found: {path}")
   unreadable = [ValueError, OSError, pickle.UnpicklingError]
   try:
+    # optional: safetensors only when installed (its error is then one of the unreadable ones)
     from safetensors import SafetensorError  # pylint: disable=g-import-not-at-top
     unreadable.append(SafetensorError)
   except ImportError:

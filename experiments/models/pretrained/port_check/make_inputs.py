@@ -1,9 +1,9 @@
 """Picks one CIFAR-10 test image per class and writes them (uint8) plus preprocessed inputs."""
 import numpy as np
-from experiments.data import datasets as data
+from experiments.data import loading
 from experiments.models.pretrained import efficientnet_lite as el
 
-test = data.load_split("cifar10_jpeg", "test", "/work/shared/data/cifar10_jpeg")
+test = loading.load_split("cifar10_jpeg", "test", "/work/shared/data/cifar10_jpeg")
 rng = np.random.default_rng(0)
 idx = np.array([rng.choice(np.flatnonzero(test.labels == k)) for k in range(10)])
 out = {"indices": idx, "images": test.images[idx], "labels": test.labels[idx]}

@@ -1,0 +1,42 @@
+"""Random crops and flips of uint8 batches [B, H, W, C]: `random_crop_flip`, the CIFAR augmentation
+of He et al. (2016) (zero-pad, crop back at a random offset, flip half; the 'crop_flip'
+augmentation, and view 0 of the released recipe before AutoAugment), and `random_flip`,
+torchvision's RandomHorizontalFlip (the SimCLR and Inception views)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from experiments.data.pillow_ops import check_images
+
+CROP_PADDING = 4
+
+
+def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
+                     padding: int = CROP_PADDING, process_index: int = 0,
+                     process_count: int = 1) -> np.ndarray:
+  """Zero-pad by `padding`, crop back to H x W at a random offset, flip half horizontally.
+
+  The CIFAR augmentation of He et al. (2016), one gather for the whole batch [B, H, W, C]. The random
+  offsets are drawn for the whole global batch (B·process_count examples) and this process takes
+  positions process_index, process_index + P, ... (its examples' positions in the global batch), so
+  every example gets the same crop whatever the number of processes.
+  """
+  batch, height, width, _ = images.shape
+  padded = np.pad(images, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+  global_batch = batch * process_count
+  top = rng.integers(0, 2 * padding + 1, size=global_batch)[process_index::process_count]
+  left = rng.integers(0, 2 * padding + 1, size=global_batch)[process_index::process_count]
+  flip = (rng.random(global_batch) < 0.5)[process_index::process_count]
+  rows = top[:, None] + np.arange(height)
+  cols = left[:, None] + np.where(flip[:, None], np.arange(width)[::-1], np.arange(width))
+  return padded[np.arange(batch)[:, None, None], rows[:, :, None], cols[:, None, :]]
+
+
+def random_flip(images: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.ndarray:
+  """torchvision `RandomHorizontalFlip(p)`: each image mirrored left-right iff rng.random() < p."""
+  images = check_images(images)
+  flip = rng.random(len(images)) < p
+  out = images.copy()
+  out[flip] = images[flip, :, ::-1]
+  return out

@@ -1,0 +1,116 @@
+"""The long-tail pipelines (PIPELINES spec): ETF-DR (dot regression onto a fixed ETF classifier) and
+GLMC (global and local mixture consistency on re-balanced paired batches), each alone and with the
+inverse reweighting (§4)."""
+
+from __future__ import annotations
+
+import reweight_jax
+from experiments.common.errors import ConfigError
+from experiments.losses.batch_means import _global_mean
+from experiments.losses.entry import _output
+from experiments.losses.reweighting_losses import _reweighted
+from experiments.models import registry as models
+
+
+def _etf_dr(config, logits, features, labels, state, info):
+  """ETF-DR's dot regression on the head's normalised features h (`config.head='etf'`) against the
+  fixed ETF M (from the model, `models.WithETFClassifier`), E from GivenEw (of the unmixed labels),
+  and of a mixup batch λ·DR(h, y) + (1 − λ)·DR(h, y_π)."""
+  del logits
+  classifier = _output(info, "etf_classifier", "etf_dr")
+  scale = (reweight_jax.given_ew(labels, classifier.shape[1], axis_name=info.axis_name)
+           if config.etf_dr.given_ew else None)
+  if info.mix is None:
+    loss, _ = reweight_jax.dot_regression_loss(features, labels, classifier, class_scale=scale,
+                                               axis_name=info.axis_name)
+  else:
+    labels_b, lam = info.mix
+    loss, _ = reweight_jax.mixup_dot_regression_loss(features, labels, labels_b, lam, classifier,
+                                                     scale, axis_name=info.axis_name)
+  return loss, state, {}
+
+
+def _etf_dr_inverse_reweight(config, logits, features, labels, state, info):
+  """ETF-DR with the inverse reweighting (PIPELINES spec §4): ŵ weights the per-label DR losses
+  with E ≡ 1 (GivenEw already balances classes), of a mixup batch against (y, y_π)."""
+  del logits
+  classifier = _output(info, "etf_classifier", "etf_dr+inverse_reweight")
+  per_label = [reweight_jax.dot_regression_loss(features, y, classifier,
+                                                axis_name=info.axis_name)[1]
+               for y in ([labels] if info.mix is None else [labels, info.mix[0]])]
+  return _reweighted(config, per_label[0], labels, state, info, per_label[-1])
+
+
+def _etf_model(config, base):
+  del config
+  return models.WithETFClassifier(base)
+
+
+def _check_etf_head(config):
+  if config.head != "etf":
+    raise ConfigError(f"config.head: the 'etf_dr' loss regresses onto the fixed ETF classifier: "
+                      f"set config.head='etf' (got {config.head!r})")
+
+
+def _glmc_terms(config, logits, labels, info):
+  """(GLMCAux of this device's shares, α_e) of a paired batch's two passes [x_g; x_l]: fc_cb is the
+  model's head (logits); fc, the projections and predictions come from `models.GLMCModel`;
+  v_c ∝ n_c^(−ℓw) from the training counts, α_e = 1 − (e/E)²."""
+  if info.mix is None:
+    raise ValueError("the 'glmc' losses need paired batches (StepInfo.mix): train them with the "
+                     "trainer, which draws them from the entry's `pair`")
+  gl = config.glmc
+  labels_b, lam = info.mix
+  half = labels.shape[0] // 2
+  fc, projection, prediction = (_output(info, key, "glmc")
+                                for key in ("logits_fc", "projection", "prediction"))
+  alpha = reweight_jax.glmc_alpha(info.epoch, config.num_epochs)
+  _, aux = reweight_jax.glmc_loss(
+      fc[:half], fc[half:], logits[:half], logits[half:], prediction[:half], projection[:half],
+      prediction[half:], projection[half:], labels[:half], labels_b[:half], lam,
+      reweight_jax.glmc_class_weights(info.class_counts, gl.weight_exponent), alpha, gl.w_con,
+      axis_name=info.axis_name)
+  return aux, alpha
+
+
+def _glmc_metrics(aux, axis_name, terms=("balanced", "rebalanced", "consistency")):
+  return {f"glmc_{t}": _global_mean(getattr(aux, t), axis_name) for t in terms}
+
+
+def _glmc(config, logits, features, labels, state, info):
+  """GLMC (PIPELINES spec §3): L = α_e L_bal + (1 − α_e) L_reb + w_con L_con."""
+  del features
+  aux, alpha = _glmc_terms(config, logits, labels, info)
+  loss = (alpha * aux.balanced + (1 - alpha) * aux.rebalanced
+          + config.glmc.w_con * aux.consistency)
+  return loss, state, _glmc_metrics(aux, info.axis_name)
+
+
+def _glmc_inverse_reweight(config, logits, features, labels, state, info):
+  """GLMC with the inverse reweighting (PIPELINES spec §4): ŵ replaces v in L_reb, from fc_cb's
+  unweighted per-label CE pooled over both passes (one counter update per step); L_bal and L_con
+  unchanged. L_reb, the sum of the two passes' means, is 2× the mixed-label loss of the 2B rows."""
+  del features
+  aux, alpha = _glmc_terms(config, logits, labels, info)
+  reweighted, state, metrics = _reweighted(
+      config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info,
+      reweight_jax.cross_entropy_loss(logits, info.mix[0]))
+  loss = (alpha * aux.balanced + (1 - alpha) * 2 * reweighted
+          + config.glmc.w_con * aux.consistency)
+  return loss, state, {**_glmc_metrics(aux, info.axis_name, ("balanced", "consistency")),
+                       **metrics}
+
+
+def _glmc_model(config, base):
+  return models.GLMCModel(base, base.num_classes, projection_dim=config.glmc.projection_dim)
+
+
+def _glmc_pair(config, train):
+  r = config.glmc.r
+
+  def draw(rng, global_rows, height, width):
+    rows = reweight_jax.glmc_rebalanced_indices(train.labels, train.class_counts, r,
+                                                len(global_rows), rng)
+    lam = float(rng.beta(1.0, 1.0))  # the release's --beta is dead: λ ~ Beta(1, 1)
+    return {"rows": rows, "lam": lam, "box": reweight_jax.cutmix_box(lam, height, width, rng)}
+  return draw

@@ -1,0 +1,241 @@
+"""A linear head on frozen features: ERM vs MR2 (ℓ_γ,ce only) vs inverse reweighting, one recipe.
+
+MR2 spec, 'Objective' ("for linear probing on frozen features, only ℓ_γ,ce") and 'Evaluation
+protocol'; REWEIGHT spec, 'Two levels'. Every head is trained on cached features
+(`experiments.probe.features`); the study that uses it is `experiments.studies.linear_probe`, the
+comparison methods' study `experiments.studies.probe_comparison`.
+
+The head: logits = φ W + b (W ~ N(0, 0.01²), b = 0, as MoCo's linear classifier), trained with the
+same recipe for every method: SGD momentum 0.9, cosine decay to 0 over all steps, batch 256 (full
+batches, the remainder of each epoch's permutation dropped), no weight decay. Learning rate and
+number of epochs are chosen once by `python -m experiments.studies.linear_probe select` (ERM, mean
+per-class accuracy on a stratified 10 % validation split of the training set) and fixed in
+`RECIPE`.
+
+Methods (`METHODS`):
+  erm             plain cross-entropy.
+  mr2             ℓ_γ,ce with γ from EMA class statistics of the (unnormalised) features:
+                  paper form, p = 2, decay 0.9, c̄ = 1 (`mr2_jax.mr2_loss(..., lam=0)`).
+  reweight        inverse reweighting, α = 0, uniform prior, macro γ = 1 refreshed once per epoch,
+                  clip 10, gradient through the weights (the authors' code), from the first step.
+  reweight_sg     the same with `stop_gradient=True` (the weights are constants).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import mr2_jax
+import reweight_jax
+from experiments.data import batches, long_tail
+from experiments.losses import registry as losses
+from experiments.configs import default as default_config
+from experiments.probe.features import NUM_CLASSES
+
+
+class Recipe(NamedTuple):
+  """The one optimisation recipe of every method (chosen by `select` on ERM's validation accuracy)."""
+  learning_rate: float
+  epochs: int
+  batch_size: int = 256
+  momentum: float = 0.9
+  weight_decay: float = 0.0
+  init_std: float = 0.01
+
+
+# From `python -m experiments.studies.linear_probe select`
+# (experiments/studies/results/linear_probe/selection.json).
+RECIPE = Recipe(learning_rate=0.01, epochs=30)
+METHODS = ("erm", "mr2", "reweight", "reweight_sg")
+# Setting name → (imbalance factor, methods). Reweighting's stop-gradient ablation only on LT.
+SETTINGS = {"balanced": (1.0, ("erm", "mr2", "reweight")),
+            "lt100": (100.0, ("erm", "mr2", "reweight", "reweight_sg"))}
+# Method → (loss registry entry, config overrides): the trainer's losses, on a linear head.
+METHOD_LOSSES = {
+    "erm": ("ce", {}),
+    "mr2": ("mr2", {"mr2.lam": 0.0, "mr2.c_bar": 1.0, "mr2.decay": 0.9, "mr2.form": "paper"}),
+    "reweight": ("inverse_reweight", {"reweight.alpha": 0.0, "reweight.prior": "uniform",
+                                      "reweight.gamma": 1.0, "reweight.max_weight": 10.0,
+                                      "reweight.macro": True, "reweight.refresh": "epoch",
+                                      "reweight.start_epoch": 0}),
+}
+METHOD_LOSSES["reweight_sg"] = ("inverse_reweight",
+                                {**METHOD_LOSSES["reweight"][1], "reweight.stop_gradient": True})
+
+
+def method_config(method: str):
+  """The config (experiments/configs/default.py) whose loss is `method`'s registry entry."""
+  if method not in METHOD_LOSSES:
+    raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+  return loss_config(*METHOD_LOSSES[method])
+
+
+def loss_config(loss: str, overrides: dict[str, Any] | tuple = ()):
+  """The default config with `config.loss = loss` and `overrides` {"tree.field": value} applied,
+  validated by the registry."""
+  config = default_config.get_config()
+  config.loss = loss
+  for field, value in dict(overrides).items():
+    head, tail = field.split(".")
+    config[head][tail] = value
+  losses.validate(config)
+  return config
+
+
+def method_key(method: str) -> tuple[str, tuple]:
+  """(loss, sorted overrides): the hashable key of a method's loss config."""
+  loss, overrides = METHOD_LOSSES[method]
+  return loss, tuple(sorted(overrides.items()))
+
+
+class ProbeState(NamedTuple):
+  """Everything a step changes: head parameters, optimiser, and the loss's per-class state."""
+  params: dict[str, jax.Array]
+  opt_state: Any
+  loss_state: dict[str, Any]
+
+
+def make_optimizer(recipe: Recipe, steps_per_epoch: int) -> optax.GradientTransformation:
+  schedule = optax.cosine_decay_schedule(recipe.learning_rate, recipe.epochs * steps_per_epoch)
+  return optax.chain(optax.add_decayed_weights(recipe.weight_decay),
+                     optax.sgd(schedule, momentum=recipe.momentum))
+
+
+def init_params(key: jax.Array, feature_dim: int, num_classes: int, init_std: float
+                ) -> dict[str, jax.Array]:
+  return {"kernel": init_std * jax.random.normal(key, (feature_dim, num_classes)),
+          "bias": jnp.zeros((num_classes,))}
+
+
+def init_state(key: jax.Array, feature_dim: int, num_classes: int,
+               optimizer: optax.GradientTransformation, init_std: float,
+               method: str | tuple = "erm") -> ProbeState:
+  """`method`: a name of METHODS or a `method_key` (loss, overrides)."""
+  params = init_params(key, feature_dim, num_classes, init_std)
+  config = loss_config(*(method_key(method) if isinstance(method, str) else method))
+  return ProbeState(params=params, opt_state=optimizer.init(params),
+                    loss_state=losses.init_loss_state(config, num_classes))
+
+
+def logits_of(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
+  return features @ params["kernel"] + params["bias"]
+
+
+@functools.lru_cache(maxsize=None)
+def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int):
+  """jit(state, features [N, d], labels [N], batch_indices [S, B], epoch, rng) → (state, mean
+  loss): one epoch, the steps under `lax.scan`; β of the reweighting is refreshed at the first step
+  of each epoch; step s draws from fold_in(rng, s) (EQL). `method`: a METHODS name or a
+  `method_key`. Cached, so the seeds of one (method, recipe, data size) share one compilation."""
+  optimizer = make_optimizer(recipe, steps_per_epoch)
+  loss_fn = losses.make_loss_fn(loss_config(*(method_key(method) if isinstance(method, str)
+                                              else method)))
+
+  @jax.jit
+  def train_epoch(state, features, labels, batch_indices, epoch, rng):
+    class_counts = jnp.zeros((state.params["bias"].shape[0],), jnp.float32).at[labels].add(1.0)
+
+    def step(state: ProbeState, inputs):
+      step_in_epoch, indices = inputs
+      info = losses.StepInfo(epoch=epoch, step_in_epoch=step_in_epoch, class_counts=class_counts,
+                             rng=jax.random.fold_in(rng, step_in_epoch))
+
+      def objective(params):
+        batch_features = features[indices]
+        logits = logits_of(params, batch_features)
+        loss, loss_state, _ = loss_fn(logits, batch_features, labels[indices], state.loss_state,
+                                      info)
+        return loss, loss_state
+
+      (loss, loss_state), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
+      updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+      params = optax.apply_updates(state.params, updates)
+      return ProbeState(params, opt_state, loss_state), loss
+
+    state, step_losses = jax.lax.scan(step, state,
+                                      (jnp.arange(batch_indices.shape[0]), batch_indices))
+    return state, jnp.mean(step_losses)
+
+  return train_epoch
+
+
+def epoch_batches(num_examples: int, batch_size: int, seed: int, epoch: int,
+                  order: np.ndarray | None = None) -> np.ndarray:
+  """int32 [steps, batch]: `order` (default `experiments.data.batches.epoch_permutation`) cut into
+  full batches."""
+  if order is None:
+    order = batches.epoch_permutation(num_examples, seed, epoch)
+  steps = len(order) // batch_size
+  if steps == 0:
+    raise ValueError(f"{len(order)} examples do not fill one batch of {batch_size}")
+  return np.asarray(order[:steps * batch_size]).reshape(steps, batch_size).astype(np.int32)
+
+
+@functools.partial(jax.jit, static_argnames="num_classes")
+def class_loss_sums(params, features, labels, num_classes: int) -> losses.EpochPass:
+  """Per-class Σ CE, correct and counts of a full pass (FairDRO's epoch-end pass)."""
+  logits = logits_of(params, features)
+  ce = reweight_jax.cross_entropy_loss(logits, labels)
+  k = num_classes
+  return losses.EpochPass(
+      loss_sums=jnp.zeros((k,), jnp.float32).at[labels].add(ce),
+      correct=jnp.zeros((k,), jnp.float32).at[labels].add(
+          (jnp.argmax(logits, -1) == labels).astype(jnp.float32)),
+      counts=jnp.zeros((k,), jnp.float32).at[labels].add(1.0))
+
+
+@jax.jit
+def predict(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
+  return jnp.argmax(logits_of(params, features), axis=-1)
+
+
+def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: np.ndarray,
+                recipe: Recipe, seed: int, num_classes: int = NUM_CLASSES,
+                epoch_order=None) -> tuple[ProbeState, list[float]]:
+  """Trains one linear head; returns the final state and the per-epoch mean training loss.
+
+  `method`: a METHODS name or a `method_key` (loss, overrides). `epoch_order(epoch)` gives the
+  dataset positions of an epoch (default: a permutation of all; JTT's up-sampled list); every epoch
+  must have the same length. An entry with an epoch-end hook (FairDRO) gets a pass over the training
+  set after every epoch."""
+  key = method_key(method) if isinstance(method, str) else method
+  order = (epoch_order or (lambda e: batches.epoch_permutation(len(train_labels), seed, e)))
+  steps = len(order(0)) // recipe.batch_size
+  optimizer = make_optimizer(recipe, steps)
+  state = init_state(jax.random.key(seed), train_features.shape[1], num_classes, optimizer,
+                     recipe.init_std, key)
+  train_epoch = make_train_epoch(key, recipe, steps)
+  config = loss_config(*key)
+  epoch_end = losses.get(config.loss).epoch_end
+  features, labels = jnp.asarray(train_features), jnp.asarray(train_labels, jnp.int32)
+  epoch_losses = []
+  for epoch in range(recipe.epochs):
+    state, loss = train_epoch(state, features, labels,
+                              epoch_batches(len(train_labels), recipe.batch_size, seed, epoch,
+                                            order(epoch)),
+                              jnp.asarray(epoch), jax.random.fold_in(jax.random.key(seed), epoch))
+    if epoch_end is not None:
+      state = state._replace(loss_state=epoch_end(
+          config, state.loss_state, class_loss_sums(state.params, features, labels, num_classes),
+          epoch, recipe.epochs))
+    epoch_losses.append(float(loss))
+  return state, epoch_losses
+
+
+def setting_train_indices(train_labels: np.ndarray, imbalance_factor: float, seed: int) -> np.ndarray:
+  """All training examples (balanced) or the CIFAR-10-LT subset drawn with `seed`."""
+  if imbalance_factor == 1.0:
+    return np.arange(len(train_labels))
+  return long_tail.long_tail_indices(train_labels, NUM_CLASSES, imbalance_factor, seed)
+
+
+def class_accuracy(params, features: np.ndarray, labels: np.ndarray) -> np.ndarray:
+  predictions = predict(params, jnp.asarray(features))
+  return mr2_jax.per_class_accuracy(predictions, jnp.asarray(labels, jnp.int32), NUM_CLASSES)
+

@@ -1,0 +1,149 @@
+"""Probe runs summarised over seeds: difficulty groups, mean ± std, paired Δ vs ERM, tables, plot.
+
+Easy / Medium / Hard are fixed from ERM's mean per-class test accuracy
+(`mr2_jax.difficulty_tertiles`); each method's group accuracies are summarised over seeds as mean ±
+sample std (ddof = 1) and as the paired per-seed Δ vs ERM (`experiments.report.seed_stats`). Used
+by `experiments.studies.linear_probe` and `experiments.studies.probe_comparison`.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Sequence
+
+import numpy as np
+
+import mr2_jax
+from experiments.data import long_tail
+from experiments.report import seed_stats as reporting
+from experiments.probe.linear_head import METHODS, SETTINGS
+
+
+def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
+                  shot_groups: np.ndarray | None) -> dict[str, float]:
+  """Overall (mean per class; the test set is balanced), Easy/Medium/Hard, worst class, class std,
+  and Many/Medium/Few shot (NaN for an empty group) — all in percent."""
+  easy, medium, hard = mr2_jax.group_accuracy(class_acc, difficulty)
+  metrics = {"overall": float(np.mean(class_acc)), "easy": easy, "medium": medium, "hard": hard,
+             "worst": mr2_jax.worst_class_accuracy(class_acc),
+             "class_std": mr2_jax.class_accuracy_std(class_acc)}
+  if shot_groups is not None:
+    for name, group in (("many", long_tail.MANY), ("medium_shot", long_tail.MEDIUM),
+                        ("few", long_tail.FEW)):
+      members = shot_groups == group
+      metrics[name] = float(np.mean(class_acc[members])) if members.any() else float("nan")
+  return {k: 100.0 * float(v) for k, v in metrics.items()}
+
+
+def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
+              long_tailed: bool | None = None) -> dict:
+  """Groups from ERM's mean per-class test accuracy; per method mean ± sample std (ddof = 1) over
+  seeds (`reporting.mean_std`) and the paired per-seed Δ vs ERM (`reporting.paired_delta`: mean,
+  sample std, seeds ahead)."""
+  runs = [r for r in runs if r["setting"] == setting]
+  methods = [m for m in methods if any(r["method"] == m for r in runs)]
+  by_method = {m: {r["seed"]: r for r in runs if r["method"] == m} for m in methods}
+  erm_mean = np.mean([r["class_accuracy"] for r in by_method["erm"].values()], axis=0)
+  difficulty = mr2_jax.difficulty_tertiles(erm_mean)
+  lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
+
+  def metrics(run: dict) -> dict[str, float]:
+    return group_metrics(np.asarray(run["class_accuracy"]), difficulty,
+                         np.asarray(run["shot_groups"]) if lt else None)
+
+  erm = {seed: metrics(r) for seed, r in by_method["erm"].items()}
+  table = {}
+  for method in methods:
+    per_seed = {seed: metrics(r) for seed, r in sorted(by_method[method].items())}
+    names = list(next(iter(per_seed.values())))
+    spread = {n: reporting.mean_std([m[n] for m in per_seed.values()]) for n in names}
+    delta = {n: reporting.paired_delta({s: m[n] for s, m in per_seed.items()},
+                                       {s: m[n] for s, m in erm.items()}) for n in names}
+    class_mean, class_std = reporting.mean_std_arrays(
+        [r["class_accuracy"] for _, r in sorted(by_method[method].items())])
+    table[method] = {
+        "seeds": sorted(per_seed),
+        "mean": {n: spread[n][0] for n in names},
+        "std": {n: spread[n][1] for n in names},
+        "delta_mean": {n: delta[n].mean for n in names},
+        "delta_std": {n: delta[n].std for n in names},
+        "delta_wins": {n: delta[n].ahead for n in names},
+        "delta_seeds": {n: delta[n].paired for n in names},
+        "class_accuracy_mean": class_mean.tolist(),
+        "class_accuracy_std": class_std.tolist() if len(per_seed) > 1 else None,
+    }
+  return {"difficulty_groups": difficulty.tolist(), "erm_class_accuracy_mean": erm_mean.tolist(),
+          "seed_spread": reporting.STD_NAME, "methods": table}
+
+
+COLUMNS = (("overall", "Overall"), ("easy", "Easy"), ("medium", "Medium"), ("hard", "Hard"),
+           ("worst", "Worst class"), ("class_std", "Class std"))
+SHOT_COLUMNS = (("many", "Many"), ("medium_shot", "Medium-shot"), ("few", "Few"))
+
+
+def _cell(mean: float, std: float) -> str:
+  """"mean ± std" (already in percent) with two decimals; "n/a" for an empty group."""
+  return reporting.cell(mean, std, fmt=".2f")
+
+
+def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
+                    long_tailed: bool | None = None) -> str:
+  """Two tables: mean ± sample std (ddof = 1) over seeds, and the paired per-seed Δ vs ERM (mean ±
+  sample std of Δ, seeds ahead / seeds paired)."""
+  lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
+  columns = COLUMNS + (SHOT_COLUMNS if lt else ())
+  methods = summary["methods"]
+  num_seeds = len(methods["erm"]["seeds"])
+  groups = summary["difficulty_groups"]
+  group_text = "; ".join(
+      f"{name}: " + ", ".join(class_names[k] for k in range(len(groups)) if groups[k] == g)
+      for g, name in enumerate(("Easy", "Medium", "Hard")))
+  lines = [f"Test accuracy (%), final epoch, {reporting.spread(num_seeds)}. Groups fixed from "
+           f"ERM's mean per-class test accuracy ({group_text}).", "",
+           "| Method | " + " | ".join(title for _, title in columns) + " |",
+           "|---" * (len(columns) + 1) + "|"]
+  for method, row in methods.items():
+    lines.append(f"| {method} | " + " | ".join(_cell(row["mean"][k], row["std"][k])
+                                               for k, _ in columns) + " |")
+  lines += ["", f"Paired Δ vs ERM (same seed, same data): {reporting.PAIRED}.",
+            "", "| Method | " + " | ".join(title for _, title in columns) + " |",
+            "|---" * (len(columns) + 1) + "|"]
+  for method, row in methods.items():
+    if method == "erm":
+      continue
+    paired = row.get("delta_seeds", {})
+    cells = [reporting.delta_cell((row["delta_mean"][k], row["delta_std"][k], row["delta_wins"][k],
+                                   paired.get(k, len(row["seeds"]))), scale=1.0, digits=2)
+             for k, _ in columns]
+    lines.append(f"| {method} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequence[str],
+                               path: pathlib.Path, title: str = "Lite0 linear probe") -> None:
+  """Per-class test accuracy, classes sorted by ERM's mean accuracy (descending), bars ±1 sample
+  std (ddof = 1) over seeds."""
+  # optional: plots only; matplotlib is imported when a plot is drawn
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # optional: plots only
+  order = np.argsort(-np.asarray(summary["erm_class_accuracy_mean"]), kind="stable")
+  fig, ax = plt.subplots(figsize=(8, 4))
+  methods = summary["methods"]
+  width = 0.8 / len(methods)
+  for i, (method, row) in enumerate(methods.items()):
+    mean = 100 * np.asarray(row["class_accuracy_mean"])[order]
+    std = reporting.error_bars(np.asarray(row["class_accuracy_std"] or [], np.float64))
+    std = None if std is None else 100 * std[order]
+    ax.bar(np.arange(len(order)) + (i - (len(methods) - 1) / 2) * width, mean, width, yerr=std,
+           label=method, capsize=2)
+  ax.set_xticks(np.arange(len(order)), [class_names[k] for k in order], rotation=30)
+  ax.set_ylabel("test accuracy (%)")
+  lowest = min(100 * min(r["class_accuracy_mean"]) for r in methods.values())
+  ax.set_ylim(max(0, lowest - 10), 100)
+  ax.set_title(f"{title}, {setting}: per-class accuracy, sorted by ERM\n"
+               f"(bars: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
