@@ -1,8 +1,9 @@
-"""Issue 37's behaviour check: four digits runs (CE, paired GLMC with the inverse reweighting, JTT
-from the CE run's error set, mixup) train bit for bit as they did before the harness moved into
-sub-packages. The records in tests/fixtures/harness_move/ were written by `python -m
-tests.harness_runs` at commit 18a5f5b, before the move; regenerate them only for an intended change of
-behaviour, and say so in the commit."""
+"""Issue 37's behaviour check: digits runs train bit for bit as they did before the harness was
+reorganised. Four (CE, paired GLMC with the inverse reweighting, JTT from the CE run's error set,
+mixup) were recorded by `python -m tests.harness_runs` at commit 7eba1b5, before the move into
+sub-packages; five more (SupCon, LfF, FairDRO, ETF-DR + reweighting with mixup, MR2 on three views)
+at 78ada7d, before the methods' trainer hooks became recipes. Regenerate a record only for an
+intended change of behaviour, and say so in the commit."""
 
 import json
 
