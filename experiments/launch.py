@@ -14,12 +14,15 @@ If any process fails, the others are stopped and the launcher exits with its sta
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import subprocess
 import sys
 import time
+
+from absl import flags
+
+from experiments.common import cli
 
 
 def free_port() -> int:
@@ -55,16 +58,22 @@ def launch(num_processes: int, devices_per_process: int, main_args: list[str],
   return status or next((p.returncode for p in processes if p.returncode), 0)
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--num_processes", type=int, default=2)
-  parser.add_argument("--devices_per_process", type=int, default=4)
-  parser.add_argument("--timeout", type=float, default=None)
-  parser.add_argument("main_args", nargs=argparse.REMAINDER,
-                      help="arguments of experiments.main (after --)")
-  args = parser.parse_args(argv)
-  main_args = [a for a in args.main_args if a != "--"]
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_integer("num_processes", 2, "Processes of the job.", flag_values=flag_values)
+  flags.DEFINE_integer("devices_per_process", 4, "Fake CPU devices per process.",
+                       flag_values=flag_values)
+  flags.DEFINE_float("timeout", None, "Seconds before every process is stopped (exit status 124).",
+                     flag_values=flag_values)
+
+
+def launch_command(args: flags.FlagValues, main_args: list[str]) -> int:
+  """Runs `experiments.main` with `main_args` (the arguments after `--`) in every process."""
   return launch(args.num_processes, args.devices_per_process, main_args, args.timeout)
+
+
+def main(argv=None) -> int:
+  """`python -m experiments.launch [flags] -- <arguments of experiments.main>`."""
+  return cli.run_command(define_flags, launch_command, argv, passthrough=True)
 
 
 if __name__ == "__main__":

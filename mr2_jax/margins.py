@@ -15,8 +15,8 @@ from mr2_reweight_core.cross_entropy import label_log_softmax
 def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 1e-6) -> jax.Array:
   """Per-class margins γ [K] from the class statistics.
 
-  Zhu et al., ICLR 2026, arXiv 2602.00205, the logit margin: the class-dependent temperature that
-  minimises their bound.
+  Zhu et al., ICLR 2026, arXiv 2602.00205, Corollary 1 (the logit margin): the class-dependent
+  temperature that minimises the complexity term of their class-sensitive bound (Proposition 1).
 
       γ_k = c̄ · K_seen · (A_k + V_k)^{1/3} / Σ_{j seen} (A_j + V_j)^{1/3}     for seen classes k,
       γ_k = c̄                                                                for unseen classes,

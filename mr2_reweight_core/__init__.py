@@ -13,6 +13,6 @@ Modules:
   cross_entropy  the label's log-softmax and the plain per-example cross-entropy.
   explicit_mesh  where per-class results live when the batch is laid out over Explicit mesh axes
                  (`jax.jit` of sharded arrays): reductions replicated, per-row reads with the rows.
-  metrics        per-class accuracy and class means (NaN for an absent class), Easy/Medium/Hard
-                 groups, worst class, spread, ρ.
+  metrics        per-class correct counts and loss sums, class means (NaN for an absent class),
+                 Easy/Medium/Hard groups, worst class, spread, ρ.
 """

@@ -2,10 +2,10 @@
 
 The evaluation protocol of MR2 (Zhu et al., ICLR 2026, arXiv 2602.00205: per-class accuracy, groups
 fixed from ERM) and the loss imbalance coefficient ρ of Wang et al., ICML 2026, arXiv 2605.10047.
-Per-class quantities are kept as sums and counts (`per_class_correct`, loss sums) so that they are
-accumulated over batches and reduced across devices exactly, then divided once (`class_mean`: NaN
-for a class without examples, the one convention of the project). The groups Easy / Medium / Hard
-are fixed once from a reference (ERM) run and reused for every method.
+Per-class quantities are kept as sums and counts (`per_class_correct`, `per_class_loss_sums`) so
+that they are accumulated over batches and reduced across devices exactly, then divided once
+(`class_mean`: NaN for a class without examples, the one convention of the project). The groups
+Easy / Medium / Hard are fixed once from a reference (ERM) run and reused for every method.
 """
 
 from __future__ import annotations
@@ -58,16 +58,73 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
   if predictions.shape != labels.shape:
     raise ValueError(f"predictions: expected shape {labels.shape} like labels, got "
                      f"{predictions.shape}.")
+  return _class_sums((predictions == labels).astype(jnp.float32), labels, in_range, where,
+                     num_classes, axis_name)
+
+
+def per_class_loss_sums(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: int, *,
+                        where: ArrayLike | None = None, axis_name: str | None = None
+                        ) -> tuple[jax.Array, jax.Array]:
+  """(loss_sum_k, count_k) over the (global) batch: Σ_{i: y_i = k} ℓ_i and #{i: y_i = k}.
+
+  The sums under a per-class mean loss L_k = loss_sum_k / count_k (`class_mean`, once, after the
+  batches and devices are summed; never a mean of batch means): the per-class cross-entropy L_c of
+  the loss imbalance coefficient ρ (Wang et al., ICML 2026, arXiv 2605.10047) and the class losses
+  of Group DRO / FairDRO's epoch-end pass.
+
+  Args:
+    per_example_loss: floating [B] per-example losses ℓ_i (e.g. `cross_entropy_loss`); the entries
+      of padding rows may be anything, NaN included.
+    labels: int [B] true classes in [0, K).
+    num_classes: K.
+    where: optional bool [B]; padding rows are not counted.
+    axis_name: psum the sums over this axis (typed replicated under `shard_map`'s
+      `check_vma=True`). Without it, `jax.jit` over a batch laid out with `NamedSharding` gives the
+      global sums, replicated.
+
+  Returns:
+    [K] loss sums (float32, or the loss's dtype when wider) and float32 [K] example counts. Under
+    `jit` a row whose label lies outside [0, K) is not counted, as in `per_class_correct`.
+
+  Raises:
+    ValueError: labels not rank 1, a loss of another batch size or rank, a `where` of another
+      shape, or (eagerly) a label outside [0, K).
+    TypeError: non-integer labels or a non-floating loss.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> import reweight_jax
+    >>> losses, labels = jnp.array([0.5, 1.0, 2.0, 4.0]), jnp.array([0, 2, 2, 1])
+    >>> sums, counts = reweight_jax.per_class_loss_sums(losses, labels, 4, where=labels != 1)
+    >>> print(sums, counts)
+    [0.5 0.  3.  0. ] [1. 0. 2. 0.]
+    >>> print(reweight_jax.class_mean(sums, counts))  # L_k; NaN for a class without examples
+    [0.5 nan 1.5 nan]
+  """
+  labels = jnp.asarray(labels)
+  in_range = checks.check_labels(labels, num_classes, "labels")
+  per_example_loss = checks.check_floating(per_example_loss, 1, "per_example_loss")
+  checks.check_batch_dim(per_example_loss, labels.shape[0], "per_example_loss")
+  sum_dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
+  return _class_sums(per_example_loss.astype(sum_dtype), labels, in_range, where, num_classes,
+                     axis_name)
+
+
+def _class_sums(values: jax.Array, labels: jax.Array, in_range: jax.Array,
+                where: ArrayLike | None, num_classes: int, axis_name: str | None
+                ) -> tuple[jax.Array, jax.Array]:
+  """(Σ_{i: y_i = k} values_i, #{i: y_i = k}) [K] over the valid rows (label in range, `where`),
+  psum-reduced over `axis_name`: the one sum under `per_class_correct` and `per_class_loss_sums`."""
   valid = in_range & checks.check_where(where, labels.shape[0])
   target = jnp.where(valid, labels, num_classes)  # out of range: dropped by segment_sum
   replicated = explicit_mesh.replicated_out(target)
-  correct = jax.ops.segment_sum((predictions == labels).astype(jnp.float32), target, num_classes,
-                                **replicated)
+  sums = jax.ops.segment_sum(values, target, num_classes, **replicated)
   counts = jax.ops.segment_sum(jnp.ones_like(target, jnp.float32), target, num_classes,
                                **replicated)
   if axis_name is not None:
-    correct, counts = jax.lax.psum((correct, counts), axis_name)
-  return correct, counts
+    sums, counts = jax.lax.psum((sums, counts), axis_name)
+  return sums, counts
 
 
 def per_class_accuracy(predictions: ArrayLike, labels: ArrayLike, num_classes: int, *,
@@ -182,16 +239,18 @@ def difficulty_tertiles(reference_accuracy: ArrayLike) -> np.ndarray:
 
 
 def group_accuracy(class_accuracy: ArrayLike, groups: ArrayLike) -> np.ndarray:
-  """Mean per-class accuracy within each group: [3] for Easy, Medium, Hard (NaN-free classes only).
+  """acc_g = mean_{k: group_k = g} acc_k over the classes with a defined (non-NaN) accuracy, for the
+  three groups g = 0, 1, 2: [3] for Easy, Medium, Hard.
 
-  Zhu et al., ICLR 2026, arXiv 2602.00205 report Overall, Easy, Medium and Hard.
+  Zhu et al., ICLR 2026, arXiv 2602.00205 report Overall, Easy, Medium and Hard. Any three groups of
+  classes work alike (the harness's Many / Medium / Few shot groups of Liu et al., CVPR 2019).
 
   Args:
     class_accuracy: [K] per-class accuracy (NaN for classes without test examples).
-    groups: int [K] from `difficulty_tertiles`.
+    groups: int [K] in {0, 1, 2}, from `difficulty_tertiles` (0 Easy, 1 Medium, 2 Hard).
 
   Returns:
-    float64 NumPy [3]; NaN for a group with no class.
+    float64 NumPy [3]; NaN for a group with no class (or none with a defined accuracy).
 
   Raises:
     ValueError: the two of different shapes.

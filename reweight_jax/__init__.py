@@ -11,6 +11,7 @@ function cites its paper.
 from mr2_reweight_core.checks import traced_checks
 from mr2_reweight_core.cross_entropy import cross_entropy_loss
 from mr2_reweight_core.metrics import class_mean
+from mr2_reweight_core.metrics import per_class_loss_sums
 from mr2_reweight_core.metrics import rho
 from reweight_jax.baselines import balanced_softmax_loss
 from reweight_jax.baselines import class_balanced_weights
@@ -153,6 +154,7 @@ __all__ = [
     "mixup_dot_regression_loss",
     "mean_class_loss",
     "nc_metrics",
+    "per_class_loss_sums",
     "rho",
     "soft_cross_entropy",
     "traced_checks",

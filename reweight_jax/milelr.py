@@ -121,7 +121,8 @@ def milelr_schedule(base_learning_rate: float, class_counts: ArrayLike, batch_si
   """The MiLeLR schedule (see the module docstring) as an `optax.Schedule`: step → learning rate.
 
   The schedule of the released code of Wang et al., ICML 2026, arXiv 2605.10047 (their CIFAR-LT
-  recipe: base 0.3 / 0.35, warm-up 10 epochs, switch at 160 of 200).
+  recipe: base 0.3 / 0.35, warm-up 10 epochs, switch at 160 of 200; the authors' README points to
+  Appendix F of the paper for the hyper-parameters).
 
   Args:
     base_learning_rate: the base rate (0.3 for CIFAR-10-LT, 0.35 for CIFAR-100-LT in the recipe).

@@ -30,7 +30,8 @@ def init_reweight_state(num_classes: int) -> ReweightState:
   """B_c = 0 and β = 1 for all K classes (call when reweighting starts, e.g. epoch 160 of 200).
 
   Wang et al., ICML 2026, arXiv 2605.10047: the macro level counts batches from the start of the
-  reweighting, and the released recipe starts it at epoch 160 of 200.
+  reweighting, and the released recipe starts it at epoch 160 of 200 (the authors' README points to
+  Appendix F of the paper for the hyper-parameters).
 
   Args:
     num_classes: K, a positive Python int.

@@ -43,9 +43,23 @@ def test_interleaved_and_summary():
                              rounds=2, per_round=2, block=lambda x: x)
   assert calls == ["a", "a", "b", "b", "a", "a", "b", "b"]
   assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4}
+  calls.clear()
+  timing.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                     rounds=1, per_round=1, block=lambda x: x, warmup=2)
+  assert calls == ["a", "a", "b", "b", "a", "b"]
   summary = timing.summarize_times([0.001, 0.003, 0.002])
   assert summary == {"median_ms": pytest.approx(2.0), "min_ms": pytest.approx(1.0),
                      "max_ms": pytest.approx(3.0), "n": 3}
+
+
+def test_time_calls_warms_up_then_blocks_inside_each_timed_call():
+  results, blocked = [], []
+  seconds = timing.time_calls(lambda: results.append(len(results)) or len(results), 3, warmup=2,
+                              block=blocked.append)
+  assert blocked == [1, 2, 3, 4, 5] and len(seconds) == 3 and all(s >= 0 for s in seconds)
+  # The default block waits for JAX's asynchronous result (and passes any other one through).
+  assert len(timing.time_calls(lambda: jax.numpy.ones(3) + 1, 2)) == 2
+  assert timing.time_calls(lambda: None, 0, warmup=0) == []
 
 
 def test_markdown_has_every_section():

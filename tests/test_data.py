@@ -171,6 +171,18 @@ def test_train_batches_shard_the_epoch_permutation_over_processes(epoch):
   assert set(ids0) | set(ids1) == set(used)
 
 
+def test_the_epoch_order_is_the_recorded_one_and_read_only():
+  """The harness's one epoch order (both training pipelines and the linear probe call it) against
+  recorded values: a change of the code or of NumPy's generator would change every run's batches.
+  Read-only: it is cached and shared by the pipeline's threads."""
+  order = batches_lib.epoch_order(20, 16, seed=3, epoch=1)
+  np.testing.assert_array_equal(order, [7, 17, 16, 2, 13, 6, 4, 9, 0, 3, 11, 12, 1, 10, 5, 14])
+  np.testing.assert_array_equal(batches_lib.epoch_order(12406, 12288, seed=0, epoch=199)[:8],
+                                [10149, 11310, 3538, 10048, 195, 1107, 4954, 7316])
+  with pytest.raises(ValueError, match="read-only"):
+    order[0] = 1
+
+
 def test_train_batches_single_process_covers_each_kept_index_once_and_reshuffle_per_epoch():
   split = indexed_split(100)
   ids0, steps = collect_ids(split, 16, seed=0, epoch=0)

@@ -143,6 +143,19 @@ def test_every_number_against_float64_reference():
   assert any("one example" in note for note in result["notes"])
 
 
+def test_spearman_ranks_ties_by_their_average_and_leaves_out_non_finite_entries():
+  """Ties share their average rank (scipy.stats.rankdata); a NaN or inf entry drops the class."""
+  x = np.array([0.5, 0.5, 0.2, np.nan, 0.9, 0.2, 0.2, 0.7])
+  y = np.array([3.0, 1.0, 1.0, 2.0, 4.0, np.inf, 0.5, 1.0])
+  got = diagnose.spearman(x, y)
+  expected = _spearman(x, y)
+  assert got["classes"] == 6
+  assert got["rho"] == pytest.approx(expected.statistic, abs=1e-12)
+  assert got["pvalue"] == pytest.approx(expected.pvalue, rel=1e-9)
+  assert np.isnan(diagnose.spearman(x, np.ones_like(x))["rho"])  # constant: undefined
+  assert "need 3" in diagnose.spearman(x[3:6], y[3:6])["note"]  # one finite pair
+
+
 def test_given_logits_and_a_separate_evaluation_set():
   features, labels, classifier, bias = _synthetic()
   logits = features @ classifier.T + bias + np.random.default_rng(1).normal(size=(len(labels),
@@ -233,7 +246,7 @@ def test_cli_on_a_feature_file(tmp_path, capsys):
                                       result["accuracy"])))
   row = next(line for line in report.splitlines() if re.match(r"\| \d+ c\d+ \|", line))
   assert row.startswith(f"| {hardest} c{hardest} |")
-  assert f"| {diagnosis_report._fmt(result['gamma'][hardest])} |" in row
+  assert f"| {diagnosis_report.format_value(result['gamma'][hardest])} |" in row
   saved = json.loads((out / "diagnose.json").read_text())
   assert saved["A"][3] is None and saved["gamma"][3] == 1.0
   assert len(saved["confused_pairs"]) == 3

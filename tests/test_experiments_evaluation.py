@@ -106,6 +106,21 @@ def test_absent_class_has_nan_loss_and_accuracy_everywhere():
   assert np.isnan(class_loss[4]) and np.isfinite(rho)
 
 
+def test_shot_accuracy_is_the_group_mean_and_none_for_an_empty_group():
+  """Many / Medium / Few of the trainer's summary (and the probes'): the mean accuracy over the
+  group's classes with test examples; a group without such a class is None (JSON null)."""
+  counts = np.array([500, 300, 150, 60, 30, 25])  # no class under 20: Few is empty
+  accuracy = np.array([0.9, 0.8, 0.7, 0.6, np.nan, 0.4])  # class 4: no test example
+  shots = evaluation.shot_accuracy(accuracy, long_tail.many_medium_few(counts))
+  assert list(shots) == ["many", "medium", "few"]
+  assert shots["many"] == pytest.approx(0.8, rel=1e-15)
+  assert shots["medium"] == pytest.approx(0.5, rel=1e-15)  # class 4 left out, not a 0
+  assert shots["few"] is None
+  assert json.loads(json.dumps(shots))["few"] is None
+  everything_absent = evaluation.shot_accuracy(np.full(6, np.nan), np.zeros(6, np.int32))
+  assert everything_absent == {"many": None, "medium": None, "few": None}
+
+
 def test_logged_training_metrics_are_window_means(tmp_path):
   """The record at step 6 with log_every_steps=3 is the mean of the per-step records 4–6 of the same
   run logged every step (the runs are deterministic)."""

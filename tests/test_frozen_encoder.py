@@ -151,7 +151,7 @@ def test_linear_stage_refuses_a_source_on_another_training_set(runs, tmp_path, o
   pretrained, _, _ = runs
   config = linear_config(pretrained, **overrides)
   with pytest.raises(ConfigError,
-                     match=rf"config\.frozen_encoder_from: .* was trained with other {field};"):
+                     match=rf"config\.frozen_encoder_from: .* config \(fields {field} \("):
     train.train_and_evaluate(config, tmp_path / "run")
   checkpoint_dir = tmp_path / "run" / "checkpoints"
   assert not checkpoint_dir.exists() or not any(checkpoint_dir.iterdir())
@@ -169,10 +169,11 @@ def test_linear_stage_refuses_a_source_with_another_model(runs):
       lambda step: 0.0, jax.random.key(0))
   config = linear_config(pretrained, model="resnet32", seed=1)
   with pytest.raises(ConfigError,
-                     match=r"config\.frozen_encoder_from: .* was trained with other model, seed;"):
+                     match=r"config\.frozen_encoder_from: .* different config \(fields model "
+                           r"\('small_cnn' there, 'resnet32' here\), seed \(0 there, 1 here\)\);"):
     checkpoints.load_frozen_encoder(config, template, IMAGE_SHAPE)
   config = linear_config(pretrained, model="resnet32")
-  with pytest.raises(ConfigError, match=r"trained with other model; the encoder's run must share"):
+  with pytest.raises(ConfigError, match=r"\(fields model \([^)]*\)\); the encoder's run must"):
     checkpoints.load_frozen_encoder(config, template, IMAGE_SHAPE)
 
 

@@ -140,7 +140,7 @@ def test_report_rebuilds_tables_from_the_run_files(tmp_path):
     run.update(recipe=lp.RECIPE._asdict(), resolution=64)
     (tmp_path / "runs" / f"{run['setting']}-{run['method']}-seed{run['seed']}.json").write_text(
         json.dumps(run))
-  study.main(["--no_xla_cpu_tuning", "report", "--quiet", "--out", str(tmp_path)])
+  assert study.main(["--noxla_cpu_tuning", "report", "--quiet", "--out", str(tmp_path)]) == 0
   results = json.loads((tmp_path / "results.json").read_text())
   assert list(results["settings"]) == ["balanced", "lt100"] and results["seeds"] == [0, 1, 2]
   assert json.dumps(results["settings"]["lt100"]) == json.dumps(

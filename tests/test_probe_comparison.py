@@ -70,23 +70,26 @@ def test_jtt_stage_two_reads_each_error_example_one_plus_upweight_times(monkeypa
 
 
 def test_lff_first_step_is_the_library_loss():
+  """The probe's LfF step (the registry's 'lff' entry on the twin heads) against
+  `reweight_jax.lff_loss` of the two heads' logits; the debiased head starts as ERM's head."""
   features, labels = synthetic()
   recipe = RECIPE._replace(epochs=1)
-  steps = N // recipe.batch_size
-  optimizer = lp.make_optimizer(recipe, steps)
+  optimizer = lp.make_optimizer(recipe, 1)
   key = jax.random.key(0)
-  params = {"debiased": lp.init_params(key, D, lp.NUM_CLASSES, recipe.init_std),
-            "biased": lp.init_params(jax.random.fold_in(key, 1), D, lp.NUM_CLASSES,
-                                     recipe.init_std)}
-  state = lff.LfFProbeState(params, optimizer.init(params), reweight_jax.init_lff_state(N))
+  state = lp.init_state(key, D, lp.NUM_CLASSES, optimizer, recipe.init_std, lff.lff_key(0.7, 0.7),
+                        head=lff.TWIN_HEADS, train_labels=labels)
+  params = state.params
+  np.testing.assert_array_equal(params["debiased"]["kernel"],
+                                lp.init_params(key, D, lp.NUM_CLASSES, recipe.init_std)["kernel"])
   batches = lp.epoch_batches(N, recipe.batch_size, 0, 0)[:1]
   epoch = lff.make_lff_epoch(recipe, 1, 0.7, 0.7)
-  _, loss = epoch(state, jnp.asarray(features), jnp.asarray(labels, jnp.int32), batches)
+  _, loss = epoch(state, jnp.asarray(features), jnp.asarray(labels, jnp.int32), batches,
+                  jnp.asarray(0), jax.random.key(0))
   x = jnp.asarray(features)[batches[0]]
   expected, _, _ = reweight_jax.lff_loss(
       lp.logits_of(params["biased"], x), lp.logits_of(params["debiased"], x),
-      jnp.asarray(labels)[batches[0]], jnp.asarray(batches[0]), state.lff, jnp.asarray(labels),
-      q=0.7, alpha=0.7)
+      jnp.asarray(labels)[batches[0]], jnp.asarray(batches[0]), reweight_jax.init_lff_state(N),
+      jnp.asarray(labels), q=0.7, alpha=0.7)
   np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
 
 
@@ -149,7 +152,7 @@ def test_report_from_run_files(tmp_path):
              "recipe": RECIPE._asdict(), "resolution": 128, "wall_s": 1.0,
              "class_accuracy": rng.uniform(0.5, 1.0, 10).tolist()}
       (tmp_path / "runs" / f"{name}-seed{seed}.json").write_text(json.dumps(run))
-  pc.main(["--no_xla_cpu_tuning", "report", f"--out={tmp_path}"])
+  assert pc.main(["--noxla_cpu_tuning", "report", f"--out={tmp_path}"]) == 0
   tables = (tmp_path / "tables.md").read_text()
   assert "| group_dro |" in tables and "Paired Δ vs ERM" in tables
   results = json.loads((tmp_path / "results.json").read_text())
@@ -169,21 +172,31 @@ def test_report_from_run_files(tmp_path):
 def test_adapter_step_is_ce_on_both_views_plus_lambda_supcon():
   """The adapter setting's first-epoch loss (one step) against CE on the 2B views plus λ·SupCon of
   the projections computed here from the library functions; λ = 0 is ERM on the same adapter."""
-  import mr2_jax
   features, labels = synthetic()
   flipped = features[:, ::-1].copy()
   recipe = RECIPE._replace(epochs=1)
   batches = lp.epoch_batches(N, recipe.batch_size, 0, 0)[:1]
-  params = adapter.Adapter().init(jax.random.key(0), jnp.zeros((1, D)))["params"]
+  params = adapter.init_adapter(jax.random.key(0), D, lp.NUM_CLASSES, recipe.init_std)
   x = jnp.concatenate([features[batches[0]], flipped[batches[0]]])
   y = jnp.concatenate([labels[batches[0]], labels[batches[0]]]).astype(jnp.int32)
-  logits, projections = adapter.Adapter().apply({"params": params}, x)
+  logits, _, outputs = adapter.Adapter().apply({"params": params}, x)
   ce = float(jnp.mean(reweight_jax.cross_entropy_loss(logits, y)))
-  supcon = float(reweight_jax.supcon_loss(projections, y, temperature=0.1)[0])
-  for lam in (0.5,):  # λ = 0 (ERM on the adapter) is the same code without the SupCon term
-    optimizer = lp.make_optimizer(recipe, 1)
-    state = adapter.AdapterState(params, optimizer.init(params))
+  supcon = float(reweight_jax.supcon_loss(outputs["projection"], y, temperature=0.1)[0])
+  optimizer = lp.make_optimizer(recipe, 1)
+  views = jnp.asarray(np.stack([features, flipped]))
+  for lam in (0.0, 0.5):
+    state = lp.ProbeState(params, optimizer.init(params), {})
     _, loss = adapter.make_adapter_epoch(recipe, 1, lam, 0.1)(
-        state, jnp.asarray(features), jnp.asarray(flipped), jnp.asarray(labels, jnp.int32),
-        batches)
+        state, views, jnp.asarray(labels, jnp.int32), batches, jnp.asarray(0), jax.random.key(0))
     np.testing.assert_allclose(float(loss), ce + lam * supcon, rtol=1e-5)
+  with pytest.raises(ValueError, match="trains on 2 views"):  # SupCon's recipe: two views
+    adapter.make_adapter_epoch(recipe, 1, 0.5, 0.1)(
+        state, jnp.asarray(features), jnp.asarray(labels, jnp.int32), batches, jnp.asarray(0),
+        jax.random.key(0))
+
+
+def test_jtt_entry_trains_only_on_given_epochs():
+  """The 'jtt' entry's recipe samples its epochs: the probe refuses it without `epoch_order`."""
+  features, labels = synthetic()
+  with pytest.raises(ValueError, match="pass epoch_order"):
+    lp.train_probe(("jtt", (("jtt.stage1", methods.JTT_STAGE1),)), features, labels, RECIPE, 0)

@@ -49,6 +49,7 @@ from jax.sharding import PartitionSpec as P
 import mr2_jax
 import reweight_jax
 from experiments.losses import registry as losses
+from experiments.train import recipes
 from experiments.configs import default
 from mr2_jax import representation_margin
 from tests import strategies as S
@@ -111,7 +112,7 @@ def config_for(variant: str) -> ml_collections.ConfigDict:
 # Entries whose step is another entry's function (JTT trains by ERM on an edited training set: its
 # step is CE's; the sampler is tested in tests/test_stage1.py).
 SAME_STEP_AS = {"jtt": "ce"}
-# Entries that read model outputs of their wrapper (`Loss.model`): SupCon's projection, LfF's
+# Entries that read model outputs of their recipe's wrapper (`recipes.Recipe.model`): SupCon's projection, LfF's
 # biased logits, ETF-DR's fixed ETF, GLMC's heads. Their library functions are checked against the
 # float64 references with the same properties — (a)–(f) for SupCon and LfF in
 # tests/test_properties_comparisons.py, hypothesis properties in tests/test_reweight_etf_dr.py and
@@ -123,7 +124,8 @@ MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr", "etf_dr+inverse_reweight", "g
 def test_every_loss_is_tested():
   for name, same in SAME_STEP_AS.items():
     assert losses.get(name).apply is losses.get(same).apply and not losses.get(name).state, name
-  assert MODEL_OUTPUT_ENTRIES == {n for n, e in losses.REGISTRY.items() if e.model is not None}
+  assert MODEL_OUTPUT_ENTRIES == {n for n in losses.LOSSES
+                                  if recipes.method_recipe(n).model is not None}
   assert ({loss for loss, _ in VARIANTS.values()} | set(SAME_STEP_AS) | MODEL_OUTPUT_ENTRIES
           == set(losses.LOSSES))
 

@@ -63,11 +63,33 @@ def test_paired_delta_over_the_common_seeds_ties_are_not_ahead():
     reporting.paired_delta({0: 1.0}, {1: 1.0})
 
 
+def test_metric_spreads_and_deltas_are_mean_std_and_paired_delta_per_metric():
+  """Per-seed metric dicts {seed: {metric: value}} (the probe's and the trainer's tables): each
+  metric summarised by `mean_std` over seeds and by `paired_delta` against the reference's seeds;
+  an empty group (NaN) stays NaN, never ahead."""
+  method = {0: {"overall": 0.5, "few": math.nan}, 1: {"overall": 0.7, "few": math.nan}}
+  reference = {1: {"overall": 0.6, "few": math.nan}, 0: {"overall": 0.5, "few": math.nan}}
+  spreads = reporting.metric_spreads(method)
+  assert list(spreads) == ["overall", "few"]
+  assert spreads["overall"] == reporting.mean_std([0.5, 0.7])
+  assert all(math.isnan(v) for v in spreads["few"])
+  deltas = reporting.metric_deltas(method, reference)
+  assert deltas["overall"] == reporting.paired_delta({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.6})
+  assert math.isnan(deltas["few"].mean) and deltas["few"][2:] == (0, 2)
+
+
+def test_markdown_table_lines():
+  assert reporting.markdown_table(["method", "a", "b"], [["ce", "1", "2"], ["mr2", "3", "4"]]) == [
+      "| method | a | b |", "|---|---|---|", "| ce | 1 | 2 |", "| mr2 | 3 | 4 |"]
+  assert reporting.markdown_table(["method"], iter([])) == ["| method |", "|---|"]
+
+
 def test_cells_and_headers():
   assert reporting.percent_cell((0.3039, 0.00969)) == "30.4 ± 1.0"
   assert reporting.percent_cell((0.3039, 0.00969), digits=2) == "30.39 ± 0.97"
   assert reporting.cell(13.57, 3.238, fmt=".3g", std_fmt=".2g") == "13.6 ± 3.2"
-  assert reporting.cell(float("nan"), float("nan")) == "n/a"  # an empty group
+  assert reporting.cell(float("nan"), float("nan")) == "n/a"  # an empty group over seeds
+  assert reporting.cell(None, None) == "n/a"  # an empty group in one run's summary (JSON null)
   assert reporting.delta_cell([0.016, 0.0031, 5, 5]) == "+1.6 ± 0.3 (5/5)"
   assert reporting.delta_cell([-6.25, 0.65, 0, 10], scale=1.0, digits=2) == "-6.25 ± 0.65 (0/10)"
   assert reporting.spread(5) == "mean ± sample std (ddof = 1) over 5 seeds"

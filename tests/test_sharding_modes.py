@@ -193,6 +193,17 @@ def _per_class_correct_case(rng):
   return Case(fn, params, batch, (), differentiable=False)
 
 
+def _per_class_loss_sums_case(rng):
+  params, batch = _inputs(rng)
+
+  def fn(params, batch, state, axis_name):
+    del state
+    losses = _ce(batch["x"] @ params["w"], batch["labels"])
+    return (), rw.per_class_loss_sums(losses, batch["labels"], NUM_CLASSES, where=batch["where"],
+                                      axis_name=axis_name), ()
+  return Case(fn, params, batch, (), differentiable=False)
+
+
 def _group_dro_case(rng):
   params, batch = _inputs(rng, used=NUM_CLASSES - 1)  # the last class absent
   q = jnp.asarray(rng.dirichlet(np.ones(NUM_CLASSES)), jnp.float32)
@@ -331,6 +342,7 @@ CASES = {
     "mixed_inverse_reweighted_loss": _mixed_inverse_case,
     "nc_accumulator": _nc_case,
     "per_class_correct": _per_class_correct_case,
+    "per_class_loss_sums": _per_class_loss_sums_case,
     "group_dro_loss": _group_dro_case,
     "fairdro_loss": _fairdro_case,
     "eql_loss": _eql_case,

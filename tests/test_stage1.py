@@ -98,7 +98,8 @@ def test_jtt_upsamples_the_stage1_error_set(stage1, tmp_path):
   assert recorded["jtt_stage1_step"] == summary["jtt_stage1_step"] > 0
   assert recorded["jtt_error_set_size"] == size
   record_path.write_text(json.dumps({**recorded, "jtt_stage1_step": 1}))
-  with pytest.raises(ConfigError, match="was started with other jtt_stage1_step"):
+  with pytest.raises(ConfigError,
+                     match=r"from a different run \(.*: fields jtt_stage1_step \(1 there, "):
     train.train_and_evaluate(config, tmp_path / "jtt", max_steps=JTT_STEPS + 1)
 
 
@@ -141,7 +142,7 @@ def test_jtt_refuses_a_stage1_run_on_another_training_set(stage1, tmp_path, fiel
   refusal comes from the sampler, so mnist, which needs data_dir, is checked there directly.)"""
   workdir, train_split, _ = stage1
   config = jtt_config(workdir, **{field: value})
-  with pytest.raises(ConfigError, match=f"trained on another training set \\(fields {field} "):
+  with pytest.raises(ConfigError, match=rf"config\.jtt\.stage1: .* config \(fields {field} \("):
     if field == "dataset":
       jtt_error_set.upsampled_epoch(config, train_split)
     else:

@@ -28,7 +28,8 @@ def test_sweep_table_reads_reports_in_order_with_paired_deltas(tmp_path):
             "rw": [[0.8, 0.7, 0.5, 0.4, 0.2, 0.1], [0.8, 0.6, 0.5, 0.3, 0.1, 0.0]],
             "only_here": [[0.5] * 6, [0.5] * 6]}
   a, b = _report(tmp_path / "a", first), _report(tmp_path / "b", second)
-  sweep_table.main(["--reports", f"IF 50={a}", f"IF 200={b}", "--out", str(tmp_path / "out")])
+  assert sweep_table.main([f"--reports=IF 50={a}", f"--reports=IF 200={b}",
+                           f"--out={tmp_path / 'out'}"]) == 0
   rows = json.loads((tmp_path / "out" / "sweep.json").read_text())
   assert list(rows) == ["ce", "rw"]  # methods of every report only
   assert list(rows["rw"]) == ["IF 50", "IF 200"]

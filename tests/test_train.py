@@ -27,6 +27,7 @@ from experiments.data import long_tail
 from experiments.losses import registry as losses
 from experiments.models import registry as models
 from experiments.train import loop as train
+from experiments.train import recipes
 from experiments.train import runners
 from experiments.train import steps
 from experiments.train import train_state
@@ -60,13 +61,13 @@ def run_steps(config, num_steps, modes):
   """`num_steps` steps for each (parallel, num_devices) in `modes`; returns host states and metrics."""
   train_split = digits_train()
   steps_per_epoch = batches_lib.steps_per_epoch(train_split, config.batch_size)
+  recipe = recipes.of(config)
   task = steps.Task(tuple(float(c) for c in train_split.class_counts), steps_per_epoch,
-                    mixup_alpha=float(config.mixup_alpha))
+                    mix=recipe.mix, indices=recipe.indices)
   lr_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
-  entry = losses.get(config.loss)
   batches = list(batches_lib.train_batches(
-      train_split, config.batch_size, seed=0, epoch=0, augment=False, views=entry.views,
-      pair=losses.pair_draw(config, train_split)))[:num_steps]
+      train_split, config.batch_size, seed=0, epoch=0, augment=False, views=recipe.views,
+      pair=None if recipe.pair is None else recipe.pair(config, train_split)))[:num_steps]
   results = {}
   for parallel, num_devices in modes:
     config = copy.deepcopy(config)
@@ -366,7 +367,7 @@ def finished_run(tmp_path_factory):
     (("--config.dataset=cifar10_jpeg", "--config.data_dir={corrupt}"), "index 0"),
     (("--config.lerning_rate=0.1",), "lerning_rate"),
     (("--config.mr2.decay=1.0",), "config.mr2.decay"),
-    (("--config.loss=mr2",), "different config (fields loss)"),
+    (("--config.loss=mr2",), "different config (fields loss ('ce' there, 'mr2' here))"),
 ])
 def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished_run, overrides,
                                                               message):
@@ -406,11 +407,11 @@ def test_glmc_paired_batches_over_8_devices_equal_one_device():
 
 
 def test_mixup_draws_one_lambda_and_one_global_permutation_on_the_host():
-  """Mixup's partners (`losses.mixup_pair`) come with the batch: per step one λ and one permutation
+  """Mixup's partners (`recipes.mixup_pair`) come with the batch: per step one λ and one permutation
   π of the global batch, the same pairs whether the global batch is one process's or split over
-  four (no image crosses devices); `steps.mixup` is x̃ = λx + (1 − λ)x_π."""
+  four (no image crosses devices); `recipes.mixup_mix` is x̃ = λx + (1 − λ)x_π."""
   split = digits_train()
-  draw = losses.mixup_pair(1.0)
+  draw = recipes.mixup_pair(ml_collections.ConfigDict({"mixup_alpha": 1.0}), split)
   kwargs = dict(seed=2, epoch=1, augment=False, pair=draw)
   whole = list(batches_lib.train_batches(split, 32, **kwargs))[:3]
   parts = [list(batches_lib.train_batches(split, 8, process_index=p, process_count=4, **kwargs))[:3]
@@ -423,7 +424,7 @@ def test_mixup_draws_one_lambda_and_one_global_permutation_on_the_host():
     assert pairs == set(zip(batch["index"].tolist(), batch["index_b"].tolist()))
     assert {float(part[b]["lam"][0]) for part in parts} == {float(batch["lam"][0])}
     assert 0 <= batch["lam"][0] <= 1 and np.all(batch["lam"] == batch["lam"][0])
-  mixed, (partner_labels, lam) = jax.jit(steps.mixup)(whole[0])
+  mixed, (partner_labels, lam) = jax.jit(recipes.mixup_mix)(whole[0])
   lam = float(lam)
   np.testing.assert_allclose(mixed, lam * whole[0]["image"] + (1 - lam) * whole[0]["image_b"],
                              rtol=1e-6, atol=1e-6)
@@ -451,7 +452,7 @@ def test_etf_dr_with_mixup_over_8_devices_equals_one_device_and_keeps_m_fixed():
 
 def test_a_run_written_before_new_config_fields_resumes_and_a_changed_one_does_not(tmp_path):
   """A config.json without fields added since (a top-level one and a whole loss sub-tree) reads as
-  their defaults (`checkpoints.read_saved_config`): the run resumes; a field that differs from the
+  their defaults (`lineage.read_saved_config`): the run resumes; a field that differs from the
   saved value is still refused."""
   config = tiny_config("ce")
   config.num_epochs = 2
@@ -463,7 +464,8 @@ def test_a_run_written_before_new_config_fields_resumes_and_a_changed_one_does_n
   (workdir / "config.json").write_text(json.dumps(saved))
   assert train.train_and_evaluate(config, workdir, max_steps=3)["steps"] == 3
   config.views = 2
-  with pytest.raises(ConfigError, match="different config \\(fields views\\)"):
+  with pytest.raises(ConfigError,
+                     match=r"different config \(fields views \(1 there, 2 here\)\); its checkpoint"):
     train.train_and_evaluate(config, workdir, max_steps=4)
 
 

@@ -243,26 +243,33 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
                    "training labels.")
     out.append("")
   hooks = []
-  if entry.model is not None:
-    hooks.append(f"model wrapper ``{entry.model.__name__}``: the model it trains adds outputs the "
-                 "loss reads (``StepInfo.outputs``), the base model's parameters kept in place")
-  if entry.views != 1:
-    hooks.append(f"{entry.views} augmented views per example, view-major, labels repeated")
-  if entry.sampler is not None:
-    sampler = importlib.import_module("experiments.train.samplers").SAMPLERS[entry.sampler]
-    hooks.append(f"per-epoch sampler ``{entry.sampler}`` (``{sampler.__module__}.{sampler.__name__}``): "
+  recipe = importlib.import_module("experiments.train.recipes").method_recipe(name)
+  if recipe.model is not None:
+    hooks.append(f"model wrapper ``{recipe.model.__name__}``: "
+                 + _docstring_parts(recipe.model)[0] + " The loss reads its outputs from "
+                 "``StepInfo.recipe['outputs']``; the base model's parameters stay in place")
+  if recipe.views != 1:
+    hooks.append(f"{recipe.views} augmented views per example, view-major, labels repeated")
+  if recipe.indices:
+    hooks.append("the rows' training-set positions (``StepInfo.recipe['indices']``)")
+  if recipe.sampler is not None:
+    sampler = importlib.import_module("experiments.train.samplers").SAMPLERS[recipe.sampler]
+    hooks.append(f"per-epoch sampler ``{recipe.sampler}`` (``{sampler.__module__}."
+                 f"{sampler.__name__}``): "
                  + (inspect.getdoc(sampler) or "the dataset positions an epoch draws"))
-  if entry.epoch_end is not None:
-    hooks.append(f"epoch-end pass ``{entry.epoch_end.__name__}`` over the training set (eval "
-                 "mode, no augmentation): " + (inspect.getdoc(entry.epoch_end) or ""))
-  if entry.mixes:
+  if recipe.epoch_end is not None:
+    hooks.append(f"epoch-end pass ``{recipe.epoch_end.__name__}`` over the training set (eval "
+                 "mode, no augmentation): " + (inspect.getdoc(recipe.epoch_end) or ""))
+  if recipe.mixup:
     hooks.append("takes mixup batches (``config.mixup_alpha`` > 0): one λ and one permutation of "
-                 "the global batch per step, the loss against both labels")
-  if entry.pair is not None:
-    hooks.append(f"paired batches ``{entry.pair.__name__}``: each row's partner, the step's λ and "
-                 "CutMix box, drawn on the host")
+                 "the global batch per step, the loss against both labels "
+                 "(``StepInfo.recipe['mix']``)")
+  if recipe.pair is not None:
+    hooks.append(f"paired batches ``{recipe.pair.__name__}``: each row's partner, the step's λ and "
+                 f"CutMix box, drawn on the host, mixed on the device by ``{recipe.mix.__name__}`` "
+                 "(``StepInfo.recipe['mix']``)")
   if hooks:
-    out.append(_title("What the trainer provides", "-"))
+    out.append(_title("What the trainer provides (its recipe, ``experiments.train.recipes``)", "-"))
     out += [f"* {' '.join(h.split())}" for h in hooks]
     out.append("")
   using = [stem for stem, config in configs.items() if config.loss == name]

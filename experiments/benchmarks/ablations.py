@@ -25,11 +25,8 @@ def bench_ablations(quick: bool) -> dict:
     return x + 1
 
   calls = {"plain": jax.jit(lambda x: x + 1), "with_unused_check": jax.jit(with_check)}
-  for fn in calls.values():
-    fn(x).block_until_ready()
   reps = 3 if quick else 5
-  times = interleaved({k: (lambda f=f: f(x)) for k, f in calls.items()}, reps, 2000,
-                      jax.block_until_ready)
+  times = interleaved({k: (lambda f=f: f(x)) for k, f in calls.items()}, reps, 2000, warmup=1)
   dispatch = {k: {**summarize_times(v), "median_us": 1e3 * summarize_times(v)["median_ms"]}
               for k, v in times.items()}
 
@@ -43,9 +40,7 @@ def bench_ablations(quick: bool) -> dict:
       dense_fn, dense_args, _ = _loss_fns(batch, dim, classes, 1)[0]["mr2"]
       jax.block_until_ready(dense_fn(*dense_args))  # traced and compiled with the dense form
     fns["dense"] = lambda f=dense_fn, a=dense_args: f(*a)
-    for fn in fns.values():
-      jax.block_until_ready(fn())
-    times = interleaved(fns, reps, 10, jax.block_until_ready)
+    times = interleaved(fns, reps, 10, warmup=1)
     rows.append({"batch": batch, "dim": dim, "classes": classes,
                  **{k: summarize_times(v) for k, v in times.items()}})
   return {"dispatch": dispatch, "representation_margin": rows}

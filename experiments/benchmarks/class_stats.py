@@ -1,6 +1,6 @@
 """Benchmark: MR2 class-statistics update, segment reductions vs a one-hot product.
 
-    python -m experiments.benchmarks.class_stats [--batch 512 --dim 2048 --classes 8142]
+    python -m experiments.benchmarks.class_stats [--batch=512 --dim=2048 --classes=8142]
 
 Prints the median wall time of each jitted variant in one run (ratios are what to compare; this
 machine is noisy). The one-hot variant is the [B, K] × [B, d] formulation the issue rules out.
@@ -8,15 +8,17 @@ machine is noisy). The one-hot variant is the [B, K] × [B, d] formulation the i
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
 import mr2_jax
+from experiments.benchmarks.timing import summarize_times, time_calls
+from experiments.common import cli
 
 
 def one_hot_update(stats, features, labels, decay=0.9):
@@ -36,23 +38,16 @@ def one_hot_update(stats, features, labels, decay=0.9):
                             seen=stats.seen | present)
 
 
-def time_fn(fn, *args, repeats):
-  jax.block_until_ready(fn(*args))  # compile
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_integer("batch", 512, "Examples per batch (B).", flag_values=flag_values)
+  flags.DEFINE_integer("dim", 2048, "Feature dimension (d).", flag_values=flag_values)
+  flags.DEFINE_integer("classes", 8142, "Number of classes (K).", flag_values=flag_values)
+  flags.DEFINE_integer("repeats", 10, "Timed calls per variant; the median is printed.",
+                       flag_values=flag_values)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--batch", type=int, default=512)
-  parser.add_argument("--dim", type=int, default=2048)
-  parser.add_argument("--classes", type=int, default=8142)
-  parser.add_argument("--repeats", type=int, default=10)
-  args = parser.parse_args()
+def benchmark_command(args: flags.FlagValues) -> None:
+  """Times both variants (after checking they agree) and prints one JSON line."""
   rng = np.random.default_rng(0)
   features = jnp.asarray(rng.normal(size=(args.batch, args.dim)), jnp.float32)
   labels = jnp.asarray(rng.integers(0, args.classes, args.batch), jnp.int32)
@@ -62,15 +57,21 @@ def main():
   dense = jax.jit(one_hot_update)
   np.testing.assert_allclose(segment(stats, features, labels).mean_sq_deviation,
                              dense(stats, features, labels).mean_sq_deviation, rtol=1e-4)
+  segment_s = time_calls(lambda: segment(stats, features, labels), args.repeats)
+  one_hot_s = time_calls(lambda: dense(stats, features, labels), args.repeats)
   result = {
       "batch": args.batch, "dim": args.dim, "classes": args.classes,
       "device": str(jax.devices()[0]),
-      "segment_ms": 1e3 * time_fn(segment, stats, features, labels, repeats=args.repeats),
-      "one_hot_ms": 1e3 * time_fn(dense, stats, features, labels, repeats=args.repeats),
+      "segment_ms": summarize_times(segment_s)["median_ms"],
+      "one_hot_ms": summarize_times(one_hot_s)["median_ms"],
   }
   result["one_hot_over_segment"] = result["one_hot_ms"] / result["segment_ms"]
   print(json.dumps(result))
 
 
+def main(argv=None) -> int:
+  return cli.run_command(define_flags, benchmark_command, argv)
+
+
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -13,23 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import jax
 import numpy as np
 
+from experiments.benchmarks.timing import summarize_times, time_calls
+
 STAGES = ((32, 16), (16, 32), (8, 64))
 
 
-def _median_ms(fn, repeats=10):
-  fn()
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return 1e3 * float(np.median(times))
+def _median_ms(fn) -> float:
+  """Median ms of 10 calls after two warm-up calls (`time_calls`; a PyTorch result is not JAX's
+  and passes `jax.block_until_ready` unchanged: eager PyTorch on the CPU returns when done)."""
+  return summarize_times(time_calls(fn, 10, warmup=2))["median_ms"]
 
 
 def main():
@@ -51,12 +47,12 @@ def main():
     wt = torch.from_numpy(w.transpose(3, 2, 0, 1).copy())
     gt = torch.from_numpy(g.transpose(0, 3, 1, 2).copy())
     row = {"input": [128, size, size, channels]}
-    row["jax_fwd_ms"] = _median_ms(lambda: forward(xj, wj).block_until_ready())
+    row["jax_fwd_ms"] = _median_ms(lambda: forward(xj, wj))
     row["torch_fwd_ms"] = _median_ms(lambda: torch.nn.functional.conv2d(xt, wt, padding=1))
-    row["jax_dx_ms"] = _median_ms(lambda: input_grad(xj, wj, gj).block_until_ready())
+    row["jax_dx_ms"] = _median_ms(lambda: input_grad(xj, wj, gj))
     row["torch_dx_ms"] = _median_ms(
         lambda: torch.nn.grad.conv2d_input(xt.shape, wt, gt, padding=1))
-    row["jax_dw_ms"] = _median_ms(lambda: weight_grad(xj, wj, gj).block_until_ready())
+    row["jax_dw_ms"] = _median_ms(lambda: weight_grad(xj, wj, gj))
     row["torch_dw_ms"] = _median_ms(
         lambda: torch.nn.grad.conv2d_weight(xt, wt.shape, gt, padding=1))
     rows.append(row)

@@ -1,13 +1,11 @@
 """Section 'cpu_gap' of `experiments.benchmarks.run`: the plain-CE ResNet-32 step (batch 128, SGD +
 momentum) with JAX under XLA's default flags, JAX under `experiments.common.xla_cpu.TUNED_FLAGS`
 (and any `--gap_variant` flags) and PyTorch eager (optional: `pip install ".[bench]"`), each in its
-own long-lived worker process (`python -m experiments.benchmarks.cpu_gap --gap_worker KIND`, also
-`run --gap_worker KIND`), interleaved round by round; plus an XLA op profile of the JAX variants
-(where the time goes)."""
+own long-lived worker process (`python -m experiments.benchmarks.cpu_gap --gap_worker=KIND`),
+interleaved round by round; plus an XLA op profile of the JAX variants (where the time goes)."""
 
 from __future__ import annotations
 
-import argparse
 import collections
 import glob
 import json
@@ -16,16 +14,17 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import flags
 from jax._src.lib import _profile_data
 
-from experiments.benchmarks.timing import REPO, summarize_times
+from experiments.benchmarks.timing import REPO, summarize_times, time_calls, warm_up
+from experiments.common import cli
 from experiments.common import xla_cpu
 from experiments.models import registry as models
 
@@ -99,8 +98,7 @@ def gap_worker(kind: str) -> None:
       jax.block_until_ready(carry[0])
     info.update(jax=jax.__version__, xla_flags=os.environ.get("XLA_FLAGS", ""))
     profile = lambda: _profile_categories(step, carry[0])
-  one_step()
-  one_step()
+  warm_up([one_step], calls=2)
   print(json.dumps({"ready": info}), flush=True)
   for line in sys.stdin:
     command = line.split()
@@ -109,11 +107,7 @@ def gap_worker(kind: str) -> None:
     if command[0] == "profile":
       print(json.dumps({"profile": profile() if profile else None}), flush=True)
       continue
-    times = []
-    for _ in range(int(command[1])):
-      start = time.perf_counter()
-      one_step()
-      times.append(time.perf_counter() - start)
+    times = time_calls(one_step, int(command[1]), warmup=0)
     print(json.dumps({"times": times}), flush=True)
 
 
@@ -122,8 +116,8 @@ def bench_cpu_gap(quick: bool, extra_variants: dict[str, str] | None = None) -> 
   base_env["PYTHONPATH"] = str(REPO)
   variants = {"jax_default_flags": {**base_env, "XLA_FLAGS": ""},
               "jax_tuned_flags": {**base_env, "XLA_FLAGS": " ".join(xla_cpu.TUNED_FLAGS)}}
-  for name, flags in (extra_variants or {}).items():
-    variants[f"jax_{name}"] = {**base_env, "XLA_FLAGS": flags}
+  for name, xla_flags in (extra_variants or {}).items():
+    variants[f"jax_{name}"] = {**base_env, "XLA_FLAGS": xla_flags}
   try:
     # optional: the PyTorch reference only (pip install ".[bench]")
     import torch  # pylint: disable=g-import-not-at-top,unused-import
@@ -134,7 +128,7 @@ def bench_cpu_gap(quick: bool, extra_variants: dict[str, str] | None = None) -> 
   for name, env in variants.items():
     kind = "torch" if name == "pytorch_eager" else "jax"
     workers[name] = subprocess.Popen(
-        [sys.executable, "-m", "experiments.benchmarks.cpu_gap", "--gap_worker", kind], cwd=REPO,
+        [sys.executable, "-m", "experiments.benchmarks.cpu_gap", f"--gap_worker={kind}"], cwd=REPO,
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     infos[name] = json.loads(workers[name].stdout.readline())["ready"]  # one at a time: 2 cores
 
@@ -162,11 +156,16 @@ def bench_cpu_gap(quick: bool, extra_variants: dict[str, str] | None = None) -> 
   return {"batch": 128, "rows": rows, "workers": infos, "profiles_ms_per_step": profiles}
 
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description="A worker process of the cpu_gap benchmark.")
-  parser.add_argument("--gap_worker", choices=("jax", "torch"), required=True)
-  gap_worker(parser.parse_args(argv).gap_worker)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_enum("gap_worker", None, ("jax", "torch"), "The step this worker times (started by "
+                    "`bench_cpu_gap`, which sends it `run N`, `profile` and `quit` on stdin).",
+                    required=True, flag_values=flag_values)
+
+
+def main(argv=None) -> int:
+  """A worker process of the cpu_gap benchmark."""
+  return cli.run_command(define_flags, lambda args: gap_worker(args.gap_worker), argv)
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

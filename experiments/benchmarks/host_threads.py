@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 
 import numpy as np
 from absl import app
 from absl import flags
 
 from experiments.benchmarks.report import write_report
+from experiments.benchmarks.timing import time_calls
 from experiments.data import batches as batches_lib
 from experiments.data import in_memory_sources
 from experiments.data import loading
@@ -59,11 +59,7 @@ def images_per_second(split, augmentation: str, views: int, threads: int, batche
                               views=views, augmentation=augmentation)
   stream = input_pipeline.make("numpy", at, 10 * steps_per_epoch, workers=threads).batches(
       0, lambda batch: batch)
-  next(stream)
-  start = time.perf_counter()
-  for _ in range(batches):
-    next(stream)
-  elapsed = time.perf_counter() - start
+  elapsed = sum(time_calls(lambda: next(stream), batches, warmup=1))
   stream.close()
   return batches * _BATCH.value / elapsed
 

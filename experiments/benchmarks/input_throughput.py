@@ -28,6 +28,7 @@ from absl import flags
 from PIL import Image
 
 from experiments.benchmarks.report import write_report
+from experiments.benchmarks.timing import time_calls
 from experiments.configs import imagenet_lt
 from experiments.data import batches as batches_lib
 from experiments.data import input_pipeline
@@ -68,14 +69,9 @@ def pipeline_rate(split, workers: int) -> float:
   """Images/s of `GrainInput` with `workers` processes: uint8 224² batches with crop + flip."""
   steps = batches_lib.steps_per_epoch(split, _BATCH.value)
   at = input_pipeline.BatchAt(split, _BATCH.value, steps, seed=0, augment=True, normalized=False)
-  total = _WARMUP.value + _BATCHES.value
   batches = input_pipeline.make("grain", at, 10 ** 6, workers=workers).batches(0, lambda b: b)
-  for _ in range(_WARMUP.value):
-    next(batches)
-  start = time.perf_counter()
-  for _ in range(total - _WARMUP.value):
-    batch = next(batches)
-  elapsed = time.perf_counter() - start
+  elapsed = sum(time_calls(lambda: next(batches), _BATCHES.value, warmup=_WARMUP.value))
+  batch = next(batches)
   batches.close()
   assert batch[1]["image"].shape[1:] == (224, 224, 3) and batch[1]["image"].dtype == np.uint8
   return _BATCHES.value * _BATCH.value / elapsed
@@ -98,14 +94,13 @@ def step_rate() -> float:
   rng = np.random.default_rng(0)
   images = {"image": rng.integers(0, 256, (batch, 224, 224, 3), dtype=np.uint8),
             "label": rng.integers(0, 1000, batch).astype(np.int32)}
-  state, metrics = step(state, images)  # compile
-  jax.block_until_ready(metrics)
-  times = []
-  for _ in range(3):
-    start = time.perf_counter()
-    state, metrics = step(state, images)
-    jax.block_until_ready(metrics)
-    times.append(time.perf_counter() - start)
+  carry = [state]
+
+  def one_step():
+    carry[0], metrics = step(carry[0], images)
+    return metrics
+
+  times = time_calls(one_step, 3, warmup=1)  # the warm-up call compiles
   return batch / float(np.median(times))
 
 

@@ -108,11 +108,9 @@ def bench_scaling(quick: bool) -> dict:
     for name, (fn, args, looped) in fns.items():
       calls[name] = lambda fn=fn, args=args: fn(*args)
       loops[name] = looped
-      jax.block_until_ready(calls[name]())
-      jax.block_until_ready(looped())
     reps = 3 if quick else 5
-    per_call = interleaved(calls, reps, 20, jax.block_until_ready)
-    per_loop = interleaved(loops, reps, 2, jax.block_until_ready)
+    per_call = interleaved(calls, reps, 20, warmup=1)
+    per_loop = interleaved(loops, reps, 2, warmup=1)
     for name in fns:
       row = {"loss": name, "batch": batch, "dim": dim, "classes": classes,
              "per_call": summarize_times(per_call[name]),

@@ -13,6 +13,7 @@ import flax
 import jaxlib
 import numpy as np
 
+from experiments.benchmarks.timing import interleaved
 from experiments.train import loop as train
 
 
@@ -27,16 +28,10 @@ def machine_speed(repeats: int = 15) -> dict[str, float]:
   a = np.random.default_rng(0).standard_normal((1024, 1024), dtype=np.float32)
   big = np.ones(16 << 20, np.float32)
   out = np.empty_like(big)
-  matmul, copy = [], []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    a @ a
-    matmul.append(time.perf_counter() - start)
-    start = time.perf_counter()
-    np.copyto(out, big)
-    copy.append(time.perf_counter() - start)
-  return {"numpy_matmul_gflops": 2 * 1024 ** 3 / float(np.median(matmul)) / 1e9,
-          "copy_gb_per_s": 2 * big.nbytes / float(np.median(copy)) / 1e9}
+  seconds = interleaved({"matmul": lambda: a @ a, "copy": lambda: np.copyto(out, big)},
+                        rounds=repeats, per_round=1)
+  return {"numpy_matmul_gflops": 2 * 1024 ** 3 / float(np.median(seconds["matmul"])) / 1e9,
+          "copy_gb_per_s": 2 * big.nbytes / float(np.median(seconds["copy"])) / 1e9}
 
 
 def machine_info() -> dict[str, Any]:

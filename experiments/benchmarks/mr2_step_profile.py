@@ -1,42 +1,49 @@
 """Where the time of one MR2 loss + statistics step goes (forward + backward), on this machine.
 
-    python -m experiments.benchmarks.mr2_step_profile --batch 512 --dim 2048 --classes 8142 [--trace]
+    python -m experiments.benchmarks.mr2_step_profile --batch=512 --dim=2048 --classes=8142 \
+        [--trace]
 
 Times, interleaved round by round: the step with λ = 0.1 and λ = 0 (the difference is ℓ_s̄) in the
 released and paper forms, and ℓ_s̄ alone (forward; forward + backward). `--trace` also records a
 profiler trace of the released step and prints the XLA operations that take the most time (op names
-as in the compiled HLO, which `--hlo FILE` writes). Diagnostic only: the figures of record come from
+as in the compiled HLO, which `--hlo=FILE` writes). Diagnostic only: the figures of record come from
 `experiments.benchmarks.run`.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import glob
 import gzip
 import json
+import sys
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+from absl import flags
 
 import mr2_jax
 from experiments.benchmarks import loss_scaling
+from experiments.benchmarks.timing import interleaved, summarize_times
+from experiments.common import cli
 from mr2_jax import representation_margin
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--batch", type=int, default=512)
-  parser.add_argument("--dim", type=int, default=2048)
-  parser.add_argument("--classes", type=int, default=1000)
-  parser.add_argument("--rounds", type=int, default=7)
-  parser.add_argument("--trace", action="store_true")
-  parser.add_argument("--hlo", default=None)
-  args = parser.parse_args()
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_integer("batch", 512, "Examples per batch (B).", flag_values=flag_values)
+  flags.DEFINE_integer("dim", 2048, "Feature dimension (d).", flag_values=flag_values)
+  flags.DEFINE_integer("classes", 1000, "Number of classes (K).", flag_values=flag_values)
+  flags.DEFINE_integer("rounds", 7, "Interleaved rounds of 10 calls per variant.",
+                       flag_values=flag_values)
+  flags.DEFINE_bool("trace", False, "Also record a profiler trace of the released step and print "
+                    "the XLA operations that take the most time.", flag_values=flag_values)
+  flags.DEFINE_string("hlo", None, "Write the released step's compiled HLO to this file.",
+                      flag_values=flag_values)
+
+
+def profile_command(args: flags.FlagValues) -> None:
+  """Prints the interleaved timings (and, with --trace, the profile) of one MR2 step."""
   batch, dim, classes = args.batch, args.dim, args.classes
 
   # the benchmark's inputs
@@ -65,18 +72,13 @@ def main() -> None:
       "ℓ_s̄ forward": (jax.jit(margin), (features, labels)),
       "ℓ_s̄ forward + backward": (jax.jit(jax.grad(margin)), (features, labels)),
   }
-  for fn, fn_args in calls.values():
-    jax.block_until_ready(fn(*fn_args))
-  times = {name: [] for name in calls}
-  for _ in range(args.rounds):
-    for name, (fn, fn_args) in calls.items():
-      for _ in range(10):  # latency: each call waits for the previous one
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*fn_args))
-        times[name].append((time.perf_counter() - start) * 1e3)
+  # latency: each call waits for the previous one
+  times = interleaved({name: (lambda fn=fn, fn_args=fn_args: fn(*fn_args))
+                       for name, (fn, fn_args) in calls.items()}, args.rounds, 10, warmup=1)
   print(f"B={batch} d={dim} K={classes}, ms per call, median (min):")
-  for name, values in times.items():
-    print(f"  {name:26s} {np.median(values):7.2f} ({np.min(values):.2f})")
+  for name, seconds in times.items():
+    row = summarize_times(seconds)
+    print(f"  {name:26s} {row['median_ms']:7.2f} ({row['min_ms']:.2f})")
 
   released, released_args = calls["released, λ = 0.1"]
   if args.hlo:
@@ -100,5 +102,9 @@ def main() -> None:
       print(f"  {ms:8.3f}  {name[:100]}")
 
 
+def main(argv=None) -> int:
+  return cli.run_command(define_flags, profile_command, argv)
+
+
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

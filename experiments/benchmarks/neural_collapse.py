@@ -1,12 +1,11 @@
 """Section 'neural_collapse' of `experiments.benchmarks.run`: NC1–NC4 on 50,000 × 640 features,
 100 classes — one-shot `reweight_jax.nc_metrics` vs the streaming `NCAccumulator` (chunks of
 1,000) — time and peak resident memory, each in its own child process
-(`python -m experiments.benchmarks.neural_collapse --nc_child MODE`, which loads only this module's
-imports; `run --nc_child MODE` runs the same child)."""
+(`python -m experiments.benchmarks.neural_collapse --nc_child=MODE`, which loads only this module's
+imports)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -18,9 +17,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
 import reweight_jax
 from experiments.benchmarks.timing import REPO, summarize_times
+from experiments.common import cli
 from experiments.common import xla_cpu
 
 NC_N, NC_D, NC_K, NC_CHUNK = 50_000, 640, 100, 1_000
@@ -73,7 +74,7 @@ def bench_neural_collapse(quick: bool) -> dict:
   for _ in range(repeats):
     for mode in ("one_shot", "streaming"):
       out = subprocess.run(
-          [sys.executable, "-m", "experiments.benchmarks.neural_collapse", "--nc_child", mode],
+          [sys.executable, "-m", "experiments.benchmarks.neural_collapse", f"--nc_child={mode}"],
           cwd=REPO, capture_output=True, text=True, check=True,
           env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
       result = json.loads(out.strip().splitlines()[-1])
@@ -98,13 +99,18 @@ def run_child(mode: str, xla_cpu_tuning: bool = True) -> None:
   print(json.dumps(nc_child(mode)))
 
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description="A child process of the neural_collapse benchmark.")
-  parser.add_argument("--nc_child", choices=("one_shot", "streaming"), required=True)
-  parser.add_argument("--no_xla_cpu_tuning", action="store_true")
-  args = parser.parse_args(argv)
-  run_child(args.nc_child, not args.no_xla_cpu_tuning)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_enum("nc_child", None, ("one_shot", "streaming"), "How this child computes NC1–NC4 "
+                    "(it prints the time, peak memory and metrics as one JSON line).",
+                    required=True, flag_values=flag_values)
+  cli.define_xla_cpu_tuning(flag_values)
+
+
+def main(argv=None) -> int:
+  """A child process of the neural_collapse benchmark."""
+  return cli.run_command(define_flags, lambda args: run_child(args.nc_child, args.xla_cpu_tuning),
+                         argv)
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

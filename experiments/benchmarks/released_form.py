@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from experiments.benchmarks.loss_scaling import AUTHORS_MS, AUTHORS_SOURCES, _loss_fns
-from experiments.benchmarks.timing import cpu_ticks, interleaved, steal_share, summarize_times
+from experiments.benchmarks.timing import (cpu_ticks, interleaved, steal_share, summarize_times,
+                                           warm_up)
 from mr2_jax import class_stats
 from mr2_jax import margins
 from mr2_reweight_core import class_order
@@ -100,10 +101,9 @@ def bench_released_form(quick: bool) -> dict:
   for batch, dim, classes in sizes:
     variants = released_form_variants(batch, dim, classes)
     calls = {name: (lambda fn=fn, args=args: fn(*args)) for name, (_, fn, args) in variants.items()}
-    for call in calls.values():
-      jax.block_until_ready(call())
+    warm_up(calls.values())  # before the CPU ticks: the stolen share is the timed calls' own
     ticks = cpu_ticks()
-    times = interleaved(calls, 3 if quick else 7, 10, jax.block_until_ready)
+    times = interleaved(calls, 3 if quick else 7, 10)
     stolen = steal_share(ticks)
     for name, (label, _, _) in variants.items():
       row = {"loss": name, "form": label, "batch": batch, "dim": dim, "classes": classes,

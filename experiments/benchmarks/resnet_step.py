@@ -66,9 +66,7 @@ def bench_compile_and_overhead(quick: bool) -> tuple[dict, dict]:
 
   rounds, per_round = (3, 2) if quick else (7, 3)
   fns = {m: (lambda c=c: c(state, batch)) for m, c in executables.items()}
-  for fn in fns.values():
-    jax.block_until_ready(fn())
-  times = interleaved(fns, rounds, per_round, jax.block_until_ready)
+  times = interleaved(fns, rounds, per_round, warmup=1)
   overhead = {m: summarize_times(t) for m, t in times.items()}
   ce = overhead["ce"]["median_ms"]
   for method, row in overhead.items():

@@ -1,7 +1,7 @@
 """All benchmarks of issue 7 in one command; writes JSON and a Markdown table per section.
 
-    python -m experiments.benchmarks.run [--only overhead,scaling,neural_collapse,compile,cpu_gap]
-        [--out experiments/benchmarks/results] [--quick] [--gap_variant NAME=XLA_FLAGS ...]
+    python -m experiments.benchmarks.run [--only=overhead,scaling,neural_collapse,compile,cpu_gap]
+        [--out=experiments/benchmarks/results] [--quick] [--gap_variant=NAME=XLA_FLAGS ...]
 
 Sections (every time is a median over repeated measurements with its min–max; methods compared in a
 section are measured interleaved, round by round, in one run, because this machine is shared and
@@ -26,7 +26,7 @@ noisy and only ratios within a run are meaningful):
   with ℓ_s̄ tiled over same-class pairs vs forced to the dense [B, B] product.
 
 The XLA flags of this process (and of the overhead / scaling / compile sections) are the tuned ones
-unless `--no_xla_cpu_tuning`.
+unless `--noxla_cpu_tuning`.
 
 The sections live in modules named after what they time: `resnet_step` (overhead, compile),
 `loss_scaling`, `released_form`, `ablations`, `neural_collapse` and `cpu_gap`; `timing` and
@@ -35,55 +35,50 @@ The sections live in modules named after what they time: `resnet_step` (overhead
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
 from typing import Any
 
+from absl import flags
+
 from experiments.benchmarks.ablations import bench_ablations
-from experiments.benchmarks.cpu_gap import bench_cpu_gap, gap_worker
+from experiments.benchmarks.cpu_gap import bench_cpu_gap
 from experiments.benchmarks.loss_scaling import bench_scaling
 from experiments.benchmarks.machine import machine_info
-from experiments.benchmarks.neural_collapse import bench_neural_collapse, nc_child
+from experiments.benchmarks.neural_collapse import bench_neural_collapse
 from experiments.benchmarks.released_form import bench_released_form
 from experiments.benchmarks.resnet_step import bench_compile_and_overhead
 from experiments.benchmarks.tables import to_markdown
 from experiments.benchmarks.timing import REPO
+from experiments.common import cli
 from experiments.common import xla_cpu
 
 SECTIONS = ("overhead", "scaling", "released_form", "neural_collapse", "compile", "cpu_gap",
             "ablations")
 
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--only", default=",".join(SECTIONS),
-                      help=f"comma-separated subset of {', '.join(SECTIONS)}")
-  parser.add_argument("--out", default=str(REPO / "experiments" / "benchmarks" / "results"))
-  parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats (smoke test)")
-  parser.add_argument("--no_xla_cpu_tuning", action="store_true")
-  parser.add_argument("--gap_variant", action="append", default=[], metavar="NAME=XLA_FLAGS",
-                      help="cpu_gap: another JAX worker with these XLA_FLAGS (repeatable)")
-  parser.add_argument("--tag", default=None, help="output file suffix (default: quick / full)")
-  parser.add_argument("--nc_child", choices=("one_shot", "streaming"), help=argparse.SUPPRESS)
-  parser.add_argument("--gap_worker", choices=("jax", "torch"), help=argparse.SUPPRESS)
-  args = parser.parse_args(argv)
-  if args.gap_worker:
-    gap_worker(args.gap_worker)
-    return
-  if args.nc_child:
-    xla_cpu.configure(not args.no_xla_cpu_tuning)
-    print(json.dumps(nc_child(args.nc_child)))
-    return
-  sections = [s for s in args.only.split(",") if s]
-  unknown = sorted(set(sections) - set(SECTIONS))
-  if unknown:
-    parser.error(f"--only: unknown section(s) {unknown}; expected some of {SECTIONS}")
-  xla_cpu.configure(not args.no_xla_cpu_tuning)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  cli.define_list("only", SECTIONS, "The sections to run.", choices=SECTIONS,
+                  flag_values=flag_values)
+  flags.DEFINE_string("out", str(REPO / "experiments" / "benchmarks" / "results"),
+                      "Folder for benchmarks_<tag>.{json,md}.", flag_values=flag_values)
+  flags.DEFINE_bool("quick", False, "Fewer sizes and repeats (smoke test).",
+                    flag_values=flag_values)
+  cli.define_xla_cpu_tuning(flag_values)
+  flags.DEFINE_multi_string("gap_variant", [], "cpu_gap: another JAX worker, NAME=XLA_FLAGS, with "
+                            "these XLA_FLAGS (repeat the flag for more)", flag_values=flag_values)
+  flags.DEFINE_string("tag", None, "Output file suffix (default: quick / full).",
+                      flag_values=flag_values)
+
+
+def benchmarks_command(args: flags.FlagValues) -> None:
+  """Runs the chosen sections; writes their JSON and Markdown and prints the Markdown."""
+  sections = args.only
+  xla_cpu.configure(args.xla_cpu_tuning)
   results: dict[str, Any] = {"machine": machine_info(),
                              "command": "python -m experiments.benchmarks.run " + " ".join(
-                                 sys.argv[1:] if argv is None else argv)}
+                                 sys.argv[1:])}
   if "overhead" in sections or "compile" in sections:
     print("overhead / compile: ResNet-32 train steps ...", flush=True)
     overhead, compile_rows = bench_compile_and_overhead(args.quick)
@@ -116,5 +111,9 @@ def main(argv=None) -> None:
   print(markdown)
 
 
+def main(argv=None) -> int:
+  return cli.run_command(define_flags, benchmarks_command, argv)
+
+
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -1,13 +1,16 @@
-"""Timing helpers of the sections of `experiments.benchmarks.run`: methods timed interleaved, round
-by round; medians with their min–max; the share of CPU time the hypervisor stole while timing; and
-`REPO`, the folder the sections' worker processes run in."""
+"""Timing helpers of the benchmarks: one timed call (`time_calls`: warm-up calls, then each call
+waited for with `jax.block_until_ready`), methods timed interleaved, round by round; medians with
+their min–max; the share of CPU time the hypervisor stole while timing; and `REPO`, the folder the
+sections' worker processes run in."""
 
 from __future__ import annotations
 
 import pathlib
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+import jax
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -19,16 +22,42 @@ def summarize_times(seconds: list[float]) -> dict[str, float]:
           "n": int(ms.size)}
 
 
+def warm_up(fns: Iterable[Callable[[], Any]], calls: int = 1,
+            block: Callable[[Any], Any] = jax.block_until_ready) -> None:
+  """Calls each fn `calls` times, untimed (compilation, caches, a worker's start), waiting for each
+  result with `block`."""
+  for fn in fns:
+    for _ in range(calls):
+      block(fn())
+
+
+def time_calls(fn: Callable[[], Any], repeats: int, *, warmup: int = 1,
+               block: Callable[[Any], Any] = jax.block_until_ready) -> list[float]:
+  """Seconds of each of `repeats` calls of `fn` after `warmup` untimed ones (`warm_up`).
+
+  Each call is waited for with `block` inside its time: JAX dispatches asynchronously, so an
+  unblocked call would time the dispatch only (a non-JAX result passes through unchanged).
+  """
+  warm_up([fn], warmup, block)
+  seconds = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    block(fn())
+    seconds.append(time.perf_counter() - start)
+  return seconds
+
+
 def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int,
-                block: Callable[[Any], Any]) -> dict[str, list[float]]:
-  """Times each fn `per_round` times per round, round-robin over fns for `rounds` rounds."""
+                block: Callable[[Any], Any] = jax.block_until_ready, *,
+                warmup: int = 0) -> dict[str, list[float]]:
+  """Seconds of each fn's calls: after `warmup` untimed calls of each, `per_round` timed calls
+  (`time_calls`) per round, round-robin over fns for `rounds` rounds — a drift of this shared
+  machine's speed falls on every fn alike."""
+  warm_up(fns.values(), warmup, block)
   times = {name: [] for name in fns}
   for _ in range(rounds):
     for name, fn in fns.items():
-      for _ in range(per_round):
-        start = time.perf_counter()
-        block(fn())
-        times[name].append(time.perf_counter() - start)
+      times[name] += time_calls(fn, per_round, warmup=0, block=block)
   return times
 
 

@@ -14,6 +14,7 @@ Evaluation batches are every example in order, the last one padded; `measure_thr
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 
@@ -110,11 +111,18 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
                       global_indices=rows)
 
 
+@functools.lru_cache(maxsize=4)
 def epoch_order(num_examples: int, kept: int, *, seed: int, epoch: int) -> np.ndarray:
   """One epoch's positions (into `sample`, or the split), the permutation cut to `kept` = steps ·
   global batch: global batch b is the block [b·G, (b + 1)·G), and process p takes its rows p,
-  p + P, p + 2P, ... (`global_batch_positions`)."""
-  return epoch_permutation(num_examples, seed, epoch)[:kept]
+  p + P, p + 2P, ... (`global_batch_positions`). The one epoch order of the harness: the trainer's
+  two pipelines and the linear probe (`experiments.probe.linear_head.epoch_batches`) call it.
+
+  Read-only and cached for the few epochs in flight: the grain pipeline builds each batch by step
+  (`input_pipeline.BatchAt`) in threads that share it (lru_cache is thread-safe)."""
+  order = epoch_permutation(num_examples, seed, epoch)[:kept]
+  order.flags.writeable = False
+  return order
 
 
 def global_batch_positions(order: np.ndarray, b: int, global_batch: int) -> np.ndarray:

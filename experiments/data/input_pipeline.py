@@ -65,7 +65,7 @@ class BatchAt:
     epoch, b = divmod(int(step), self.steps_per_epoch)
     size = len(self.split) if self.sample is None else len(self.sample)
     global_batch = self.batch_size * self.process_count
-    order = _epoch_order(size, self.steps_per_epoch * global_batch, self.seed, epoch)
+    order = epoch_order(size, self.steps_per_epoch * global_batch, seed=self.seed, epoch=epoch)
     rows = global_batch_positions(order, b, global_batch)
     if self.sample is not None:
       rows = self.sample[rows]
@@ -74,13 +74,6 @@ class BatchAt:
         augment=self.augment, process_index=self.process_index,
         process_count=self.process_count, views=self.views, augmentation=self.augmentation,
         pair=self.pair, normalized=self.normalized, global_indices=rows)
-
-
-@functools.lru_cache(maxsize=4)
-def _epoch_order(num_examples: int, kept: int, seed: int, epoch: int) -> np.ndarray:
-  """`batches.epoch_order`, kept for the few epochs in flight (thread-safe: grain's reading threads
-  share it)."""
-  return epoch_order(num_examples, kept, seed=seed, epoch=epoch)
 
 
 class TrainInput:

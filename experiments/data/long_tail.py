@@ -9,8 +9,9 @@ import numpy as np
 
 from experiments.common.errors import DataError
 
-# Group ids returned by `many_medium_few`.
+# Group ids returned by `many_medium_few`, and the groups' names in that order.
 MANY, MEDIUM, FEW = 0, 1, 2
+SHOT_NAMES = ("many", "medium", "few")
 
 
 def long_tail_counts(max_count: int, num_classes: int, imbalance_factor: float) -> np.ndarray:

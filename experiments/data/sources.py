@@ -35,10 +35,13 @@ transform of these benchmarks), so every row has one shape.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
+import sys
 from collections.abc import Sequence
 
+from absl import flags
+
+from experiments.common import cli
 from experiments.common.errors import DataError
 from experiments.data.array_records import (ARRAY_RECORD_PREFIX, load_array_record,
                                             write_array_record)
@@ -104,19 +107,27 @@ def load_split(name: str, split: str, data_dir=None, *, image_size: int = 224,
   return load(name, split, data_dir, image_size, resize)
 
 
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_string("dataset", None, "The image-file source to copy: imagenet_lt, places_lt, "
+                      "inat2018 or list:<path>.", required=True, flag_values=flag_values)
+  flags.DEFINE_string("data_dir", None, "Its data_dir (the image root).", required=True,
+                      flag_values=flag_values)
+  flags.DEFINE_string("out", None, "Output path of each split's file, with {split}.",
+                      required=True, flag_values=flag_values)
+
+
+def convert_command(args: flags.FlagValues) -> None:
+  """Copies every split and prints the paths written."""
+  for path in convert_to_array_record(args.dataset, args.data_dir, args.out):
+    print(path)
+
+
 def main(argv=None) -> int:
   """`python -m experiments.data.sources --dataset=imagenet_lt --data_dir=/data/imagenet
   --out=/data/ar/imagenet_lt-{split}.array_record`: every split as one ArrayRecord file, then
   train with `--config.dataset=arrayrecord:/data/ar/imagenet_lt-{split}.array_record`."""
-  parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
-  parser.add_argument("--dataset", required=True)
-  parser.add_argument("--data_dir", required=True)
-  parser.add_argument("--out", required=True, help="output path with {split}")
-  args = parser.parse_args(argv)
-  for path in convert_to_array_record(args.dataset, args.data_dir, args.out):
-    print(path)
-  return 0
+  return cli.run_command(define_flags, convert_command, argv)
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  sys.exit(main())

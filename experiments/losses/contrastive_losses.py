@@ -6,8 +6,7 @@ from __future__ import annotations
 import reweight_jax
 from experiments.losses.batch_means import _global_mean
 from experiments.losses.batch_means import mean_share
-from experiments.losses.entry import _output
-from experiments.models import registry as models
+from experiments.losses.entry import recipe_output
 
 
 def _supcon(config, logits, features, labels, state, info):
@@ -15,13 +14,10 @@ def _supcon(config, logits, features, labels, state, info):
   del features
   sc = config.supcon
   contrastive, _ = reweight_jax.supcon_loss(
-      _output(info, "projection", "supcon"), labels, temperature=sc.temperature,
+      recipe_output(info, "projection", "supcon"), labels, temperature=sc.temperature,
       base_temperature=sc.base_temperature, axis_name=info.axis_name, num_classes=logits.shape[1])
   loss = sc.lam * contrastive
   if sc.ce:
     loss = loss + mean_share(reweight_jax.cross_entropy_loss(logits, labels), info.axis_name)
   return loss, state, {"supcon_loss": _global_mean(contrastive, info.axis_name)}
 
-
-def _supcon_model(config, base):
-  return models.WithProjection(base, features=config.supcon.projection_dim)

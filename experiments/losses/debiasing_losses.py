@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import reweight_jax
 from experiments.common.errors import ConfigError
 from experiments.losses.batch_means import _global_mean
-from experiments.losses.entry import _output
-from experiments.models import registry as models
+from experiments.losses.entry import recipe_indices
+from experiments.losses.entry import recipe_output
 
 
 def _check_jtt(config):
@@ -23,15 +23,12 @@ def _check_jtt(config):
 def _lff(config, logits, features, labels, state, info):
   """f_D's logits are the model's; f_B's come from the twin (`models.WithBiasedTwin`)."""
   del features
-  if info.indices is None:
-    raise ValueError("the 'lff' loss indexes its EMAs by dataset position: StepInfo.indices is None")
+  indices = recipe_indices(info)
+  if indices is None:
+    raise ValueError("the 'lff' loss indexes its EMAs by dataset position: "
+                     "StepInfo.recipe['indices'] is not given")
   loss, lff_state, aux = reweight_jax.lff_loss(
-      _output(info, "biased_logits", "lff"), logits, labels, info.indices, state["lff"],
+      recipe_output(info, "biased_logits", "lff"), logits, labels, indices, state["lff"],
       state["lff_labels"], q=config.lff.q, alpha=config.lff.alpha, axis_name=info.axis_name)
   return loss, {**state, "lff": lff_state}, {
       "lff_weight": _global_mean(jnp.mean(aux.weights), info.axis_name)}
-
-
-def _lff_model(config, base):
-  del config
-  return models.WithBiasedTwin(base)

@@ -30,7 +30,7 @@ def _fairdro(config, logits, features, labels, state, info):
   return loss, state, metrics
 
 
-def _fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
+def fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
   """q ← q + s_e (q* − q): q* from the per-class mean training loss L_c of the pass (classes
   without training examples left out), s_e the smoothing step after epoch `epoch` (0-based)."""
   fd = config.fairdro

@@ -1,8 +1,9 @@
-"""What every loss entry is: the `Loss` dataclass (its apply, config sub-trees, state, deferred
-start, checks and trainer hooks), the `StepInfo` a loss reads besides the batch, the `EpochPass` of
-an epoch-end entry, the initial loss state of each state field (`STATE_INIT`, per class;
-`EXAMPLE_STATE_INIT`, per training example) and `_output`, a model wrapper's output that a loss
-reads from `StepInfo.outputs`."""
+"""What every loss entry is: the `Loss` dataclass (a batch objective: its apply, config sub-trees,
+state, deferred start and checks), the `StepInfo` a loss reads besides the batch, the `EpochPass`
+of a method with an epoch-end pass, the initial loss state of each state field (`STATE_INIT`, per
+class; `EXAMPLE_STATE_INIT`, per training example) and the readers of the recipe's inputs
+(`recipe_output`, `recipe_mix`, `recipe_indices`: what a method's recipe, `experiments.train.recipes`,
+gives its loss in `StepInfo.recipe`)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,12 @@ class StepInfo(NamedTuple):
   axis_name: str | None = None     # data-parallel axis (pmap / shard_map), None on one device
   rng: jax.Array | None = None     # this step's PRNG key (the same on every device), for losses
                                    # that draw (EQL); a pure function of (run seed, step)
-  outputs: dict | None = None      # extra model outputs of the entry's `model` wrapper, rows as the
-                                   # logits' (SupCon's 'projection', LfF's 'biased_logits')
-  indices: jax.Array | None = None  # int [B] the rows' positions in the training set (LfF)
-  mix: tuple | None = None         # (labels_b int [B], λ) of a mixup batch x̃ = λx + (1−λ)x_π:
-                                   # the mixed-in rows' labels y_π and the step's λ
+  recipe: dict | None = None       # what the method's recipe gives its loss (None: nothing):
+                                   # 'outputs', the model wrapper's extra outputs, rows as the
+                                   # logits' (SupCon's 'projection', LfF's 'biased_logits');
+                                   # 'indices', int [B] the rows' training-set positions (LfF);
+                                   # 'mix', (labels_b int [B], λ) of a mixed batch (mixup's
+                                   # x̃ = λx + (1−λ)x_π, GLMC's pairs): partner labels and λ
 
 
 LossApply = Callable[..., tuple[jax.Array, dict, dict]]
@@ -47,22 +49,10 @@ class Loss:
     start: config field of the start epoch of a deferred entry (None: active from the first step).
     before: the entry trained before `start`.
     check: extra config checks (raise ConfigError).
-    epoch_end: (config, loss_state, EpochPass, epoch, num_epochs) → loss_state, for an entry whose
-      state is set from a pass over the training set after each epoch (FairDRO's q); the trainer
-      runs that pass (eval mode, no augmentation) only for such an entry.
-    model: (config, base model) → the model it trains: a wrapper (`experiments.models.registry`) that keeps
-      the base model's parameters where they are and adds outputs the entry reads from
-      `StepInfo.outputs` in training mode (SupCon's projection head, LfF's biased twin).
-    views: augmented views per example in a training batch (SupCon: 2); the step runs the model on
-      the V·B views (view-major) with the labels and indices repeated per view.
-    sampler: the name of a sampler in `experiments.train.samplers.SAMPLERS`, for an entry that
-      trains on an edited training set (JTT's up-sampled error set).
-    mixes: whether it takes mixup batches (`StepInfo.mix`, `config.mixup_alpha` > 0): the loss of
-      a mixed row against both of its labels, weighted λ and 1 − λ.
-    pair: (config, train split) → draw(rng, global batch rows, H, W) → {'rows', 'lam', 'box'}:
-      paired batches (GLMC's re-balanced partner of each row, the step's λ and CutMix box;
-      `data.train_batches(pair=...)`, mixed in the step by `steps.paired_mix`). Mixup's partners
-      come the same way (`mixup_pair`, for every entry that `mixes`).
+
+  What a method changes outside the batch loss (a model wrapper, views, sampling, paired or mixed
+  batches, an epoch-end pass) is its recipe, `experiments.train.recipes.RECIPES`, which the trainer
+  provides; the loss reads the recipe's inputs from `StepInfo.recipe`.
   """
   apply: LossApply
   reads: tuple[str, ...] = ()
@@ -70,12 +60,6 @@ class Loss:
   start: str | None = None
   before: str = "ce"
   check: Callable[[Any], None] | None = None
-  epoch_end: Callable[..., dict] | None = None
-  model: Callable[[Any, Any], Any] | None = None
-  views: int = 1
-  sampler: str | None = None
-  mixes: bool = False
-  pair: Callable[..., Callable[..., dict]] | None = None
 
 
 class EpochPass(NamedTuple):
@@ -93,8 +77,21 @@ EXAMPLE_STATE_INIT = {"lff": lambda labels: reweight_jax.init_lff_state(len(labe
                       "lff_labels": lambda labels: jnp.asarray(labels, jnp.int32)}
 
 
-def _output(info: StepInfo, key: str, loss: str) -> jax.Array:
-  if not info.outputs or key not in info.outputs:
-    raise ValueError(f"the {loss!r} loss reads the model output {key!r} (StepInfo.outputs), which "
-                     f"its model wrapper adds: build the model with `train_state.build_model`")
-  return info.outputs[key]
+def recipe_output(info: StepInfo, key: str, loss: str) -> jax.Array:
+  """The model wrapper's output `key` (StepInfo.recipe['outputs']), which the `loss` entry reads."""
+  outputs = (info.recipe or {}).get("outputs") or {}
+  if key not in outputs:
+    raise ValueError(f"the {loss!r} loss reads the model output {key!r} (StepInfo.recipe"
+                     f"['outputs']), which its recipe's model wrapper adds: build the model with "
+                     f"`train_state.build_model`")
+  return outputs[key]
+
+
+def recipe_mix(info: StepInfo) -> tuple | None:
+  """(partner labels int [B], λ) of a mixed batch (StepInfo.recipe['mix']), None for a plain one."""
+  return (info.recipe or {}).get("mix")
+
+
+def recipe_indices(info: StepInfo) -> jax.Array | None:
+  """int [B] the rows' training-set positions (StepInfo.recipe['indices']), None when not given."""
+  return (info.recipe or {}).get("indices")

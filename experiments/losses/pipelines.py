@@ -7,9 +7,9 @@ from __future__ import annotations
 import reweight_jax
 from experiments.common.errors import ConfigError
 from experiments.losses.batch_means import _global_mean
-from experiments.losses.entry import _output
+from experiments.losses.entry import recipe_mix
+from experiments.losses.entry import recipe_output
 from experiments.losses.reweighting_losses import _reweighted
-from experiments.models import registry as models
 
 
 def _etf_dr(config, logits, features, labels, state, info):
@@ -17,14 +17,15 @@ def _etf_dr(config, logits, features, labels, state, info):
   fixed ETF M (from the model, `models.WithETFClassifier`), E from GivenEw (of the unmixed labels),
   and of a mixup batch λ·DR(h, y) + (1 − λ)·DR(h, y_π)."""
   del logits
-  classifier = _output(info, "etf_classifier", "etf_dr")
+  classifier = recipe_output(info, "etf_classifier", "etf_dr")
   scale = (reweight_jax.given_ew(labels, classifier.shape[1], axis_name=info.axis_name)
            if config.etf_dr.given_ew else None)
-  if info.mix is None:
+  mix = recipe_mix(info)
+  if mix is None:
     loss, _ = reweight_jax.dot_regression_loss(features, labels, classifier, class_scale=scale,
                                                axis_name=info.axis_name)
   else:
-    labels_b, lam = info.mix
+    labels_b, lam = mix
     loss, _ = reweight_jax.mixup_dot_regression_loss(features, labels, labels_b, lam, classifier,
                                                      scale, axis_name=info.axis_name)
   return loss, state, {}
@@ -34,16 +35,12 @@ def _etf_dr_inverse_reweight(config, logits, features, labels, state, info):
   """ETF-DR with the inverse reweighting (PIPELINES spec §4): ŵ weights the per-label DR losses
   with E ≡ 1 (GivenEw already balances classes), of a mixup batch against (y, y_π)."""
   del logits
-  classifier = _output(info, "etf_classifier", "etf_dr+inverse_reweight")
+  classifier = recipe_output(info, "etf_classifier", "etf_dr+inverse_reweight")
+  mix = recipe_mix(info)
   per_label = [reweight_jax.dot_regression_loss(features, y, classifier,
                                                 axis_name=info.axis_name)[1]
-               for y in ([labels] if info.mix is None else [labels, info.mix[0]])]
+               for y in ([labels] if mix is None else [labels, mix[0]])]
   return _reweighted(config, per_label[0], labels, state, info, per_label[-1])
-
-
-def _etf_model(config, base):
-  del config
-  return models.WithETFClassifier(base)
 
 
 def _check_etf_head(config):
@@ -56,13 +53,14 @@ def _glmc_terms(config, logits, labels, info):
   """(GLMCAux of this device's shares, α_e) of a paired batch's two passes [x_g; x_l]: fc_cb is the
   model's head (logits); fc, the projections and predictions come from `models.GLMCModel`;
   v_c ∝ n_c^(−ℓw) from the training counts, α_e = 1 − (e/E)²."""
-  if info.mix is None:
-    raise ValueError("the 'glmc' losses need paired batches (StepInfo.mix): train them with the "
-                     "trainer, which draws them from the entry's `pair`")
+  if recipe_mix(info) is None:
+    raise ValueError("the 'glmc' losses need paired batches (StepInfo.recipe['mix']): train them "
+                     "with the trainer, which draws them as GLMC's recipe says "
+                     "(`experiments.train.recipes`)")
   gl = config.glmc
-  labels_b, lam = info.mix
+  labels_b, lam = recipe_mix(info)
   half = labels.shape[0] // 2
-  fc, projection, prediction = (_output(info, key, "glmc")
+  fc, projection, prediction = (recipe_output(info, key, "glmc")
                                 for key in ("logits_fc", "projection", "prediction"))
   alpha = reweight_jax.glmc_alpha(info.epoch, config.num_epochs)
   _, aux = reweight_jax.glmc_loss(
@@ -94,23 +92,8 @@ def _glmc_inverse_reweight(config, logits, features, labels, state, info):
   aux, alpha = _glmc_terms(config, logits, labels, info)
   reweighted, state, metrics = _reweighted(
       config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info,
-      reweight_jax.cross_entropy_loss(logits, info.mix[0]))
+      reweight_jax.cross_entropy_loss(logits, recipe_mix(info)[0]))
   loss = (alpha * aux.balanced + (1 - alpha) * 2 * reweighted
           + config.glmc.w_con * aux.consistency)
   return loss, state, {**_glmc_metrics(aux, info.axis_name, ("balanced", "consistency")),
                        **metrics}
-
-
-def _glmc_model(config, base):
-  return models.GLMCModel(base, base.num_classes, projection_dim=config.glmc.projection_dim)
-
-
-def _glmc_pair(config, train):
-  r = config.glmc.r
-
-  def draw(rng, global_rows, height, width):
-    rows = reweight_jax.glmc_rebalanced_indices(train.labels, train.class_counts, r,
-                                                len(global_rows), rng)
-    lam = float(rng.beta(1.0, 1.0))  # the release's --beta is dead: λ ~ Beta(1, 1)
-    return {"rows": rows, "lam": lam, "box": reweight_jax.cutmix_box(lam, height, width, rng)}
-  return draw

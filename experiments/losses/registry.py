@@ -14,12 +14,13 @@ own state untouched — and the two are a `lax.cond`, so a step computes one of 
 Adding a loss is its apply function (in the module of its family: `reweighting_losses`,
 `long_tail_losses`, `dro_losses`, `contrastive_losses`, `debiasing_losses`, `pipelines`), one
 `Loss` entry here (plus its config tree in `config_trees` if it has hyper-parameters) and its
-tests; the trainer, the linear probe and the benchmarks take it by name. A method that is more than
-a batch loss says so on its entry and the trainer provides it: a model wrapper whose extra outputs
-reach the loss as `StepInfo.outputs` (SupCon's projection head, LfF's biased twin), several
-augmented views per example (SupCon), the dataset positions of the rows (`StepInfo.indices`, LfF),
-per-example state from the training labels (LfF's EMAs), a per-epoch sampler of the training set
-(JTT's up-sampled error set) and an epoch-end pass over the training set (FairDRO's q).
+tests; the trainer, the linear probe and the benchmarks take it by name. An entry is a batch
+objective only. A method that is more than a batch loss — a model wrapper whose extra outputs the
+loss reads (SupCon's projection head, LfF's biased twin), several augmented views per example, the
+rows' dataset positions, a per-epoch sampler of the training set (JTT), paired or mixed batches
+(GLMC, mixup), an epoch-end pass (FairDRO) — also has a recipe, declared in
+`experiments.train.recipes` under the same name, which the trainer provides; the loss reads what
+the recipe gives it from `StepInfo.recipe`.
 """
 
 from __future__ import annotations
@@ -43,12 +44,9 @@ from experiments.losses.config_trees import CONFIG_TREES
 from experiments.losses.config_trees import ConfigTree
 from experiments.losses.config_trees import add_config_trees
 from experiments.losses.contrastive_losses import _supcon
-from experiments.losses.contrastive_losses import _supcon_model
 from experiments.losses.debiasing_losses import _check_jtt
 from experiments.losses.debiasing_losses import _lff
-from experiments.losses.debiasing_losses import _lff_model
 from experiments.losses.dro_losses import _fairdro
-from experiments.losses.dro_losses import _fairdro_epoch_end
 from experiments.losses.dro_losses import _group_dro
 from experiments.losses.entry import EXAMPLE_STATE_INIT
 from experiments.losses.entry import STATE_INIT
@@ -67,11 +65,8 @@ from experiments.losses.long_tail_losses import _weighted_ce
 from experiments.losses.pipelines import _check_etf_head
 from experiments.losses.pipelines import _etf_dr
 from experiments.losses.pipelines import _etf_dr_inverse_reweight
-from experiments.losses.pipelines import _etf_model
 from experiments.losses.pipelines import _glmc
 from experiments.losses.pipelines import _glmc_inverse_reweight
-from experiments.losses.pipelines import _glmc_model
-from experiments.losses.pipelines import _glmc_pair
 from experiments.losses.reweighting_losses import _ce
 from experiments.losses.reweighting_losses import _check_paper_form
 from experiments.losses.reweighting_losses import _inverse_reweight
@@ -84,38 +79,14 @@ from experiments.losses.reweighting_losses import mr2_kwargs
 # linear probe, the benchmarks, the tests and the docs extension.
 __all__ = ["CONFIG_TREES", "EXAMPLE_STATE_INIT", "LOSSES", "REGISTRY", "STATE_INIT", "ConfigTree",
            "EpochPass", "Loss", "LossApply", "StepInfo", "add_config_trees", "get", "global_rows",
-           "init_loss_state", "make_loss_fn", "mean_share", "mixup_pair", "mr2_kwargs", "pair_draw",
-           "start_epoch", "validate"]
-
-
-def mixup_pair(alpha: float):
-  """Mixup's partners as a paired batch: one λ ~ Beta(α, α) and one permutation π of the global
-  batch per step, drawn on the host (the step mixes x̃ = λx + (1 − λ)x_π, `steps.train_step`); each
-  process loads its rows' partners, so no image crosses between devices, and the pairs are the
-  same whatever the number of processes or devices. A partner is its example augmented with its
-  own draws (the batch's key [seed, epoch, b, 1001]), not the copy in the other row."""
-  def draw(rng, global_rows, height, width):
-    del height, width
-    lam = float(rng.beta(alpha, alpha))
-    return {"rows": np.asarray(global_rows)[rng.permutation(len(global_rows))], "lam": lam,
-            "box": (0, 0, 0, 0)}
-  return draw
-
-
-def pair_draw(config, train):
-  """The paired-batch draw a run's batches carry: the entry's own (GLMC), mixup's with
-  `config.mixup_alpha` > 0, else None."""
-  entry = get(config.loss)
-  if entry.pair is not None:
-    return entry.pair(config, train)
-  return mixup_pair(float(config.mixup_alpha)) if config.get("mixup_alpha", 0) > 0 else None
+           "init_loss_state", "make_loss_fn", "mean_share", "mr2_kwargs", "start_epoch", "validate"]
 
 
 REGISTRY: dict[str, Loss] = {
-    "ce": Loss(_ce, mixes=True),
+    "ce": Loss(_ce),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
     "inverse_reweight": Loss(_inverse_reweight, reads=("reweight",), state=("reweight",),
-                             start="reweight.start_epoch", mixes=True),
+                             start="reweight.start_epoch"),
     "mr2+inverse_reweight": Loss(_mr2_inverse_reweight, reads=("mr2", "reweight"),
                                  state=("class_stats", "reweight"), start="reweight.start_epoch",
                                  before="mr2", check=_check_paper_form),
@@ -131,21 +102,18 @@ REGISTRY: dict[str, Loss] = {
     "ib": Loss(_ib, reads=("ib",), start="ib.start_epoch"),
     "group_dro": Loss(_group_dro, reads=("group_dro",), state=("group_dro_q",)),
     "eql": Loss(_eql, reads=("eql",)),
-    "fairdro": Loss(_fairdro, reads=("fairdro",), state=("fairdro_q",),
-                    epoch_end=_fairdro_epoch_end),
-    "supcon": Loss(_supcon, reads=("supcon",), model=_supcon_model, views=2),
-    "jtt": Loss(_ce, reads=("jtt",), sampler="jtt", check=_check_jtt),
-    "glmc": Loss(_glmc, reads=("glmc",), views=2, pair=_glmc_pair, model=_glmc_model),
+    "fairdro": Loss(_fairdro, reads=("fairdro",), state=("fairdro_q",)),
+    "supcon": Loss(_supcon, reads=("supcon",)),
+    "jtt": Loss(_ce, reads=("jtt",), check=_check_jtt),
+    "glmc": Loss(_glmc, reads=("glmc",)),
     "glmc+inverse_reweight": Loss(_glmc_inverse_reweight, reads=("glmc", "reweight"),
                                   state=("reweight",), start="reweight.start_epoch",
-                                  before="glmc", views=2, pair=_glmc_pair, model=_glmc_model),
-    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), model=_etf_model, check=_check_etf_head,
-                   mixes=True),
+                                  before="glmc"),
+    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), check=_check_etf_head),
     "etf_dr+inverse_reweight": Loss(_etf_dr_inverse_reweight, reads=("etf_dr", "reweight"),
                                     state=("reweight",), start="reweight.start_epoch",
-                                    before="etf_dr", model=_etf_model, check=_check_etf_head,
-                                    mixes=True),
-    "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels"), model=_lff_model),
+                                    before="etf_dr", check=_check_etf_head),
+    "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels")),
 }
 LOSSES = tuple(REGISTRY)
 
@@ -184,12 +152,6 @@ def validate(config) -> None:
   for entry in entries:
     if entry.check is not None:
       entry.check(config)
-  if config.get("mixup_alpha", 0) > 0 and not all(entry.mixes for entry in entries):
-    raise ConfigError(f"config.mixup_alpha: the {config.loss!r} loss does not take mixup batches "
-                      f"(entries that do: {[n for n, e in REGISTRY.items() if e.mixes]})")
-  if config.get("mixup_alpha", 0) > 0 and max(config.get("views", 1), entries[0].views) > 1:
-    raise ConfigError("config.mixup_alpha: mixup batches are single-view (config.views = 1 and a "
-                      "loss with one view)")
 
 
 def init_loss_state(config, num_classes: int, train_labels=None) -> dict[str, Any]:

@@ -13,14 +13,15 @@ import mr2_jax
 import reweight_jax
 from experiments.common.errors import ConfigError
 from experiments.losses.batch_means import mean_share
+from experiments.losses.entry import recipe_mix
 
 
 def _ce(config, logits, features, labels, state, info):
   """Mean CE; of a mixup batch λ·CE(z, y) + (1 − λ)·CE(z, y_π)."""
   del config, features
   per_example = reweight_jax.cross_entropy_loss(logits, labels)
-  if info.mix is not None:
-    labels_b, lam = info.mix
+  if recipe_mix(info) is not None:
+    labels_b, lam = recipe_mix(info)
     per_example = lam * per_example + (1 - lam) * reweight_jax.cross_entropy_loss(logits, labels_b)
   return mean_share(per_example, info.axis_name), state, {}
 
@@ -40,7 +41,7 @@ def _mr2(config, logits, features, labels, state, info):
 
 def _reweighted(config, per_example, labels, state, info, per_example_b=None):
   """The inverse reweighting of per-example losses (REWEIGHT spec), from `config.reweight`; of a
-  mixed batch (`StepInfo.mix`, with the losses `per_example_b` against the partner labels) its
+  mixed batch (`StepInfo.recipe['mix']`, with the losses `per_example_b` against the partner labels) its
   mixed-label form (PIPELINES spec §4: class masses m_c, one counter update per step)."""
   rw = config.reweight
   kwargs = dict(alpha=rw.alpha, prior=reweight_jax.class_prior(info.class_counts, rw.prior),
@@ -48,11 +49,11 @@ def _reweighted(config, per_example, labels, state, info, per_example_b=None):
                 stop_gradient=rw.stop_gradient,
                 refresh_macro=(info.step_in_epoch == 0) if rw.refresh == "epoch" else True,
                 axis_name=info.axis_name)
-  if info.mix is None:
+  if recipe_mix(info) is None:
     loss, reweight_state, aux = reweight_jax.inverse_reweighted_loss(per_example, labels,
                                                                      state["reweight"], **kwargs)
   else:
-    labels_b, lam = info.mix
+    labels_b, lam = recipe_mix(info)
     loss, reweight_state, aux = reweight_jax.mixed_inverse_reweighted_loss(
         per_example, per_example_b, labels, labels_b, lam, state["reweight"], **kwargs)
   # L_c of a class absent from the batch is NaN (not measured), as everywhere in the project.
@@ -63,8 +64,8 @@ def _reweighted(config, per_example, labels, state, info, per_example_b=None):
 
 def _inverse_reweight(config, logits, features, labels, state, info):
   del features
-  loss_b = (None if info.mix is None
-            else reweight_jax.cross_entropy_loss(logits, info.mix[0]))
+  mix = recipe_mix(info)
+  loss_b = None if mix is None else reweight_jax.cross_entropy_loss(logits, mix[0])
   return _reweighted(config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info,
                      loss_b)
 

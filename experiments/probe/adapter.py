@@ -3,81 +3,75 @@
 SupCon's loss acts on the encoder, which a linear probe does not train, so it gets an adapter:
 features → h = ReLU(Dense(256)) → (logits = Dense(K)(h), SupCon's projection of h
 (`mr2_jax.SupConProjection`)), trained on two views per image (the image and its horizontal flip,
-both through the frozen backbone: `experiments.probe.features`, split 'train-flip') by
-cross-entropy on both views + λ·SupCon over the 2B views (`reweight_jax.supcon_loss`); λ = 0 is
-ERM on the same adapter and views. The recipe and batches are the linear probe's
-(`experiments.probe.linear_head`).
+both through the frozen backbone: `experiments.probe.features`, split 'train-flip'). The objective
+is the registry's 'supcon' entry (`experiments.losses.contrastive_losses`: cross-entropy on both
+views + λ·SupCon over the 2B views), λ = 0 its CE term alone, the registry's 'ce' on the same
+adapter and views (ERM; SupCon's λ is > 0). The step, recipe and batches are the linear probe's
+(`experiments.probe.linear_head`), the adapter being the analogue of SupCon's model wrapper
+(`models.WithProjection`).
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import linen as nn
 
 import mr2_jax
-import reweight_jax
 from experiments.probe.features import NUM_CLASSES
-from experiments.probe.linear_head import Recipe, epoch_batches, make_optimizer
+from experiments.probe.linear_head import Head, Recipe, make_train_epoch, train_probe
 
 ADAPTER_WIDTH = 256
 
 
 class Adapter(nn.Module):
-  """features → h = ReLU(Dense(width)) → (logits = Dense(K)(h), SupCon projection of h)."""
+  """features → h = ReLU(Dense(width)) → (logits = Dense(K)(h), h, {'projection': SupCon's
+  projection of h}), the outputs in the order of `models.split_outputs`."""
   width: int = ADAPTER_WIDTH
   num_classes: int = NUM_CLASSES
 
   @nn.compact
   def __call__(self, x):
     hidden = nn.relu(nn.Dense(self.width, name="adapter")(x))
-    return nn.Dense(self.num_classes, name="head")(hidden), mr2_jax.SupConProjection(
-        name="projection")(hidden)
+    return nn.Dense(self.num_classes, name="head")(hidden), hidden, {
+        "projection": mr2_jax.SupConProjection(name="projection")(hidden)}
 
 
-class AdapterState(NamedTuple):
-  params: Any
-  opt_state: Any
+def init_adapter(key: jax.Array, feature_dim: int, num_classes: int, init_std: float) -> Any:
+  """Flax's default initialisation (LeCun normal kernels, zero biases); `init_std` is the linear
+  head's, not used here."""
+  del init_std
+  return Adapter(num_classes=num_classes).init(key, jnp.zeros((1, feature_dim)))["params"]
 
 
-@functools.lru_cache(maxsize=None)
+def adapter_outputs(params, features: jax.Array) -> tuple:
+  return Adapter(num_classes=params["head"]["bias"].shape[0]).apply({"params": params}, features)
+
+
+ADAPTER_HEAD = Head(init_adapter, adapter_outputs)
+
+
+def adapter_key(lam: float, temperature: float) -> tuple[str, tuple]:
+  """The `method_key` of the adapter's objective: the registry's 'supcon' (CE + λ·SupCon), or for
+  λ = 0 its CE term alone, 'ce' (on the same views)."""
+  if lam == 0:
+    return "ce", ()
+  return "supcon", (("supcon.ce", True), ("supcon.lam", lam), ("supcon.temperature", temperature))
+
+
 def make_adapter_epoch(recipe: Recipe, steps_per_epoch: int, lam: float, temperature: float):
-  """jit(state, features, flipped, labels, batch_indices) → (state, mean loss): one epoch of
-  CE on both views + λ·SupCon over the 2B views (λ = 0: ERM on the same adapter and views)."""
-  optimizer = make_optimizer(recipe, steps_per_epoch)
-  model = Adapter()
-
-  @jax.jit
-  def train_epoch(state: AdapterState, features, flipped, labels, batch_indices):
-    def step(state: AdapterState, indices):
-      def objective(params):
-        x = jnp.concatenate([features[indices], flipped[indices]])  # view-major, 2B rows
-        y = jnp.concatenate([labels[indices], labels[indices]])
-        logits, projections = model.apply({"params": params}, x)
-        loss = jnp.mean(reweight_jax.cross_entropy_loss(logits, y))
-        if lam:
-          loss = loss + lam * reweight_jax.supcon_loss(projections, y, temperature=temperature,
-                                                       num_classes=NUM_CLASSES)[0]
-        return loss
-
-      loss, grads = jax.value_and_grad(objective)(state.params)
-      updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-      return AdapterState(optax.apply_updates(state.params, updates), opt_state), loss
-
-    state, step_losses = jax.lax.scan(step, state, batch_indices)
-    return state, jnp.mean(step_losses)
-
-  return train_epoch
+  """jit(state, views [2, N, d], labels, batch_indices, epoch, rng) → (state, mean loss): one
+  epoch of CE on both views + λ·SupCon over the 2B views (`linear_head.make_train_epoch` on the
+  adapter)."""
+  return make_train_epoch(adapter_key(lam, temperature), recipe, steps_per_epoch, ADAPTER_HEAD)
 
 
 @jax.jit
 def predict(params, features):
-  return jnp.argmax(Adapter().apply({"params": params}, features)[0], axis=-1)
+  return jnp.argmax(adapter_outputs(params, features)[0], axis=-1)
 
 
 def class_accuracy(params, features: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -89,15 +83,6 @@ def train_adapter(features: np.ndarray, flipped: np.ndarray, labels: np.ndarray,
                   seed: int, lam: float, temperature: float) -> tuple[Any, list[float]]:
   """The adapter's params and the per-epoch mean training loss; `flipped`: the second view's
   features."""
-  steps = len(labels) // recipe.batch_size
-  model_params = Adapter().init(jax.random.key(seed), jnp.zeros((1, features.shape[1])))["params"]
-  optimizer = make_optimizer(recipe, steps)
-  state = AdapterState(model_params, optimizer.init(model_params))
-  train_epoch = make_adapter_epoch(recipe, steps, lam, temperature)
-  x, x2, y = jnp.asarray(features), jnp.asarray(flipped), jnp.asarray(labels, jnp.int32)
-  epoch_losses = []
-  for epoch in range(recipe.epochs):
-    state, loss = train_epoch(state, x, x2, y, epoch_batches(len(labels), recipe.batch_size, seed,
-                                                             epoch))
-    epoch_losses.append(float(loss))
+  state, epoch_losses = train_probe(adapter_key(lam, temperature), np.stack([features, flipped]),
+                                    labels, recipe, seed, head=ADAPTER_HEAD)
   return state.params, epoch_losses

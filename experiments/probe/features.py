@@ -10,20 +10,20 @@ pooled 1280-d features of CIFAR-10 are extracted once and cached, then every lin
 Features: CIFAR-10 images (32 px) upsampled bilinearly to `resolution`, no augmentation (one view),
 not normalised afterwards (neither standardised nor L2-normalised: raw pooled ReLU6 activations, as
 the MoCo-v2 probe reads raw pooled features). Cached under
-`experiments.data.in_memory_sources.cache_dir()/linear_probe`. `--splits train-flip` adds the
+`experiments.data.in_memory_sources.cache_dir()/linear_probe`. `--splits=train-flip` adds the
 horizontally flipped images (a second view, for SupCon's two views in
 `experiments.studies.probe_comparison`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import time
 
 import jax
 import numpy as np
+from absl import flags
 
 from experiments.data import in_memory_sources, loading
 from experiments.models.pretrained import efficientnet_lite
@@ -75,7 +75,9 @@ def extract_features(images_uint8: np.ndarray, resolution: int, batch_size: int 
   return out, num_images / (time.perf_counter() - start)
 
 
-def features_command(args: argparse.Namespace) -> None:
+def features_command(args: flags.FlagValues) -> None:
+  """`python -m experiments.studies.linear_probe features`: extracts and caches the features of
+  each of `args.splits`, and writes the extraction's timings beside them."""
   cache = pathlib.Path(args.cache_dir) if args.cache_dir else feature_cache()
   cache.mkdir(parents=True, exist_ok=True)
   variables = efficientnet_lite.load_lite0_params()

@@ -24,6 +24,7 @@ Methods (`METHODS`):
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -33,10 +34,12 @@ import optax
 
 import mr2_jax
 import reweight_jax
+from experiments.common import overrides as config_overrides
 from experiments.data import batches, long_tail
 from experiments.losses import registry as losses
 from experiments.configs import default as default_config
 from experiments.probe.features import NUM_CLASSES
+from experiments.train import recipes
 
 
 class Recipe(NamedTuple):
@@ -77,13 +80,12 @@ def method_config(method: str):
 
 
 def loss_config(loss: str, overrides: dict[str, Any] | tuple = ()):
-  """The default config with `config.loss = loss` and `overrides` {"tree.field": value} applied,
-  validated by the registry."""
+  """The default config with `config.loss = loss` and `overrides` {"tree.field": value} applied
+(`experiments.common.overrides.apply_overrides`: an unknown field or a value of the wrong type is
+a ConfigError naming it), validated by the registry."""
   config = default_config.get_config()
   config.loss = loss
-  for field, value in dict(overrides).items():
-    head, tail = field.split(".")
-    config[head][tail] = value
+  config_overrides.apply_overrides(config, dict(overrides), context=f"loss {loss!r}")
   losses.validate(config)
   return config
 
@@ -95,8 +97,9 @@ def method_key(method: str) -> tuple[str, tuple]:
 
 
 class ProbeState(NamedTuple):
-  """Everything a step changes: head parameters, optimiser, and the loss's per-class state."""
-  params: dict[str, jax.Array]
+  """Everything a step changes: head parameters, optimiser, and the loss's state (per class; LfF's
+  per example)."""
+  params: Any
   opt_state: Any
   loss_state: dict[str, Any]
 
@@ -115,42 +118,85 @@ def init_params(key: jax.Array, feature_dim: int, num_classes: int, init_std: fl
 
 def init_state(key: jax.Array, feature_dim: int, num_classes: int,
                optimizer: optax.GradientTransformation, init_std: float,
-               method: str | tuple = "erm") -> ProbeState:
-  """`method`: a name of METHODS or a `method_key` (loss, overrides)."""
-  params = init_params(key, feature_dim, num_classes, init_std)
+               method: str | tuple = "erm", *, head: Head | None = None,
+               train_labels: np.ndarray | None = None) -> ProbeState:
+  """`method`: a name of METHODS or a `method_key` (loss, overrides); `head`: what is trained (the
+  linear head by default); `train_labels` int [N]: for a loss with per-example state (LfF's)."""
+  params = (head or LINEAR_HEAD).init(key, feature_dim, num_classes, init_std)
   config = loss_config(*(method_key(method) if isinstance(method, str) else method))
   return ProbeState(params=params, opt_state=optimizer.init(params),
-                    loss_state=losses.init_loss_state(config, num_classes))
+                    loss_state=losses.init_loss_state(config, num_classes, train_labels))
 
 
 def logits_of(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
   return features @ params["kernel"] + params["bias"]
 
 
+def linear_outputs(params: dict[str, jax.Array], features: jax.Array) -> tuple:
+  """The linear head's (logits, features, no extra outputs)."""
+  return logits_of(params, features), features, {}
+
+
+class Head(NamedTuple):
+  """What the probe trains on the frozen features: the analogue of a method recipe's model (the
+  wrapper that adds the outputs its loss reads, `experiments.train.recipes.Recipe.model`).
+
+  Attributes:
+    init: (key, feature_dim, num_classes, init_std) → params.
+    apply: (params, features [R, d]) → (logits [R, K], the features the loss sees [R, ·], extra
+      outputs {name: [R, ·]}, which reach the loss as `StepInfo.recipe['outputs']`), the order of
+      `experiments.models.registry.split_outputs`.
+  """
+  init: Callable[..., Any]
+  apply: Callable[..., tuple]
+
+
+LINEAR_HEAD = Head(init_params, linear_outputs)
+
+
 @functools.lru_cache(maxsize=None)
-def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int):
-  """jit(state, features [N, d], labels [N], batch_indices [S, B], epoch, rng) → (state, mean
-  loss): one epoch, the steps under `lax.scan`; β of the reweighting is refreshed at the first step
-  of each epoch; step s draws from fold_in(rng, s) (EQL). `method`: a METHODS name or a
-  `method_key`. Cached, so the seeds of one (method, recipe, data size) share one compilation."""
+def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int,
+                     head: Head = LINEAR_HEAD):
+  """jit(state, features, labels [N], batch_indices [S, B], epoch, rng) → (state, mean loss): one
+  epoch of the registry's loss for `method` (a METHODS name or a `method_key`) on `head`, the steps
+  under `lax.scan`; β of the reweighting is refreshed at the first step of each epoch; step s draws
+  from fold_in(rng, s) (EQL). Cached, so the seeds of one (method, recipe, data size) share one
+  compilation.
+
+  The step gives the loss what the method's recipe says (`experiments.train.recipes`), as the
+  trainer's `train_step` does: `features` [N, d] are one view, [V, N, d] V views (at least the
+  recipe's own, SupCon's 2), run as the view-major [V·B, d] batch with the labels (and positions)
+  repeated per view — every view reaches the loss (no BatchNorm here for further views to shape);
+  the head's extra outputs (the recipe model's analogue: LfF's biased head, SupCon's projection)
+  and, for a recipe with `indices`, the rows' dataset positions reach the loss in
+  `StepInfo.recipe`."""
   optimizer = make_optimizer(recipe, steps_per_epoch)
-  loss_fn = losses.make_loss_fn(loss_config(*(method_key(method) if isinstance(method, str)
-                                              else method)))
+  config = loss_config(*(method_key(method) if isinstance(method, str) else method))
+  loss_fn = losses.make_loss_fn(config)
+  method_recipe = recipes.method_recipe(config.loss)
 
   @jax.jit
   def train_epoch(state, features, labels, batch_indices, epoch, rng):
-    class_counts = jnp.zeros((state.params["bias"].shape[0],), jnp.float32).at[labels].add(1.0)
+    views = features.shape[0] if features.ndim == 3 else 1
+    if views < method_recipe.views:
+      raise ValueError(f"features: the {config.loss!r} loss trains on {method_recipe.views} views, "
+                       f"[{method_recipe.views}, N, d]; got shape {features.shape}")
+    logits_shape = jax.eval_shape(head.apply, state.params, features[..., :1, :])[0]
+    class_counts = jnp.zeros(logits_shape.shape[-1:], jnp.float32).at[labels].add(1.0)
 
     def step(state: ProbeState, inputs):
       step_in_epoch, indices = inputs
       info = losses.StepInfo(epoch=epoch, step_in_epoch=step_in_epoch, class_counts=class_counts,
                              rng=jax.random.fold_in(rng, step_in_epoch))
+      # [V, B, d] → the view-major [V·B, d] batch (one view: [B, d]).
+      batch_features = features[..., indices, :].reshape(-1, features.shape[-1])
+      batch_labels = jnp.tile(labels[indices], views)
+      given = {"indices": jnp.tile(indices, views)} if method_recipe.indices else {}
 
       def objective(params):
-        batch_features = features[indices]
-        logits = logits_of(params, batch_features)
-        loss, loss_state, _ = loss_fn(logits, batch_features, labels[indices], state.loss_state,
-                                      info)
+        logits, loss_features, outputs = head.apply(params, batch_features)
+        loss, loss_state, _ = loss_fn(logits, loss_features, batch_labels, state.loss_state,
+                                      info._replace(recipe={**given, "outputs": outputs}))
         return loss, loss_state
 
       (loss, loss_state), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
@@ -167,27 +213,27 @@ def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int):
 
 def epoch_batches(num_examples: int, batch_size: int, seed: int, epoch: int,
                   order: np.ndarray | None = None) -> np.ndarray:
-  """int32 [steps, batch]: `order` (default `experiments.data.batches.epoch_permutation`) cut into
-  full batches."""
-  if order is None:
-    order = batches.epoch_permutation(num_examples, seed, epoch)
-  steps = len(order) // batch_size
+  """int32 [steps, batch]: the epoch's positions cut into full batches — `order` (JTT's up-sampled
+  list), or by default the trainer's epoch order (`experiments.data.batches.epoch_order`: global
+  batch b of one process is row b here)."""
+  size = num_examples if order is None else len(order)
+  steps = size // batch_size
   if steps == 0:
-    raise ValueError(f"{len(order)} examples do not fill one batch of {batch_size}")
+    raise ValueError(f"{size} examples do not fill one batch of {batch_size}")
+  if order is None:
+    order = batches.epoch_order(num_examples, steps * batch_size, seed=seed, epoch=epoch)
   return np.asarray(order[:steps * batch_size]).reshape(steps, batch_size).astype(np.int32)
 
 
 @functools.partial(jax.jit, static_argnames="num_classes")
 def class_loss_sums(params, features, labels, num_classes: int) -> losses.EpochPass:
-  """Per-class Σ CE, correct and counts of a full pass (FairDRO's epoch-end pass)."""
+  """Per-class Σ CE, correct and counts of a full pass (FairDRO's epoch-end pass), by the per-class
+  core's sums (`per_class_loss_sums`, `per_class_correct`) as the trainer's `eval_step`."""
   logits = logits_of(params, features)
   ce = reweight_jax.cross_entropy_loss(logits, labels)
-  k = num_classes
-  return losses.EpochPass(
-      loss_sums=jnp.zeros((k,), jnp.float32).at[labels].add(ce),
-      correct=jnp.zeros((k,), jnp.float32).at[labels].add(
-          (jnp.argmax(logits, -1) == labels).astype(jnp.float32)),
-      counts=jnp.zeros((k,), jnp.float32).at[labels].add(1.0))
+  loss_sums, _ = reweight_jax.per_class_loss_sums(ce, labels, num_classes)
+  correct, counts = mr2_jax.per_class_correct(jnp.argmax(logits, -1), labels, num_classes)
+  return losses.EpochPass(loss_sums=loss_sums, correct=correct, counts=counts)
 
 
 @jax.jit
@@ -197,22 +243,30 @@ def predict(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
 
 def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: np.ndarray,
                 recipe: Recipe, seed: int, num_classes: int = NUM_CLASSES,
-                epoch_order=None) -> tuple[ProbeState, list[float]]:
-  """Trains one linear head; returns the final state and the per-epoch mean training loss.
+                epoch_order=None, *, head: Head = LINEAR_HEAD) -> tuple[ProbeState, list[float]]:
+  """Trains one head (the linear head by default) on `method`'s registry loss; returns the final
+  state and the per-epoch mean training loss.
 
-  `method`: a METHODS name or a `method_key` (loss, overrides). `epoch_order(epoch)` gives the
-  dataset positions of an epoch (default: a permutation of all; JTT's up-sampled list); every epoch
-  must have the same length. An entry with an epoch-end hook (FairDRO) gets a pass over the training
-  set after every epoch."""
+  `method`: a METHODS name or a `method_key` (loss, overrides). `train_features`: [N, d], or
+  [V, N, d] for V views (`make_train_epoch`). `epoch_order(epoch)`
+  gives the dataset positions of an epoch (default: the epoch order of all; JTT's up-sampled list,
+  which a recipe with a sampler needs); every epoch must have the same length. An entry with an
+  epoch-end hook (FairDRO) gets a pass over the training set after every epoch."""
   key = method_key(method) if isinstance(method, str) else method
-  order = (epoch_order or (lambda e: batches.epoch_permutation(len(train_labels), seed, e)))
-  steps = len(order(0)) // recipe.batch_size
-  optimizer = make_optimizer(recipe, steps)
-  state = init_state(jax.random.key(seed), train_features.shape[1], num_classes, optimizer,
-                     recipe.init_std, key)
-  train_epoch = make_train_epoch(key, recipe, steps)
   config = loss_config(*key)
-  epoch_end = losses.get(config.loss).epoch_end
+  method_recipe = recipes.method_recipe(config.loss)
+  if method_recipe.sampler is not None and epoch_order is None:
+    raise ValueError(f"the {config.loss!r} loss trains on its sampler's epochs "
+                     f"({method_recipe.sampler!r}): pass epoch_order")
+  if method_recipe.epoch_end is not None and head is not LINEAR_HEAD:
+    raise ValueError(f"the {config.loss!r} loss's epoch-end pass is the linear head's")
+  order = epoch_order or (lambda epoch: None)  # None: `epoch_batches`' default, the epoch order
+  steps = len(train_labels if epoch_order is None else epoch_order(0)) // recipe.batch_size
+  optimizer = make_optimizer(recipe, steps)
+  state = init_state(jax.random.key(seed), train_features.shape[-1], num_classes, optimizer,
+                     recipe.init_std, key, head=head, train_labels=train_labels)
+  train_epoch = make_train_epoch(key, recipe, steps, head)
+  epoch_end = method_recipe.epoch_end
   features, labels = jnp.asarray(train_features), jnp.asarray(train_labels, jnp.int32)
   epoch_losses = []
   for epoch in range(recipe.epochs):

@@ -14,32 +14,36 @@ from collections.abc import Sequence
 import numpy as np
 
 import mr2_jax
-from experiments.data import long_tail
 from experiments.report import seed_stats as reporting
 from experiments.probe.linear_head import METHODS, SETTINGS
+from experiments.train import evaluation
+
+# The trainer's Many / Medium / Few names → the probe tables' keys ('medium_shot' apart from the
+# Medium difficulty group).
+SHOT_KEYS = {"many": "many", "medium": "medium_shot", "few": "few"}
 
 
 def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
                   shot_groups: np.ndarray | None) -> dict[str, float]:
   """Overall (mean per class; the test set is balanced), Easy/Medium/Hard, worst class, class std,
-  and Many/Medium/Few shot (NaN for an empty group) — all in percent."""
+  and Many/Medium/Few shot (`evaluation.shot_accuracy`, the trainer's summary) — all in percent.
+  An empty shot group (None there) is NaN here: these per-seed numbers feed the statistics over
+  seeds (`reporting.mean_std`, `reporting.paired_delta`), which give NaN and print "n/a" for it."""
   easy, medium, hard = mr2_jax.group_accuracy(class_acc, difficulty)
   metrics = {"overall": float(np.mean(class_acc)), "easy": easy, "medium": medium, "hard": hard,
              "worst": mr2_jax.worst_class_accuracy(class_acc),
              "class_std": mr2_jax.class_accuracy_std(class_acc)}
   if shot_groups is not None:
-    for name, group in (("many", long_tail.MANY), ("medium_shot", long_tail.MEDIUM),
-                        ("few", long_tail.FEW)):
-      members = shot_groups == group
-      metrics[name] = float(np.mean(class_acc[members])) if members.any() else float("nan")
-  return {k: 100.0 * float(v) for k, v in metrics.items()}
+    shots = evaluation.shot_accuracy(class_acc, shot_groups)
+    metrics.update({SHOT_KEYS[name]: value for name, value in shots.items()})
+  return {k: float("nan") if v is None else 100.0 * float(v) for k, v in metrics.items()}
 
 
 def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
               long_tailed: bool | None = None) -> dict:
   """Groups from ERM's mean per-class test accuracy; per method mean ± sample std (ddof = 1) over
-  seeds (`reporting.mean_std`) and the paired per-seed Δ vs ERM (`reporting.paired_delta`: mean,
-  sample std, seeds ahead)."""
+  seeds (`reporting.metric_spreads`) and the paired per-seed Δ vs ERM (`reporting.metric_deltas`:
+  mean, sample std, seeds ahead, seeds paired)."""
   runs = [r for r in runs if r["setting"] == setting]
   methods = [m for m in methods if any(r["method"] == m for r in runs)]
   by_method = {m: {r["seed"]: r for r in runs if r["method"] == m} for m in methods}
@@ -55,10 +59,9 @@ def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
   table = {}
   for method in methods:
     per_seed = {seed: metrics(r) for seed, r in sorted(by_method[method].items())}
-    names = list(next(iter(per_seed.values())))
-    spread = {n: reporting.mean_std([m[n] for m in per_seed.values()]) for n in names}
-    delta = {n: reporting.paired_delta({s: m[n] for s, m in per_seed.items()},
-                                       {s: m[n] for s, m in erm.items()}) for n in names}
+    spread = reporting.metric_spreads(per_seed)
+    delta = reporting.metric_deltas(per_seed, erm)
+    names = list(spread)
     class_mean, class_std = reporting.mean_std_arrays(
         [r["class_accuracy"] for _, r in sorted(by_method[method].items())])
     table[method] = {
@@ -98,24 +101,19 @@ def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
   group_text = "; ".join(
       f"{name}: " + ", ".join(class_names[k] for k in range(len(groups)) if groups[k] == g)
       for g, name in enumerate(("Easy", "Medium", "Hard")))
+  header = ["Method"] + [title for _, title in columns]
   lines = [f"Test accuracy (%), final epoch, {reporting.spread(num_seeds)}. Groups fixed from "
-           f"ERM's mean per-class test accuracy ({group_text}).", "",
-           "| Method | " + " | ".join(title for _, title in columns) + " |",
-           "|---" * (len(columns) + 1) + "|"]
-  for method, row in methods.items():
-    lines.append(f"| {method} | " + " | ".join(_cell(row["mean"][k], row["std"][k])
-                                               for k, _ in columns) + " |")
-  lines += ["", f"Paired Δ vs ERM (same seed, same data): {reporting.PAIRED}.",
-            "", "| Method | " + " | ".join(title for _, title in columns) + " |",
-            "|---" * (len(columns) + 1) + "|"]
-  for method, row in methods.items():
-    if method == "erm":
-      continue
-    paired = row.get("delta_seeds", {})
-    cells = [reporting.delta_cell((row["delta_mean"][k], row["delta_std"][k], row["delta_wins"][k],
-                                   paired.get(k, len(row["seeds"]))), scale=1.0, digits=2)
-             for k, _ in columns]
-    lines.append(f"| {method} | " + " | ".join(cells) + " |")
+           f"ERM's mean per-class test accuracy ({group_text}).", ""]
+  lines += reporting.markdown_table(header, (
+      [method] + [_cell(row["mean"][k], row["std"][k]) for k, _ in columns]
+      for method, row in methods.items()))
+  lines += ["", f"Paired Δ vs ERM (same seed, same data): {reporting.PAIRED}.", ""]
+  lines += reporting.markdown_table(header, (
+      [method] + [reporting.delta_cell(
+          (row["delta_mean"][k], row["delta_std"][k], row["delta_wins"][k],
+           row.get("delta_seeds", {}).get(k, len(row["seeds"]))), scale=1.0, digits=2)
+          for k, _ in columns]
+      for method, row in methods.items() if method != "erm"))
   return "\n".join(lines) + "\n"
 
 

@@ -101,7 +101,8 @@ def _check_num_classes(num_classes) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Computation (statistics, γ, L_c, ρ and NC through the library; counts and ranks in NumPy)
+# Computation (statistics, γ, per-class L_c and accuracy, ρ and NC through the library; confusion
+# counts in NumPy, ranks by SciPy)
 # ------------------------------------------------------------------------------------------------
 
 def _class_means(features: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
@@ -109,21 +110,6 @@ def _class_means(features: np.ndarray, labels: np.ndarray, num_classes: int) -> 
   sums = np.zeros((num_classes, features.shape[1]))
   np.add.at(sums, labels, features)
   return class_mean(sums, np.bincount(labels, minlength=num_classes))
-
-
-def rank_average(values: np.ndarray) -> np.ndarray:
-  """Ranks 1..n, ties given their average rank (as scipy.stats.rankdata)."""
-  order = np.argsort(values, kind="stable")
-  sorted_values = values[order]
-  ranks = np.empty(len(values), np.float64)
-  start = 0
-  while start < len(values):
-    stop = start
-    while stop + 1 < len(values) and sorted_values[stop + 1] == sorted_values[start]:
-      stop += 1
-    ranks[order[start:stop + 1]] = 0.5 * (start + stop) + 1.0
-    start = stop + 1
-  return ranks
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
@@ -141,7 +127,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
   if np.all(x == x[0]) or np.all(y == y[0]):
     result["note"] = "one of the two vectors is constant over these classes"
     return result
-  rx, ry = rank_average(x), rank_average(y)
+  rx, ry = scipy.stats.rankdata(x), scipy.stats.rankdata(y)  # ranks 1..n, ties their average
   rx, ry = rx - rx.mean(), ry - ry.mean()
   result["rho"] = float(np.sum(rx * ry) / math.sqrt(np.sum(rx * rx) * np.sum(ry * ry)))
   result["pvalue"] = float(scipy.stats.spearmanr(x, y).pvalue)
@@ -260,9 +246,9 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
 
   class_loss, rho = None, None
   if logits is not None:
-    losses = np.asarray(reweight_jax.cross_entropy_loss(jnp.asarray(logits, jnp.float32),
-                                                        jnp.asarray(labels)), np.float64)
-    class_loss = class_mean(np.bincount(labels, weights=losses, minlength=num_classes), counts)
+    losses = reweight_jax.cross_entropy_loss(jnp.asarray(logits, jnp.float32), jnp.asarray(labels))
+    loss_sums, _ = reweight_jax.per_class_loss_sums(losses, labels, num_classes)
+    class_loss = class_mean(loss_sums, counts)  # L_c as the trainer's evaluation pass sums it
     rho = float(reweight_jax.rho(jnp.asarray(np.nan_to_num(class_loss), jnp.float32),
                                  jnp.asarray(present)))
   else:
@@ -281,8 +267,7 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
   pairs: list[dict[str, Any]] = []
   if eval_logits is not None:
     predictions = np.argmax(eval_logits, axis=1)
-    correct = np.bincount(eval_labels[predictions == eval_labels], minlength=num_classes)
-    accuracy = np.where(eval_counts > 0, correct / np.maximum(eval_counts, 1), np.nan)
+    accuracy = mr2_jax.per_class_accuracy(predictions, eval_labels, num_classes)
     overall_accuracy = float(np.mean(predictions == eval_labels)) if len(eval_labels) else math.nan
     codes = eval_labels * num_classes + predictions
     if num_classes <= MAX_DENSE_CONFUSION:

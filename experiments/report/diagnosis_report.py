@@ -17,13 +17,15 @@ from experiments.report.diagnosis import MAX_NAMED_CLASSES
 # Report
 # ------------------------------------------------------------------------------------------------
 
-def _fmt(value, digits: int = 4) -> str:
+def format_value(value, digits: int = 4) -> str:
+  """`value` to `digits` significant digits; '—' for None or a non-finite value."""
   if value is None or (isinstance(value, float) and not math.isfinite(value)):
     return "—"
   return f"{value:.{digits}g}"
 
 
-def _pct(value) -> str:
+def format_percent(value) -> str:
+  """A fraction as a percentage with one decimal; '—' for None or a non-finite value."""
   if value is None or not math.isfinite(value):
     return "—"
   return f"{100 * value:.1f}"
@@ -77,24 +79,24 @@ def markdown_report(result: dict[str, Any], plots: Sequence[str] = ()) -> str:
   if result["overall_accuracy"] is not None:
     accuracy = np.asarray(result["accuracy"], float)
     worst = int(np.nanargmin(accuracy)) if np.any(np.isfinite(accuracy)) else None
-    lines.append(f"- Overall accuracy {_pct(result['overall_accuracy'])} %"
-                 + (f"; worst class {names[worst]} ({_pct(accuracy[worst])} %)"
+    lines.append(f"- Overall accuracy {format_percent(result['overall_accuracy'])} %"
+                 + (f"; worst class {names[worst]} ({format_percent(accuracy[worst])} %)"
                     if worst is not None else "")
-                 + f"; std of class accuracies {_pct(float(np.nanstd(accuracy)))} points.")
+                 + f"; std of class accuracies {format_percent(float(np.nanstd(accuracy)))} points.")
   if result["spearman"]:
     for key, label in (("accuracy_vs_spread", "A_k + V_k"), ("accuracy_vs_variance", "V_k")):
       corr = result["spearman"][key]
       pvalue = "" if corr["pvalue"] is None else f", p = {corr['pvalue']:.3g}"
       note = f" ({corr['note']})" if corr["note"] else ""
       lines.append(f"- Spearman rank correlation of per-class accuracy with {label}: "
-                   f"{_fmt(corr['rho'], 3)}{pvalue}, over {corr['classes']} classes{note}.")
+                   f"{format_value(corr['rho'], 3)}{pvalue}, over {corr['classes']} classes{note}.")
     lines.append("  (MR2's premise, paper Figure 1b: negative — classes with spread-out features "
                  "are the hard ones.)")
   if result["rho"] is not None:
-    lines.append(f"- Loss imbalance ρ = std_c L_c / mean_c L_c = {_fmt(result['rho'], 4)}.")
+    lines.append(f"- Loss imbalance ρ = std_c L_c / mean_c L_c = {format_value(result['rho'], 4)}.")
   gamma = np.asarray(result["gamma"], float)
-  lines.append(f"- MR2 margins γ_k from {_fmt(float(np.min(gamma)), 4)} to "
-               f"{_fmt(float(np.max(gamma)), 4)} (mean over present classes = c̄).")
+  lines.append(f"- MR2 margins γ_k from {format_value(float(np.min(gamma)), 4)} to "
+               f"{format_value(float(np.max(gamma)), 4)} (mean over present classes = c̄).")
   for note in result["notes"]:
     lines.append(f"- Note: {note}.")
   for skipped in result["skipped"]:
@@ -113,10 +115,10 @@ def markdown_report(result: dict[str, Any], plots: Sequence[str] = ()) -> str:
   for k in order:
     row = [f"{k}" if names[k] == str(k) else f"{k} {names[k]}"]
     if has_accuracy:
-      row.append(_pct(float(result["accuracy"][k])))
-    row += [_fmt(float(result[key][k])) for key in ("A", "V", "A_plus_V", "gamma")]
+      row.append(format_percent(float(result["accuracy"][k])))
+    row += [format_value(float(result[key][k])) for key in ("A", "V", "A_plus_V", "gamma")]
     if has_loss:
-      row.append(_fmt(float(result["class_loss"][k])))
+      row.append(format_value(float(result["class_loss"][k])))
     row.append(str(int(result["count"][k])))
     if separate_eval and has_accuracy:
       row.append(str(int(result["eval_count"][k])))
@@ -135,7 +137,7 @@ def markdown_report(result: dict[str, Any], plots: Sequence[str] = ()) -> str:
   for name, text in meaning.items():
     value = result["nc"][name]
     lines.append(f"| {name.upper().replace('_CLASSIFIER', ' (W)')} | "
-                 f"{'not computed' if value is None else _fmt(value)} | {text} |")
+                 f"{'not computed' if value is None else format_value(value)} | {text} |")
   lines.append("")
 
   if result["accuracy"] is not None:
@@ -146,7 +148,7 @@ def markdown_report(result: dict[str, Any], plots: Sequence[str] = ()) -> str:
       lines += ["| true | predicted | count | rate % |", "|---|---|---|---|"]
       for pair in result["confused_pairs"]:
         lines.append(f"| {pair['true_name']} | {pair['predicted_name']} | {pair['count']} | "
-                     f"{_pct(pair['rate'])} |")
+                     f"{format_percent(pair['rate'])} |")
     else:
       lines.append("No mistakes.")
     lines.append("")
@@ -188,7 +190,7 @@ def _plots(result: dict[str, Any], out: pathlib.Path) -> list[str]:
             ax.annotate(names[k], (x[k], accuracy[k]), fontsize=7, xytext=(3, 2),
                         textcoords="offset points")
       corr = result["spearman"][corr_key]
-      ax.set_title(f"Spearman ρ_s = {_fmt(corr['rho'], 3)} over {corr['classes']} classes")
+      ax.set_title(f"Spearman ρ_s = {format_value(corr['rho'], 3)} over {corr['classes']} classes")
       ax.set_xlabel(label)
       ax.set_ylabel("per-class accuracy (%)")
       ax.grid(alpha=0.3)
@@ -211,7 +213,7 @@ def _plots(result: dict[str, Any], out: pathlib.Path) -> list[str]:
     ax.bar(k, np.nan_to_num(np.asarray(result["class_loss"], float)))
     ax.set_ylabel("L_c (mean cross-entropy)")
     ax.set_xlabel("class")
-    ax.set_title(f"ρ = {_fmt(result['rho'], 3)}")
+    ax.set_title(f"ρ = {format_value(result['rho'], 3)}")
     if named:
       ax.set_xticks(k, names, rotation=90, fontsize=7)
     save(fig, "class_loss.png")

@@ -1,24 +1,27 @@
 """Per-class comparison of finished runs: tables (Markdown), a JSON summary and PNG plots.
 
-    python -m experiments.report.run_tables --runs ce=workdirs/ce mr2=workdirs/mr2 --reference ce \
-        --out workdirs/report
+    python -m experiments.report.run_tables --runs=ce=workdirs/ce --runs=mr2=workdirs/mr2 \
+        --reference=ce --out=workdirs/report
 
-Each run is a workdir written by `experiments.train.loop` (summary.json, class_history.jsonl). Several
-workdirs per method (seeds) are given as `name=dir1,dir2,dir3` and reported as mean ± sample std
-(ddof = 1) over seeds, with the paired per-seed Δ against the reference (`experiments.report.seed_stats`).
-Easy / Medium / Hard groups are fixed from the reference method's per-class accuracy (seed mean).
+Each run is a workdir written by `experiments.train.loop` (summary.json, class_history.jsonl).
+Several workdirs per method (seeds) are given as `--runs=name=dir1,dir2,dir3` and reported as
+mean ± sample std (ddof = 1) over seeds, with the paired per-seed Δ against the reference
+(`experiments.report.seed_stats`). Easy / Medium / Hard groups are fixed from the reference
+method's per-class accuracy (seed mean).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
+import sys
 from typing import Sequence
 
 import numpy as np
+from absl import flags
 
 import mr2_jax
+from experiments.common import cli
 from experiments.report import seed_stats as reporting
 
 PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
@@ -120,10 +123,7 @@ def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[
                      f"{sorted(by_seed)}")
   ours = {s["seed"]: _metrics_of(s, groups) for s in summaries}
   theirs = {seed: _metrics_of(by_seed[seed], groups) for seed in ours}
-  keys = list(next(iter(ours.values())))
-  return {key: list(reporting.paired_delta({s: m[key] for s, m in ours.items()},
-                                           {s: m[key] for s, m in theirs.items()}))
-          for key in keys}
+  return {key: list(delta) for key, delta in reporting.metric_deltas(ours, theirs).items()}
 
 
 _pct = reporting.percent_cell
@@ -149,8 +149,7 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   header += [f"{s.capitalize()}-shot" for s in mmf] + [g.capitalize() for g in emh]
   if "neural_collapse" in first:
     header += ["NC1", "NC2", "NC3", "NC4", "ρ"]
-  lines.append("| " + " | ".join(header) + " |")
-  lines.append("|" + "---|" * len(header))
+  rows = []
   for m in methods:
     row = table[m]
     cells = [m, _pct(row["overall"]), _pct(row["worst_class"]), _pct(row["class_std"])]
@@ -160,31 +159,30 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
       nc = row["neural_collapse"]
       cells += [reporting.cell(*nc[k], fmt=".3g", std_fmt=".2g")
                 for k in ("nc1", "nc2", "nc3", "nc4", "rho")]
-    lines.append("| " + " | ".join(cells) + " |")
-  lines.append("")
+    rows.append(cells)
+  lines += reporting.markdown_table(header, rows) + [""]
   paired = [m for m in methods if "delta_vs_reference" in table[m]]
   if paired:
     keys = list(table[paired[0]]["delta_vs_reference"])
     lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points; "
                  f"{reporting.PAIRED}):")
     lines.append("")
-    lines.append("| method | " + " | ".join(f"Δ {k.replace('_', ' ')}" for k in keys) + " |")
-    lines.append("|" + "---|" * (len(keys) + 1))
-    for m in paired:
-      delta = table[m]["delta_vs_reference"]
-      lines.append(f"| {m} | " + " | ".join(reporting.delta_cell(delta[k]) for k in keys) + " |")
+    lines += reporting.markdown_table(
+        ["method"] + [f"Δ {k.replace('_', ' ')}" for k in keys],
+        ([m] + [reporting.delta_cell(table[m]["delta_vs_reference"][k]) for k in keys]
+         for m in paired))
     lines.append("")
   groups = table.get("_groups")
   lines += [f"Per-class test accuracy (%), {spread}:", ""]
   header = ["class", "train n"] + (["group"] if groups else []) + methods
-  lines.append("| " + " | ".join(header) + " |")
-  lines.append("|" + "---|" * len(header))
+  rows = []
   for k, count in enumerate(class_counts):
     cells = [str(k), str(count)]
     if groups:
       cells.append(mr2_jax.GROUP_NAMES[groups[k]])
     cells += [_pct((table[m]["per_class_mean"][k], table[m]["per_class_std"][k])) for m in methods]
-    lines.append("| " + " | ".join(cells) + " |")
+    rows.append(cells)
+  lines += reporting.markdown_table(header, rows)
   return "\n".join(lines) + "\n"
 
 
@@ -270,14 +268,13 @@ def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
   shown = [epochs[i] for i in picks]
   counts = [h["seeds"] for h in histories.values() if "seeds" in h]
   lines = ["ρ = std_c L_c / mean_c L_c of the per-class cross-entropy on the training set, over "
-           f"training ({reporting.spread(counts)}):", "",
-           "| method | " + " | ".join(f"epoch {e:g}" for e in shown) + " |",
-           "|" + "---|" * (len(shown) + 1)]
+           f"training ({reporting.spread(counts)}):", ""]
+  rows = []
   for name, history in histories.items():
     at = {e: i for i, e in enumerate(history["epoch"])}
-    lines.append(f"| {name} | " + " | ".join(
-        reporting.cell(history["mean"][at[e]], history["std"][at[e]], fmt=".3f") for e in shown)
-        + " |")
+    rows.append([name] + [reporting.cell(history["mean"][at[e]], history["std"][at[e]], fmt=".3f")
+                          for e in shown])
+  lines += reporting.markdown_table(["method"] + [f"epoch {e:g}" for e in shown], rows)
   return "\n".join(lines) + "\n"
 
 
@@ -338,14 +335,20 @@ def parse_runs(specs: Sequence[str]) -> dict[str, list[pathlib.Path]]:
   return methods
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--runs", nargs="+", required=True, help="name=workdir[,workdir...]")
-  parser.add_argument("--reference", default=None, help="method fixing Easy/Medium/Hard (ERM)")
-  parser.add_argument("--paired_against", default=None,
-                      help="method the paired per-seed Δ is taken against (default: --reference)")
-  parser.add_argument("--out", required=True)
-  args = parser.parse_args(argv)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_multi_string("runs", None, "A method's runs, name=workdir[,workdir...] (one per "
+                            "seed); repeat the flag for each method, in table order",
+                            required=True, flag_values=flag_values)
+  flags.DEFINE_string("reference", None, "The method fixing Easy / Medium / Hard (ERM).",
+                      flag_values=flag_values)
+  flags.DEFINE_string("paired_against", None, "The method the paired per-seed Δ is taken against "
+                      "(default: --reference).", flag_values=flag_values)
+  flags.DEFINE_string("out", None, "Output folder of the report.", required=True,
+                      flag_values=flag_values)
+
+
+def report_command(args: flags.FlagValues) -> None:
+  """Writes the report of `--runs` and prints its Markdown."""
   try:
     print(write_report(parse_runs(args.runs), args.reference, pathlib.Path(args.out),
                        args.paired_against))
@@ -353,5 +356,10 @@ def main(argv=None):
     raise SystemExit(f"error: {error}") from None
 
 
+def main(argv=None) -> int:
+  """`python -m experiments.report.run_tables`; `argv` (without the program name) from Python."""
+  return cli.run_command(define_flags, report_command, argv)
+
+
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -1,5 +1,6 @@
-"""The one definition of "mean ± std over seeds" and of the paired per-seed Δ for every table and
-plot of experiments/ (`evaluate`, `compare`, `sweep_table`, `linear_probe`).
+"""The one definition of "mean ± std over seeds" and of the paired per-seed Δ, and the cells and
+Markdown tables that show them, for every table and plot of experiments/ (`report.run_tables`,
+`report.sweep_table`, `compare`, and the probe studies through `probe.summary`).
 
 The spread over seeds is the *sample* standard deviation (ddof = 1, Bessel's correction):
 
@@ -14,7 +15,7 @@ per-class accuracy (population std over the K classes), a metric of its own ("st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Hashable, NamedTuple
 
 import numpy as np
@@ -82,6 +83,31 @@ def paired_delta(method_by_seed: Mapping[Hashable, float],
                     np.float64)
   mean, std = mean_std(deltas)
   return PairedDelta(mean, std, int(np.sum(deltas > 0)), len(seeds))
+
+
+def metric_spreads(per_seed: Mapping[Hashable, Mapping[str, float]]
+                   ) -> dict[str, tuple[float, float]]:
+  """{metric: (mean, sample std)} over the seeds of per-seed metrics {seed: {metric: value}}
+  (`mean_std` of each metric the first seed has)."""
+  names = list(next(iter(per_seed.values())))
+  return {name: mean_std([metrics[name] for metrics in per_seed.values()]) for name in names}
+
+
+def metric_deltas(per_seed: Mapping[Hashable, Mapping[str, float]],
+                  reference_per_seed: Mapping[Hashable, Mapping[str, float]]
+                  ) -> dict[str, PairedDelta]:
+  """{metric: `paired_delta`} of a method's per-seed metrics {seed: {metric: value}} against a
+  reference's, for each metric of the method's first seed (Δ_s = method_s − reference_s)."""
+  names = list(next(iter(per_seed.values())))
+  return {name: paired_delta({s: m[name] for s, m in per_seed.items()},
+                             {s: m[name] for s, m in reference_per_seed.items()})
+          for name in names}
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+  """The lines of a Markdown table: the header, the separator, one line per row of cells."""
+  return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+          + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def _number(value: float, fmt: str) -> str:

@@ -1,8 +1,8 @@
 """One table and one plot across several comparison reports of the same methods (e.g. an
 imbalance-factor sweep), from their comparison.json files (written by `experiments.report.run_tables`).
 
-    python -m experiments.report.sweep_table --reports "IF 50=workdirs/if50/report" \
-        "IF 100=workdirs/if100/report" --out workdirs/if_sweep
+    python -m experiments.report.sweep_table --reports="IF 50=workdirs/if50/report" \
+        --reports="IF 100=workdirs/if100/report" --out=workdirs/if_sweep
 
 Per method and report: overall accuracy (mean ± sample std, ddof = 1, over seeds), the paired
 per-seed Δ against the report's reference (seeds ahead / seeds paired), Few-shot accuracy, and ρ on
@@ -13,13 +13,15 @@ is refused (rebuild it: `python -m experiments.studies.regenerate_reports`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
+import sys
 from typing import Sequence
 
 import numpy as np
+from absl import flags
 
+from experiments.common import cli
 from experiments.report import seed_stats as reporting
 
 
@@ -71,9 +73,8 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
   labels = list(next(iter(rows.values())))
   spread = reporting.spread(cell["seeds"] for cells in rows.values() for cell in cells.values()
                             if "seeds" in cell)
-  lines = [f"Overall accuracy (%, {spread}) and the paired per-seed Δ vs the reference (points, "
-           "mean Δ, seeds ahead / seeds paired; a tie is not ahead):", "",
-           "| method | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+  header = ["method"] + labels
+  overall, few_rho = [], []
   for method, cells in rows.items():
     parts = []
     for label in labels:
@@ -83,16 +84,18 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
         mean, _, ahead, seeds = cell["delta"]
         text += f" ({100 * mean:+.1f}, {ahead}/{seeds})"
       parts.append(text)
-    lines.append(f"| {method} | " + " | ".join(parts) + " |")
-  lines += ["", f"Few-shot accuracy (%, {spread}) and ρ on the training set at the end (mean):", "",
-            "| method | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
-  for method, cells in rows.items():
+    overall.append([method] + parts)
     parts = []
     for label in labels:
       few, rho = cells[label]["few"], cells[label]["rho"]
       parts.append((reporting.percent_cell(few) if few else reporting.NOT_AVAILABLE) + " / " +
                    (f"ρ {rho[0]:.2f}" if rho else "ρ n/a"))
-    lines.append(f"| {method} | " + " | ".join(parts) + " |")
+    few_rho.append([method] + parts)
+  lines = [f"Overall accuracy (%, {spread}) and the paired per-seed Δ vs the reference (points, "
+           "mean Δ, seeds ahead / seeds paired; a tie is not ahead):", ""]
+  lines += reporting.markdown_table(header, overall)
+  lines += ["", f"Few-shot accuracy (%, {spread}) and ρ on the training set at the end (mean):", ""]
+  lines += reporting.markdown_table(header, few_rho)
   return "\n".join(lines) + "\n"
 
 
@@ -120,12 +123,17 @@ def plot(rows: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
   plt.close(fig)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--reports", nargs="+", required=True, help="label=report_dir")
-  parser.add_argument("--out", required=True)
-  parser.add_argument("--quiet", action="store_true", help="do not print the table")
-  args = parser.parse_args(argv)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_multi_string("reports", None, "A column: label=report_dir (a folder with "
+                            "comparison.json); repeat the flag for each, in column order",
+                            required=True, flag_values=flag_values)
+  flags.DEFINE_string("out", None, "Output folder (sweep.md, sweep.json, overall_accuracy.png).",
+                      required=True, flag_values=flag_values)
+  flags.DEFINE_bool("quiet", False, "Do not print the table.", flag_values=flag_values)
+
+
+def sweep_command(args: flags.FlagValues) -> None:
+  """Writes the table, its JSON and the plot of `--reports` to `--out`."""
   rows = sweep_rows(load_reports(args.reports))
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
@@ -137,5 +145,10 @@ def main(argv=None):
     print(text)
 
 
+def main(argv=None) -> int:
+  """`python -m experiments.report.sweep_table`; `argv` (without the program name) from Python."""
+  return cli.run_command(define_flags, sweep_command, argv)
+
+
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

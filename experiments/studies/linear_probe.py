@@ -31,9 +31,7 @@ Methods: `experiments.probe.linear_head.METHODS` (its module docstring lists the
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import pathlib
 import sys
 import time
@@ -41,10 +39,11 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
 import mr2_jax
 from experiments.data import holdout, in_memory_sources, long_tail
-from experiments.common import xla_cpu
+from experiments.common import cli
 from experiments.probe.features import (FEATURE_BATCH, NUM_CLASSES, RESOLUTION, features_command,
                                         load_features)
 from experiments.probe.linear_head import (METHODS, RECIPE, SETTINGS, Recipe, class_accuracy,
@@ -53,7 +52,7 @@ from experiments.probe.linear_head import (METHODS, RECIPE, SETTINGS, Recipe, cl
 from experiments.probe.summary import markdown_tables, plot_sorted_class_accuracy, summarise
 
 
-def select_command(args: argparse.Namespace) -> None:
+def select_command(args: flags.FlagValues) -> None:
   """ERM on a 10 % stratified validation split of each setting's training set (seed 0), for each
   (learning rate, epochs); the recipe with the best mean over settings of mean per-class validation
   accuracy is the one to put in RECIPE."""
@@ -89,7 +88,7 @@ def select_command(args: argparse.Namespace) -> None:
        "best": {"learning_rate": best[0], "epochs": best[1]}, "runs": results}, indent=1))
 
 
-def study_command(args: argparse.Namespace) -> None:
+def study_command(args: flags.FlagValues) -> None:
   recipe = RECIPE._replace(**{k: v for k, v in (("learning_rate", args.learning_rate),
                                                 ("epochs", args.epochs)) if v is not None})
   out = pathlib.Path(args.out)
@@ -151,7 +150,7 @@ def write_reports(runs: list[dict], settings: Sequence[str], results: dict,
   return "\n".join(tables)
 
 
-def report_command(args: argparse.Namespace) -> None:
+def report_command(args: flags.FlagValues) -> None:
   """results.json, tables.md and the plots again from the committed runs/*.json of a study (no
   training, no features): the study's recipe, resolution, seeds and wall time are kept from its
   results.json."""
@@ -179,47 +178,48 @@ def report_command(args: argparse.Namespace) -> None:
 # Command line.
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m experiments.studies.linear_probe",
-                                   description=__doc__.split("\n")[0])
-  parser.add_argument("--no_xla_cpu_tuning", action="store_true",
-                      help="leave XLA_FLAGS as they are (see experiments.common.xla_cpu)")
-  commands = parser.add_subparsers(dest="command", required=True)
-  features = commands.add_parser("features", help="extract and cache Lite0 features of CIFAR-10")
-  features.add_argument("--data_dir", default="../shared/data/cifar10_jpeg")
-  features.add_argument("--resolution", type=int, default=RESOLUTION)
-  features.add_argument("--batch_size", type=int, default=FEATURE_BATCH)
-  features.add_argument("--cache_dir", default=None,
-                        help="default: experiments.data.in_memory_sources.cache_dir()")
-  features.add_argument("--splits", nargs="+", default=["train", "test"],
-                        choices=["train", "test", "train-flip", "test-flip"],
-                        help="'<split>-flip': the horizontally flipped images")
-  select = commands.add_parser("select", help="choose lr / epochs on a validation split (ERM)")
-  select.add_argument("--resolution", type=int, default=RESOLUTION)
-  select.add_argument("--learning_rates", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1, 0.3])
-  select.add_argument("--epochs_grid", type=int, nargs="+", default=[10, 30, 100])
-  select.add_argument("--out", default="experiments/studies/results/linear_probe")
-  study = commands.add_parser("study", help="train all heads on cached features, write results")
-  study.add_argument("--out", default="experiments/studies/results/linear_probe")
-  study.add_argument("--resolution", type=int, default=RESOLUTION)
-  study.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-  study.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-  study.add_argument("--learning_rate", type=float, default=None, help="default: RECIPE")
-  study.add_argument("--epochs", type=int, default=None, help="default: RECIPE")
-  report = commands.add_parser("report", help="rebuild results.json, tables.md and the plots from "
-                                              "<out>/runs/*.json, without training")
-  report.add_argument("--out", default="experiments/studies/results/linear_probe")
-  report.add_argument("--quiet", action="store_true", help="do not print the tables")
-  return parser.parse_args(argv)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  """The flags of all four commands (each reads its own; the help says which)."""
+  cli.define_xla_cpu_tuning(flag_values)
+  flags.DEFINE_string("data_dir", "../shared/data/cifar10_jpeg", "features: the CIFAR-10 JPEG "
+                      "folder.", flag_values=flag_values)
+  flags.DEFINE_integer("resolution", RESOLUTION, "features, select, study: the features' image "
+                       "size.", flag_values=flag_values)
+  flags.DEFINE_integer("batch_size", FEATURE_BATCH, "features: images per extraction batch.",
+                       flag_values=flag_values)
+  flags.DEFINE_string("cache_dir", None, "features: where they are cached (default: "
+                      "experiments.data.in_memory_sources.cache_dir()/linear_probe).",
+                      flag_values=flag_values)
+  cli.define_list("splits", ["train", "test"], "features: the splits to extract; "
+                  "'<split>-flip': the horizontally flipped images.",
+                  choices=("train", "test", "train-flip", "test-flip"), flag_values=flag_values)
+  cli.define_list("learning_rates", [0.003, 0.01, 0.03, 0.1, 0.3], "select: the learning rates "
+                  "tried.", item=float, flag_values=flag_values)
+  cli.define_list("epochs_grid", [10, 30, 100], "select: the numbers of epochs tried.", item=int,
+                  flag_values=flag_values)
+  flags.DEFINE_string("out", "experiments/studies/results/linear_probe", "select, study, report: "
+                      "the results folder.", flag_values=flag_values)
+  cli.define_list("seeds", list(range(10)), "study: the seeds.", item=int, flag_values=flag_values)
+  cli.define_list("settings", list(SETTINGS), "study: the settings.", choices=list(SETTINGS),
+                  flag_values=flag_values)
+  flags.DEFINE_float("learning_rate", None, "study: the learning rate (default: RECIPE).",
+                     flag_values=flag_values)
+  flags.DEFINE_integer("epochs", None, "study: the number of epochs (default: RECIPE).",
+                       flag_values=flag_values)
+  flags.DEFINE_bool("quiet", False, "report: do not print the tables.", flag_values=flag_values)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  logging.basicConfig(level=logging.INFO, format="%(message)s")
-  args = parse_args(sys.argv[1:] if argv is None else argv)
-  xla_cpu.configure(not args.no_xla_cpu_tuning)
-  {"features": features_command, "select": select_command,
-   "study": study_command, "report": report_command}[args.command](args)
+# `python -m experiments.studies.linear_probe <command> [flags]`.
+COMMANDS = {name: cli.with_xla_cpu_tuning(command) for name, command in (
+    ("features", features_command), ("select", select_command), ("study", study_command),
+    ("report", report_command))}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """`python -m experiments.studies.linear_probe <command>`; `argv` (without the program name)
+  runs it from Python."""
+  return cli.run_command(define_flags, COMMANDS, argv)
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

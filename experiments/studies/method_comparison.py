@@ -3,7 +3,6 @@ CLI is `experiments.compare`, the main job `experiments.demo`)."""
 
 from __future__ import annotations
 
-import ast
 import copy
 import json
 import pathlib
@@ -13,43 +12,30 @@ from experiments.train import checkpoints
 from experiments.report import run_tables as evaluate
 from experiments.losses import registry as losses
 from experiments.train import loop as train
+from experiments.common import overrides
 from experiments.common.errors import ConfigError
 from experiments.train.config_validation import validate_config
 
 
 def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
-  """'name=loss:a.b=1:c=x' → (name, loss, {'a.b': 1, 'c': 'x'}); a bare loss is its own name."""
+  """'name=loss:a.b=1:c=x' → (name, loss, {'a.b': 1, 'c': 'x'}); a bare loss is its own name. The
+  assignments are `experiments.common.overrides.parse_override`'s `field=value`."""
   name, _, rest = spec.partition("=")
   if not rest:
     return spec, spec, {}
   loss, *assignments = rest.split(":")
-  overrides = {}
-  for assignment in assignments:
-    field, _, value = assignment.partition("=")
-    try:
-      overrides[field] = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-      overrides[field] = value
-  return name, loss, overrides
+  try:
+    return name, loss, overrides.parse_overrides(assignments)
+  except ConfigError as error:
+    raise ConfigError(f"--methods: {name}: {error}") from None
 
 
 def method_config(base, spec: str, seed: int):
-  name, loss, overrides = parse_method(spec)
+  """(method name, a copy of `base` with the method's loss, `seed` and config overrides)."""
+  name, loss, assignments = parse_method(spec)
   config = copy.deepcopy(base)
   config.loss, config.seed, config.progress_bar = loss, seed, False
-  for field, value in overrides.items():
-    try:
-      holder = config
-      *path, last = field.split(".")
-      for part in path:
-        holder = holder[part]
-      if last not in holder:
-        raise KeyError(field)
-      holder[last] = value  # ConfigDict checks the type (an int for a float field is widened)
-    except (KeyError, AttributeError):
-      raise ConfigError(f"--methods: {name}: unknown config field {field!r}") from None
-    except TypeError as error:
-      raise ConfigError(f"--methods: {name}: {field}: {error}") from None
+  overrides.apply_overrides(config, assignments, context=f"--methods: {name}")
   return name, config
 
 

@@ -9,7 +9,7 @@ the encoder frozen, SupCon's joint form gives the linear classifier exactly ERM'
 two-stage form trains the classifier by ERM), so it runs in a second setting, 'adapter'
 (`experiments.probe.adapter`): a trainable MLP adapter (1280 → 256, ReLU) under the linear
 classifier, two views per image (the image and its horizontal flip, both through the frozen
-backbone: `python -m experiments.studies.linear_probe features --splits train-flip`),
+backbone: `python -m experiments.studies.linear_probe features --splits=train-flip`),
 cross-entropy on both views, and the joint objective CE + λ·SupCon on the adapter's features
 through SupCon's projection head (`mr2_jax.SupConProjection`, τ = 0.1, τ_b = 0.07); its paired
 reference is ERM on the same adapter and views (`erm_adapter`, λ = 0).
@@ -30,20 +30,21 @@ ahead; Easy / Medium / Hard fixed from ERM's mean per-class test accuracy), `per
 `tradeoff.png` (Hard-class Δ against Easy-class Δ per method); `report` rebuilds the last four from
 `runs/` without training (`experiments.studies.probe_comparison_report`).
 
-Methods outside the loss registry, by what they change:
+Methods with a recipe besides their batch loss (`experiments.train.recipes`), trained by the
+probe's one step (`experiments.probe.linear_head.make_train_epoch`) on the registry's entries:
   jtt  stage 1: ERM for `stage1_epochs` (the recipe's schedule over those epochs); error set E from
        an eval pass over the training set (`reweight_jax.jtt_error_set`); stage 2: a fresh head
-       trained by ERM for the recipe's epochs on the up-sampled set (each example of E 1 + λ_up
-       times, `reweight_jax.jtt_upsampled_indices`, a new order per epoch): the epoch grows.
-  lff  a biased and a debiased head trained together on the same batches with one optimiser
-       (`reweight_jax.lff_loss`: GCE on the biased head, the relative-difficulty weight W on the
-       debiased head's CE, per-example EMAs indexed by dataset position); the debiased head is
-       evaluated (`experiments.probe.lff`).
+       trained on the registry's 'jtt' entry for the recipe's epochs on the up-sampled set (each
+       example of E 1 + λ_up times, `experiments.train.jtt_error_set.upsampled_sample`, the
+       trainer's sampler, a new order per epoch): the epoch grows.
+  lff  the registry's 'lff' entry on twin linear heads (the probe's stand-in for the biased-twin
+       wrapper): the biased head's logits and the rows' dataset positions reach the loss as the
+       trainer gives them (`StepInfo.recipe`); the debiased head is evaluated
+       (`experiments.probe.lff`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -51,8 +52,9 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from absl import flags
 
-from experiments.common import xla_cpu
+from experiments.common import cli
 from experiments.probe.features import RESOLUTION, load_features
 from experiments.probe.linear_head import RECIPE
 from experiments.studies.probe_comparison_methods import (ADAPTER_METHODS, METHODS, class_accuracy,
@@ -60,15 +62,20 @@ from experiments.studies.probe_comparison_methods import (ADAPTER_METHODS, METHO
 from experiments.studies.probe_comparison_report import write_reports
 
 
+def cache_dir(args: flags.FlagValues) -> pathlib.Path | None:
+  """`--cache_dir` as a path (None: the features' default cache)."""
+  return pathlib.Path(args.cache_dir) if args.cache_dir else None
+
+
 def flipped_features(args, methods: Sequence[str]) -> np.ndarray | None:
   """The flipped view's training features when an adapter-setting method is among `methods`."""
   if not any(m in ADAPTER_METHODS for m in methods):
     return None
-  return load_features(args.resolution, "train-flip", args.cache_dir)[0]
+  return load_features(args.resolution, "train-flip", cache_dir(args))[0]
 
 
-def tune_command(args: argparse.Namespace) -> None:
-  features, labels = load_features(args.resolution, "train", args.cache_dir)
+def tune_command(args: flags.FlagValues) -> None:
+  features, labels = load_features(args.resolution, "train", cache_dir(args))
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
@@ -84,12 +91,12 @@ def tune_command(args: argparse.Namespace) -> None:
   print(f"wrote {path} ({record['wall_s']:.0f} s)")
 
 
-def study_command(args: argparse.Namespace) -> None:
+def study_command(args: flags.FlagValues) -> None:
   out = pathlib.Path(args.out)
   selection = json.loads((out / "selection.json").read_text())
   (out / "runs").mkdir(parents=True, exist_ok=True)
-  train_features, train_labels = load_features(args.resolution, "train", args.cache_dir)
-  test_features, test_labels = load_features(args.resolution, "test", args.cache_dir)
+  train_features, train_labels = load_features(args.resolution, "train", cache_dir(args))
+  test_features, test_labels = load_features(args.resolution, "test", cache_dir(args))
   flipped = flipped_features(args, args.methods)
   start_all = time.perf_counter()
   for seed in args.seeds:
@@ -113,7 +120,7 @@ def study_command(args: argparse.Namespace) -> None:
   report_command(args)
 
 
-def report_command(args: argparse.Namespace) -> None:
+def report_command(args: flags.FlagValues) -> None:
   out = pathlib.Path(args.out)
   runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
   if not runs:
@@ -125,30 +132,33 @@ def report_command(args: argparse.Namespace) -> None:
   print(write_reports(runs, out, results))
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m experiments.studies.probe_comparison",
-                                   description=__doc__.split("\n")[0])
-  parser.add_argument("--no_xla_cpu_tuning", action="store_true")
-  commands = parser.add_subparsers(dest="command", required=True)
-  for command in ("tune", "study", "report"):
-    sub = commands.add_parser(command)
-    sub.add_argument("--out", default="experiments/studies/results/probe_comparison")
-    sub.add_argument("--resolution", type=int, default=RESOLUTION)
-    sub.add_argument("--cache_dir", type=pathlib.Path, default=None)
-    sub.add_argument("--methods", nargs="+", choices=list(METHODS),
-                     default=[m for m in METHODS if m not in ADAPTER_METHODS],
-                     help="default: the linear-head setting's methods; the adapter setting's "
-                          f"{ADAPTER_METHODS} need the flipped view's features")
-    if command == "study":
-      sub.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-  return parser.parse_args(argv)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  """The flags of the three commands (`--seeds` is study's)."""
+  cli.define_xla_cpu_tuning(flag_values)
+  flags.DEFINE_string("out", "experiments/studies/results/probe_comparison", "The results folder.",
+                      flag_values=flag_values)
+  flags.DEFINE_integer("resolution", RESOLUTION, "The cached features' image size.",
+                       flag_values=flag_values)
+  flags.DEFINE_string("cache_dir", None, "The feature cache (default: "
+                      "experiments.data.in_memory_sources.cache_dir()/linear_probe).",
+                      flag_values=flag_values)
+  cli.define_list("methods", [m for m in METHODS if m not in ADAPTER_METHODS], "The methods "
+                  "(default: the linear-head setting's; the adapter setting's "
+                  f"{', '.join(ADAPTER_METHODS)} need the flipped view's features).",
+                  choices=list(METHODS), flag_values=flag_values)
+  cli.define_list("seeds", list(range(10)), "study: the seeds.", item=int, flag_values=flag_values)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  args = parse_args(sys.argv[1:] if argv is None else argv)
-  xla_cpu.configure(not args.no_xla_cpu_tuning)
-  {"tune": tune_command, "study": study_command, "report": report_command}[args.command](args)
+# `python -m experiments.studies.probe_comparison <command> [flags]`.
+COMMANDS = {name: cli.with_xla_cpu_tuning(command) for name, command in (
+    ("tune", tune_command), ("study", study_command), ("report", report_command))}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """`python -m experiments.studies.probe_comparison <command>`; `argv` (without the program
+  name) runs it from Python."""
+  return cli.run_command(define_flags, COMMANDS, argv)
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

@@ -2,9 +2,12 @@
 method on cached features, and the tuning of each on a validation split of the training set.
 
 `experiments.studies.probe_comparison` is the study (its commands and what each method changes);
-its reports are `experiments.studies.probe_comparison_report`. A method of kind 'loss' is a
-loss-registry entry on the linear head (`experiments.probe.linear_head`); 'jtt' is two ERM stages
-on that head; 'lff' and 'adapter' are `experiments.probe.lff` and `experiments.probe.adapter`.
+its reports are `experiments.studies.probe_comparison_report`. Every method trains a loss-registry
+entry with the linear probe's step (`experiments.probe.linear_head`): kind 'loss' the entry on the
+linear head; 'jtt' an ERM stage 1 on that head, then the 'jtt' entry on the error set up-sampled as
+the trainer's sampler does it (`experiments.train.jtt_error_set.upsampled_sample`); 'lff' the 'lff'
+entry on a biased and a debiased head (`experiments.probe.lff`); 'adapter' the 'supcon' entry (λ = 0:
+'ce') on an MLP adapter and two views (`experiments.probe.adapter`).
 """
 
 from __future__ import annotations
@@ -26,15 +29,19 @@ from experiments.probe import lff
 from experiments.probe import linear_head
 from experiments.probe.features import NUM_CLASSES
 from experiments.probe.linear_head import Recipe
+from experiments.train import jtt_error_set
 
 SETTING = "balanced"
 TUNE_SEEDS = (0, 1)
 VALIDATION_FRACTION = 0.1
+# `config.jtt.stage1` names the trainer's stage-1 run, which its sampler reads (the entry's check
+# asks for one); here stage 1 is trained in memory and the up-sampled epochs are `epoch_order`.
+JTT_STAGE1 = "<the probe's stage-1 ERM head, in memory>"
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  """kind: 'loss' (a loss-registry entry on the head), 'jtt' or 'lff'; `fixed` and each
+  """kind: 'loss' (a loss-registry entry on the head), 'jtt', 'lff' or 'adapter'; `fixed` and each
   candidate of `grid` are {"tree.field": value} (registry config fields, or the kind's own)."""
   kind: str
   loss: str = "ce"
@@ -116,18 +123,18 @@ def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels
         linear_head.logits_of(stage1.params, jnp.asarray(features)),
         jnp.asarray(labels, jnp.int32)))
     upweight = params["jtt.upweight"]
+
+    def upsampled(epoch):  # a new shuffle of the up-sampled list each epoch
+      return jtt_error_set.upsampled_sample(errors, labels, upweight, (seed, epoch), NUM_CLASSES)
+
     state, epoch_losses = linear_head.train_probe(
-        "erm", features, labels, recipe, seed,
-        epoch_order=lambda e: reweight_jax.jtt_upsampled_indices(errors, upweight,
-                                                                 seed=(seed, e)))
-    return state.params, epoch_losses, {
-        "jtt_error_set_size": int(errors.sum()),
-        "jtt_error_set_per_class": np.bincount(labels[errors], minlength=NUM_CLASSES).tolist(),
-        "jtt_epoch_length": reweight_jax.jtt_epoch_length(errors, upweight)}
+        ("jtt", (("jtt.stage1", JTT_STAGE1), ("jtt.upweight", upweight))), features, labels,
+        recipe, seed, epoch_order=lambda epoch: upsampled(epoch)[0])
+    return state.params, epoch_losses, upsampled(0)[1]
   if method.kind == "lff":
     head, epoch_losses, state = lff.train_lff(features, labels, recipe, seed, params["lff.q"],
                                               params["lff.alpha"])
-    return head, epoch_losses, {"lff_visited": int(np.asarray(state.lff.seen).sum())}
+    return head, epoch_losses, {"lff_visited": int(np.asarray(state.loss_state["lff"].seen).sum())}
   if method.kind == "adapter":
     if flipped is None:
       raise ValueError(f"{name}: the adapter setting needs the flipped view's features")

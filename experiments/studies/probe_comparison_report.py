@@ -57,12 +57,10 @@ def paired_against_control(runs: list[dict], method: str, control: str,
   metrics = {m: {s: group_metrics(np.asarray(by[m, s]["class_accuracy"]),
                                   np.asarray(difficulty), None) for s in seeds}
              for m in (method, control)}
-  cells = [reporting.delta_cell(tuple(reporting.paired_delta(
-      {s: metrics[method][s][k] for s in seeds}, {s: metrics[control][s][k] for s in seeds})),
-      scale=1.0, digits=2) for k, _ in COLUMNS]
-  return ("| Method − control | " + " | ".join(t for _, t in COLUMNS) + " |\n"
-          + "|---" * (len(COLUMNS) + 1) + "|\n"
-          + f"| {method} − {control} | " + " | ".join(cells) + " |\n")
+  delta = reporting.metric_deltas(metrics[method], metrics[control])
+  cells = [reporting.delta_cell(tuple(delta[k]), scale=1.0, digits=2) for k, _ in COLUMNS]
+  return "\n".join(reporting.markdown_table(["Method − control"] + [t for _, t in COLUMNS],
+                                            [[f"{method} − {control}"] + cells])) + "\n"
 
 
 SETTING_TITLES = {

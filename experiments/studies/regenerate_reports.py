@@ -6,7 +6,8 @@ without training: the comparison reports (report.md, comparison.json, PNG plots)
 
     python -m experiments.studies.regenerate_reports                 # all of experiments/studies/results/
     python -m experiments.studies.regenerate_reports --results DIR   # a copy elsewhere
-    python -m experiments.studies.regenerate_reports --export WORKDIR STUDY   # a compare workdir's runs first
+    python -m experiments.studies.regenerate_reports --export=WORKDIR --export_study=STUDY
+                                                      # a compare workdir's runs first
 
 A study's runs are committed as `runs/<method>-seed<s>.json` (the run's summary.json) beside
 `<method>-seed<s>.config.json` and, where logged, `.metrics.jsonl` and `.class_history.jsonl`; they
@@ -18,13 +19,16 @@ are linked into `<method>/seed<s>/` workdirs in a temporary folder, the layout
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import re
 import shutil
+import sys
 import tempfile
 from typing import NamedTuple, Sequence
 
+from absl import flags
+
+from experiments.common import cli
 from experiments.report import run_tables as evaluate
 from experiments.report import sweep_table
 from experiments.studies import linear_probe
@@ -142,37 +146,59 @@ def regenerate_study(results: pathlib.Path, study: Study) -> str:
                                  study.paired_against)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--results", default=str(RESULTS), help="the results folder")
-  parser.add_argument("--skip_linear_probe", action="store_true")
-  parser.add_argument("--export", nargs=2, metavar=("WORKDIR", "STUDY"),
-                      help="first copy the finished runs of an experiments.compare workdir into "
-                           "<results>/STUDY/runs (then regenerate as usual)")
-  parser.add_argument("--keep_existing", action="store_true",
-                      help="with --export: leave the runs already in <results>/STUDY/runs as they "
-                           "are, copy only the new ones")
-  parser.add_argument("--export_only", action="store_true",
-                      help="with --export: stop after the export, regenerate nothing")
-  args = parser.parse_args(argv)
+def define_flags(flag_values: flags.FlagValues) -> None:
+  flags.DEFINE_string("results", str(RESULTS), "The results folder.", flag_values=flag_values)
+  flags.DEFINE_bool("skip_linear_probe", False, "Leave the linear probe's reports as they are.",
+                    flag_values=flag_values)
+  flags.DEFINE_string("export", None, "First copy the finished runs of this experiments.compare "
+                      "workdir into <results>/<export_study>/runs (then regenerate as usual).",
+                      flag_values=flag_values)
+  flags.DEFINE_string("export_study", None, "With --export: the study folder the runs go to.",
+                      flag_values=flag_values)
+  flags.register_multi_flags_validator(
+      ["export", "export_study"], lambda values: (values["export"] is None)
+      == (values["export_study"] is None), "--export and --export_study go together",
+      flag_values=flag_values)
+  flags.DEFINE_bool("keep_existing", False, "With --export: leave the runs already in "
+                    "<results>/<export_study>/runs as they are, copy only the new ones.",
+                    flag_values=flag_values)
+  flags.DEFINE_bool("export_only", False, "With --export: stop after the export, regenerate "
+                    "nothing.", flag_values=flag_values)
+
+
+def regenerate_command(args: flags.FlagValues) -> int:
+  """Exports (`--export`), then rebuilds every report of STUDIES, the sweep table and the linear
+  probe's tables; returns the exit status."""
   results = pathlib.Path(args.results)
   if args.export:
-    for path in export_runs(pathlib.Path(args.export[0]), results / args.export[1] / "runs",
+    for path in export_runs(pathlib.Path(args.export), results / args.export_study / "runs",
                             keep_existing=args.keep_existing):
       print(f"exported {path}")
     if args.export_only:
-      return
+      return 0
   for study in STUDIES:
     regenerate_study(results, study)
     print(f"{results / study.out}: report.md, comparison.json, plots")
-  sweep_table.main(["--out", str(results / "if_sweep"), "--quiet", "--reports",
-                    *(f"{label}={results / folder}" for label, folder in IF_SWEEP)])
+  status = sweep_table.main([f"--out={results / 'if_sweep'}", "--quiet",
+                             *(f"--reports={label}={results / folder}"
+                               for label, folder in IF_SWEEP)])
+  if status:
+    return status
   print(f"{results / 'if_sweep'}: sweep.md, sweep.json, overall_accuracy.png")
   if not args.skip_linear_probe:
-    linear_probe.main(["--no_xla_cpu_tuning", "report", "--quiet", "--out",
-                      str(results / "linear_probe")])
+    status = linear_probe.main(["report", "--noxla_cpu_tuning", "--quiet",
+                                f"--out={results / 'linear_probe'}"])
+    if status:
+      return status
     print(f"{results / 'linear_probe'}: results.json, tables.md, per_class_*.png")
+  return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """`python -m experiments.studies.regenerate_reports`; `argv` (without the program name) runs
+  it from Python."""
+  return cli.run_command(define_flags, regenerate_command, argv)
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

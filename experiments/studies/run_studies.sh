@@ -19,8 +19,9 @@ python -m experiments.compare --noxla_cpu_tuning --config=experiments/configs/st
   --methods=ce,mr2,mr2_gamma_only=mr2:mr2.lam=0.0,mr2_sbar_only=mr2:mr2.uniform_margin=True,gamma_only_cbar1.5=mr2:mr2.lam=0.0:mr2.c_bar=1.5,uniform_cbar1.5=mr2:mr2.lam=0.0:mr2.c_bar=1.5:mr2.uniform_margin=True
 # The uniform-margin ablation as a paired comparison: Easy/Medium/Hard from ERM, Δ against γ ≡ 1.5.
 runs() { echo "$1=$(ls -d "$work/mr2_cifar10/$1"/seed* | sort | paste -sd,)"; }
-python -m experiments.report.run_tables --runs "$(runs ce)" "$(runs gamma_only_cbar1.5)" "$(runs uniform_cbar1.5)" \
-  --reference ce --paired_against uniform_cbar1.5 --out "$work/mr2_cifar10_uniform_margin_report"
+python -m experiments.report.run_tables --runs="$(runs ce)" --runs="$(runs gamma_only_cbar1.5)" \
+  --runs="$(runs uniform_cbar1.5)" --reference=ce --paired_against=uniform_cbar1.5 \
+  --out="$work/mr2_cifar10_uniform_margin_report"
 # Study 2 on MNIST (1,000 per class, 5 epochs, no augmentation).
 python -m experiments.compare --noxla_cpu_tuning --config=experiments/configs/study_mr2_mnist.py \
   --config.data_dir="$mnist" --seeds=0,1,2 --workdir="$work/mr2_mnist" \
@@ -39,8 +40,9 @@ for imbalance in 100 50 200; do
     --workdir="$work/if_sweep/if$imbalance" \
     --methods=ce,class_balanced,focal,ldam_drw=ldam_drw:ldam.scale=1.0:ldam.max_margin=15.0,logit_adjust,ir_macro=inverse_reweight
 done
-python -m experiments.report.sweep_table --out "$work/if_sweep/table" --reports \
-  "IF 50=$work/if_sweep/if50/report" "IF 100=$work/if_sweep/if100/report" "IF 200=$work/if_sweep/if200/report"
+python -m experiments.report.sweep_table --out="$work/if_sweep/table" \
+  --reports="IF 50=$work/if_sweep/if50/report" --reports="IF 100=$work/if_sweep/if100/report" \
+  --reports="IF 200=$work/if_sweep/if200/report"
 # Study 7 (issue 14): the reweighting inside its reference pipelines, one short schedule for all:
 # CE, the released recipe (three views, AutoAugment + Cutout, SimCLR views) without / with the
 # reweighting, ETF-DR (fixed ETF head, DR with GivenEw, mixup) without / with it, GLMC (paired

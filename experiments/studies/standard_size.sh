@@ -82,8 +82,8 @@ run() {
   unpark "$study"
   python -m experiments.compare --config="experiments/configs/$study.py" \
     --config.data_dir="$data" --workdir="$work/$study" --methods="$methods" --seeds="$seed"
-  python -m experiments.studies.regenerate_reports --export "$work/$study" "$study" --keep_existing \
-    --export_only
+  python -m experiments.studies.regenerate_reports --export="$work/$study" --export_study="$study" \
+    --keep_existing --export_only
   unpark_done "$study"
 }
 # LDAM-DRW keeps its own head, as in its released code (NormedLinear, s = 30): the cosine head at

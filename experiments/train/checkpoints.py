@@ -1,5 +1,6 @@
-"""Checkpoints: one host copy of the train state in orbax, verified on restore, and the guard
-against resuming a workdir with a different config.
+"""Checkpoints: one host copy of the train state in orbax, verified on restore, and the guards
+(through `experiments.train.lineage`) against resuming a workdir with a different config or
+starting from a run that trained otherwise.
 
 Each checkpoint holds the state ('state') and the SHA-256 of its leaves ('integrity') in one orbax
 step directory, written to a temporary name and renamed when complete, so a run killed during a
@@ -25,9 +26,9 @@ from absl import logging as absl_logging
 from experiments.common.errors import ConfigError
 from experiments.common.errors import field_value
 from experiments.common.errors import CheckpointError
-from experiments.configs import default
 from experiments.losses import registry as losses
 from experiments.models.pretrained import weights
+from experiments.train import lineage
 from experiments.train import train_state
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 RESUMABLE_FIELDS = ("parallel", "progress_bar", "log_every_steps", "checkpoint_every_steps",
                     "keep_checkpoints", "eval_batch_size", "nc_metrics", "class_loss_every_epochs",
                     "reference_summary", "data_dir")
+# Fields in which a run may differ from the run it starts from (`init_from`): the loss, its
+# sub-trees and how a run is kept or reported.
+INIT_FROM_FREE = ("loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS)
 
 
 def to_checkpoint(state):
@@ -216,37 +220,15 @@ def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int
   return int(step), variables
 
 
-def _with_defaults(saved: dict, defaults: dict) -> dict:
-  merged = dict(defaults)
-  for key, value in saved.items():
-    merged[key] = (_with_defaults(value, defaults[key])
-                   if isinstance(value, dict) and isinstance(defaults.get(key), dict) else value)
-  return merged
-
-
-def read_saved_config(path: pathlib.Path) -> dict:
-  """A run's config.json as a dict, fields added to the project since it was written filled with
-  their defaults (`configs/default.py`): a field that did not exist then had its default's
-  behaviour (every new field is added so), so an older run compares equal to a run that leaves it
-  at the default — it can be resumed, started from (`init_from`) and read back."""
-  defaults = json.loads(default.get_config().to_json_best_effort())
-  return _with_defaults(json.loads(pathlib.Path(path).read_text()), defaults)
-
-
 def check_resumable(workdir: pathlib.Path, config) -> None:
-  """Refuses to resume a workdir whose checkpoints were made with a different config."""
-  saved = workdir / "config.json"
+  """Refuses to resume a workdir whose checkpoints were made with a config that differs in a field
+  beyond `RESUMABLE_FIELDS` (`lineage.check_same_config`)."""
   checkpoints = workdir / "checkpoints"
-  if not (saved.exists() and checkpoints.exists() and any(
+  if not ((workdir / "config.json").exists() and checkpoints.exists() and any(
       p.name.isdigit() for p in checkpoints.iterdir())):
     return
-  before = read_saved_config(saved)
-  now = json.loads(config.to_json_best_effort())
-  changed = sorted(k for k in set(before) | set(now)
-                   if k not in RESUMABLE_FIELDS and before.get(k) != now.get(k))
-  if changed:
-    raise ConfigError(f"{workdir} holds checkpoints of a run with a different config "
-                      f"(fields {', '.join(changed)}); use a new --workdir")
+  lineage.check_same_config(workdir, config, label="--workdir", free=RESUMABLE_FIELDS,
+                            why="its checkpoints cannot be resumed: use a new --workdir")
 
 
 def check_same_record(workdir: pathlib.Path, name: str, record: dict) -> None:
@@ -257,11 +239,11 @@ def check_same_record(workdir: pathlib.Path, name: str, record: dict) -> None:
     return
   path = workdir / name
   if path.is_file():
-    before = json.loads(path.read_text())
-    changed = sorted(k for k in set(before) | set(record) if before.get(k) != record.get(k))
+    changed = lineage.differences(json.loads(path.read_text()), record)
     if changed:
-      raise ConfigError(f"{workdir} was started with other {', '.join(changed)} ({path}); the "
-                        f"run it derives from has changed: use a new --workdir")
+      raise ConfigError(f"--workdir: {workdir} was started from a different run ({path}: "
+                        f"{lineage.describe(changed)}); the run it derives from has changed: use "
+                        f"a new --workdir")
     return
   if jax.process_index() == 0:
     workdir.mkdir(parents=True, exist_ok=True)
@@ -272,7 +254,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   """The state of another run at the end of an epoch, for a run that trains like it until then.
 
   `config.init_from` is '<workdir>:<epoch>'. The other run's config must equal this one in every
-  field but the loss, the loss sub-trees and how a run is kept or reported (`RESUMABLE_FIELDS`);
+  field but the loss, the loss sub-trees and how a run is kept or reported (`INIT_FROM_FREE`);
   its loss must be this loss's `before` entry (or this loss), and `epoch` must not pass this loss's
   start epoch — so the restored state is the one this run would have reached itself. Loss-state
   fields the other run does not carry start at their initial values, as they would here (a deferred
@@ -282,14 +264,8 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   if not source or not epoch_text.isdigit():
     raise ConfigError(f"config.init_from: expected '<workdir>:<epoch>', got {config.init_from!r}")
   source, epoch = pathlib.Path(source).resolve(), int(epoch_text)
-  saved = source / "config.json"
-  if not saved.is_file():
-    raise ConfigError(f"config.init_from: {source} holds no config.json of a run")
-  before = read_saved_config(saved)
-  changed = init_from_differences(before, json.loads(config.to_json_best_effort()))
-  if changed:
-    raise ConfigError(f"config.init_from: {source} was trained with a different config (fields "
-                      f"{', '.join(changed)}); only the loss and its start may differ")
+  before = lineage.check_same_config(source, config, label="config.init_from", free=INIT_FROM_FREE,
+                                     why="only the loss and its start may differ")
   entry = losses.get(config.loss)
   if before["loss"] not in (config.loss, entry.before if entry.start else config.loss):
     raise ConfigError(f"config.init_from: {source} trained loss {before['loss']!r}, but "
@@ -313,8 +289,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
 
 
 # What a frozen encoder's run must share with the linear stage: the model and the training set.
-ENCODER_FIELDS = ("model", "dataset", "imbalance_factor", "lt_selection", "max_train_per_class",
-                  "validation_fraction", "seed")
+ENCODER_FIELDS = ("model", *lineage.TRAINING_SET_FIELDS)
 
 
 def _num_classes(template) -> int:
@@ -334,15 +309,10 @@ def load_frozen_encoder(config, template, image_shape):
     return weights.with_encoder(template, variables), {
         "frozen_encoder_from": str(pathlib.Path(config.frozen_encoder_from).resolve())}
   source = pathlib.Path(config.frozen_encoder_from).resolve()
-  saved = source / "config.json"
-  if not saved.is_file():
-    raise ConfigError(f"config.frozen_encoder_from: {source} holds no config.json of a run")
-  before = ml_collections.ConfigDict(read_saved_config(saved))
-  changed = [f for f in ENCODER_FIELDS if before.get(f) != config.get(f)]
-  if changed:
-    raise ConfigError(f"config.frozen_encoder_from: {source} was trained with other "
-                      f"{', '.join(changed)}; the encoder's run must share the model and the "
-                      f"training set ({', '.join(ENCODER_FIELDS)})")
+  before = ml_collections.ConfigDict(lineage.check_same_config(
+      source, config, label="config.frozen_encoder_from", fields=ENCODER_FIELDS,
+      why=f"the encoder's run must share the model and the training set "
+          f"({', '.join(ENCODER_FIELDS)})"))
   num_classes = _num_classes(template)
   try:
     step, variables = read_variables(source, train_state.build_model(before, num_classes),
@@ -359,10 +329,9 @@ def load_frozen_encoder(config, template, image_shape):
 
 
 def init_from_differences(before: dict, now: dict) -> list[str]:
-  """Config fields (JSON dicts) in which two runs differ beyond the loss, its sub-trees and how a
-  run is kept or reported: a run may start from the other (`init_from`) only when this is empty."""
-  free = {"loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS}
-  return sorted(k for k in set(before) | set(now) if k not in free and before.get(k) != now.get(k))
+  """Config fields (JSON dicts; leaves, 'a.b') in which two runs differ beyond `INIT_FROM_FREE`: a
+  run may start from the other (`init_from`) only when this is empty."""
+  return [field for field, _, _ in lineage.differences(before, now, free=INIT_FROM_FREE)]
 
 
 def _config_with_loss(config, loss: str):

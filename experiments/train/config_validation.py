@@ -13,6 +13,7 @@ from experiments.data import long_tail
 from experiments.data import input_pipeline
 from experiments.losses import registry as losses
 from experiments.models import registry as models
+from experiments.train import recipes
 from experiments.train import runners
 from experiments.common.errors import INF
 from experiments.common.errors import ConfigError
@@ -52,6 +53,7 @@ def validate_config(config) -> None:
                       f"{sorted(models.MODELS)}")
   check_ranges(config, RANGES)
   losses.validate(config)
+  recipes.validate(config)
   if config.warmup_epochs > config.num_epochs:
     raise ConfigError(f"config.warmup_epochs: {config.warmup_epochs} exceeds config.num_epochs "
                       f"{config.num_epochs}")

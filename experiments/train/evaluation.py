@@ -82,6 +82,25 @@ def neural_collapse_metrics(sums: steps.EvalSums, head_kind: str, params) -> dic
   return {name: float(value) for name, value in metrics._asdict().items()}
 
 
+def shot_accuracy(class_accuracy, shot_groups) -> dict[str, float | None]:
+  """Many / Medium / Few accuracy: acc_g = mean_{k ∈ g} acc_k over the classes of group g that have
+  test examples (`mr2_jax.group_accuracy` of the `long_tail.many_medium_few` groups; Liu et al.,
+  CVPR 2019, arXiv 1904.05160). A group without such a class (Few on CIFAR-10-LT at IF 100, whose
+  smallest class has 50 examples) is None, the JSON null of a run's summary: the one meaning of an
+  empty group (statistics over seeds read it as NaN, and tables print "n/a").
+
+  Args:
+    class_accuracy: [K] per-class test accuracy (NaN for a class without test examples).
+    shot_groups: int [K] `long_tail.MANY` / `MEDIUM` / `FEW` of each class.
+
+  Returns:
+    {"many", "medium", "few"}: a float or None each.
+  """
+  accuracy = mr2_jax.group_accuracy(class_accuracy, shot_groups)
+  return {name: None if np.isnan(value) else float(value)
+          for name, value in zip(long_tail.SHOT_NAMES, accuracy)}
+
+
 def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str, Any]:
   """Overall / per-class / Many-Medium-Few / Easy-Medium-Hard test accuracy (fractions)."""
   accuracy = test.class_accuracy()
@@ -93,10 +112,8 @@ def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str
       "train_class_counts": train.class_counts.tolist(),
   }
   if config.imbalance_factor > 1:
-    split_ids = long_tail.many_medium_few(train.class_counts)
-    summary["many_medium_few"] = {
-        name: (float(np.nanmean(accuracy[split_ids == i])) if np.any(split_ids == i) else None)
-        for i, name in enumerate(("many", "medium", "few"))}
+    summary["many_medium_few"] = shot_accuracy(accuracy,
+                                               long_tail.many_medium_few(train.class_counts))
   if reference_groups is not None:
     groups = mr2_jax.group_accuracy(accuracy, reference_groups)
     summary["easy_medium_hard"] = dict(zip(mr2_jax.GROUP_NAMES, groups.tolist()))

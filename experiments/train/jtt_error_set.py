@@ -9,10 +9,10 @@ import pathlib
 import numpy as np
 
 import reweight_jax
-from experiments.train import checkpoints
 from experiments.data.split import Split
 from experiments.common.errors import ConfigError
 from experiments.common.errors import DiagnoseError
+from experiments.train import lineage
 from experiments.train import run_features
 
 
@@ -21,19 +21,13 @@ def error_set(stage1_workdir: str, config, train: Split) -> tuple[np.ndarray, in
   checkpoint over `train`.
 
   The stage-1 run must have trained on this training set: the fields that select it
-  (`checkpoints.ENCODER_FIELDS` less the model, which may differ) must match, and its rebuilt
+  (`lineage.TRAINING_SET_FIELDS`; the model may differ) must match, and its rebuilt
   training labels must equal `train.labels` position by position (the error set is indexed by them).
   """
   source = pathlib.Path(stage1_workdir).resolve()
-  saved = source / "config.json"
-  if not saved.is_file():
-    raise ConfigError(f"config.jtt.stage1: {source} holds no config.json of a run")
-  before = checkpoints.read_saved_config(saved)
-  fields = [f for f in checkpoints.ENCODER_FIELDS if f != "model"]
-  changed = [f for f in fields if before.get(f) != config.get(f)]
-  if changed:
-    raise ConfigError(f"config.jtt.stage1: {source} trained on another training set (fields "
-                      f"{', '.join(changed)} differ)")
+  lineage.check_same_config(source, config, label="config.jtt.stage1",
+                            fields=lineage.TRAINING_SET_FIELDS,
+                            why="the stage-1 run must have trained on this training set")
   try:
     stage1 = run_features.features_from_workdir(source, "train")
   except (FileNotFoundError, DiagnoseError) as error:
@@ -43,12 +37,23 @@ def error_set(stage1_workdir: str, config, train: Split) -> tuple[np.ndarray, in
   errors = reweight_jax.jtt_error_set(stage1.logits.astype(np.float32), stage1.labels)
   return np.asarray(errors), stage1.step
 
+
+def upsampled_sample(errors: np.ndarray, labels: np.ndarray, upweight: int, seed,
+                     num_classes: int) -> tuple[np.ndarray, dict]:
+  """(each example of the error set E, bool [N], repeated 1 + λ_up times and shuffled with `seed`
+  (`reweight_jax.jtt_upsampled_indices`), the record of E: its size, per class of `labels` int [N],
+  and the epoch's length N + λ_up·|E|). The trainer's sampler and the linear probe's JTT."""
+  sample = reweight_jax.jtt_upsampled_indices(errors, int(upweight), seed=seed)
+  per_class = np.bincount(labels[errors], minlength=num_classes)
+  return sample, {"jtt_error_set_size": int(errors.sum()),
+                  "jtt_error_set_per_class": per_class.tolist(), "jtt_epoch_length": len(sample)}
+
+
 def upsampled_epoch(config, train):
   """Each example of the stage-1 model's error set E repeated 1 + λ_up times (COMPARISONS, JTT)."""
   errors, step = error_set(config.jtt.stage1, config, train)
   # Each epoch permutes this list again (`data.train_batches`); its order here does not matter.
-  sample = reweight_jax.jtt_upsampled_indices(errors, int(config.jtt.upweight), seed=config.seed)
-  per_class = np.bincount(train.labels[errors], minlength=train.num_classes)
+  sample, record = upsampled_sample(errors, train.labels, config.jtt.upweight, config.seed,
+                                    train.num_classes)
   return sample, {"jtt_stage1": str(pathlib.Path(config.jtt.stage1).resolve()),
-                  "jtt_stage1_step": step, "jtt_error_set_size": int(errors.sum()),
-                  "jtt_error_set_per_class": per_class.tolist(), "jtt_epoch_length": len(sample)}
+                  "jtt_stage1_step": step, **record}

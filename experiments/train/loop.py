@@ -3,8 +3,9 @@ configs), reading top-down like flax's ImageNet example.
 
 The pieces live in files named after what they hold: the train state and learning-rate schedule
 (`train_state`), the loss registry (`losses`), the compiled steps (`steps`), their parallel runners
-(`runners`), evaluation (`evaluation`), checkpoints (`checkpoints`), metric writing
-(`metric_writer`) and the config check (`config_validation`). Everything the next step depends on
+(`runners`), what a method trains on besides its loss (`recipes`), evaluation (`evaluation`),
+checkpoints (`checkpoints`), metric writing (`metric_writer`) and the config check
+(`config_validation`). Everything the next step depends on
 lives in the `TrainState`, and the step fixes the data position, so a run killed at any point and
 restarted from its workdir continues exactly.
 """
@@ -31,13 +32,14 @@ from experiments.data import loading
 from experiments.data import normalization
 from experiments.losses import registry as losses
 from experiments.train import metric_writer
+from experiments.train import recipes
 from experiments.train import runners
+from experiments.train import samplers
 from experiments.train import steps
 from experiments.train import train_state
 from experiments.models.pretrained import weights as pretrained
 from experiments.common.errors import ConfigError
 from experiments.common.errors import DataError
-from experiments.train import samplers
 from experiments.train.config_validation import validate_config
 
 
@@ -112,21 +114,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                       f"{process_count} processes")
   process_batch = config.batch_size // process_count
   num_classes = train.num_classes
-  entry = losses.get(config.loss)
-  # An entry that trains on an edited training set (JTT): the positions one epoch draws from.
-  sample, sample_record = (None, {}) if entry.sampler is None else samplers.SAMPLERS[entry.sampler](config, train)
-  pair = losses.pair_draw(config, train)  # GLMC's paired batches, mixup's partners
+  recipe = recipes.of(config)  # what the method trains on besides its loss
+  # A method that trains on an edited training set (JTT): the positions one epoch draws from.
+  sample, sample_record = ((None, {}) if recipe.sampler is None
+                           else samplers.SAMPLERS[recipe.sampler](config, train))
+  pair = None if recipe.pair is None else recipe.pair(config, train)  # GLMC's, mixup's partners
   steps_per_epoch = batches_lib.steps_per_epoch(train, process_batch, process_count, sample)
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:
     total_steps = min(total_steps, max_steps)
-  # Views in the forward pass: the loss's own (SupCon: 2) or more (the released recipe: 3, the
+  # Views in the forward pass: the method's own (SupCon: 2) or more (the released recipe: 3, the
   # loss on view 0; the others shape BatchNorm statistics only).
-  views = max(entry.views, config.views)
+  views = max(recipe.views, config.views)
   task = steps.Task(class_counts=tuple(float(c) for c in train.class_counts),
                     steps_per_epoch=steps_per_epoch,
-                    loss_views=entry.views if views > entry.views else 0,
-                    mixup_alpha=float(config.mixup_alpha),
+                    loss_views=recipe.views if views > recipe.views else 0, mix=recipe.mix,
+                    indices=recipe.indices,
                     normalization=normalization.normalization(train.name))
   try:
     learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch,
@@ -198,7 +201,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           f"{error}; the checkpoints up to step {manager.latest_step()} in {manager.directory} are "
           f"intact") from error
 
-  epoch_end = entry.epoch_end
+  epoch_end = recipe.epoch_end
   step = start_step
   window, window_steps, window_start = None, 0, time.perf_counter()
   input_state = None
@@ -219,7 +222,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           raise divergence_error(first_nonfinite, runner.to_host(state), manager, config.loss)
         elapsed = time.perf_counter() - window_start
         scalars["train_accuracy"] = scalars.pop("train_correct") / (
-            window_steps * config.batch_size * entry.views)
+            window_steps * config.batch_size * recipe.views)
         scalars.update(epoch=step / steps_per_epoch,
                        images_per_sec=window_steps * config.batch_size / elapsed)
         write_metrics(step, scalars, per_class)

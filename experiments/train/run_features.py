@@ -18,6 +18,7 @@ from experiments.common.errors import DataError
 from experiments.data import batches
 from experiments.data import loading
 from experiments.train import checkpoints as checkpoints_lib
+from experiments.train import lineage
 from experiments.train import train_state
 from experiments.train.evaluation import classifier_weights
 
@@ -71,7 +72,7 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   config_path = workdir / "config.json"
   if not config_path.is_file():
     raise FileNotFoundError(f"{config_path}: not found (not a training workdir?)")
-  config = ml_collections.ConfigDict(checkpoints_lib.read_saved_config(config_path))
+  config = ml_collections.ConfigDict(lineage.read_saved_config(config_path))
 
   try:
     train, validation, test = loading.load_data(config)

@@ -6,6 +6,7 @@ reduced as sums and counts, so the result equals one device on the global batch.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -24,7 +25,10 @@ class Task:
   class_counts: tuple[float, ...]
   steps_per_epoch: int
   loss_views: int = 0  # views (of a multi-view batch) the loss sees, the first ones; 0: all
-  mixup_alpha: float = 0.0  # > 0: a batch's `image_b` are mixup partners (`mixup`), not GLMC's
+  # From the method's recipe (`experiments.train.recipes.Recipe`, `Task.of_recipe`): how a paired
+  # batch is mixed on the device, and whether the loss reads the rows' dataset positions.
+  mix: Callable[[dict], tuple[Any, tuple]] | None = None
+  indices: bool = False
   # The channel (mean, std) that uint8 images (the grain pipeline's) are normalised with here.
   normalization: tuple[tuple[float, ...], tuple[float, ...]] = ((0.5,), (0.5,))
 
@@ -37,31 +41,11 @@ def device_images(images, task: Task):
   return images
 
 
-def mixup(batch):
-  """x̃ = λx + (1 − λ)x_π of a mixup batch: the partner rows x_π come with the batch (`image_b`,
-  `losses.mixup_pair`: one λ and one permutation π of the global batch per step, drawn on the
-  host), so nothing is gathered across devices. Returns (x̃, (y_π, λ))."""
-  lam = batch["lam"][0]
-  return reweight_jax.mix_images(batch["image"], batch["image_b"], lam), (batch["label_b"], lam)
-
-
 def all_finite(tree) -> jax.Array:
   """True when every floating leaf of `tree` is finite."""
   leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
             if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
-
-
-def paired_mix(batch):
-  """GLMC's two mixtures of a paired batch (PIPELINES spec §3): each row i with its re-balanced
-  partner (`data.train_batches(pair=...)`), one λ and one CutMix box per step — the global mixture
-  x_g = λx¹ + (1 − λ)x¹_b of the first views and the local x_l = CutMix(x², x²_b) of the second.
-  Returns the [B, 2, ...] views (x_g, x_l) and the mix (partner labels, λ)."""
-  images, partners = batch["image"], batch["image_b"]
-  lam, box = batch["lam"][0], batch["box"][0]
-  mixed_global = reweight_jax.mix_images(images[:, 0], partners[:, 0], lam)
-  mixed_local = reweight_jax.cutmix(images[:, 1], partners[:, 1], box)
-  return jnp.stack([mixed_global, mixed_local], axis=1), (batch["label_b"], lam)
 
 
 def _varying_axes(x: jax.Array) -> frozenset[str]:
@@ -97,19 +81,20 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   global batch. Returns (state, metrics) with the loss's metrics, 'loss', 'train_correct',
   'learning_rate', 'step' and 'finite' (loss, loss state and parameters).
 
-  The batch as the pipeline gives it: a paired batch (GLMC) is mixed first (`paired_mix`); views
-  [B, V, ...] run as one view-major batch of V·B rows, the loss seeing the first `task.loss_views`
-  views (all by default; the others shape BatchNorm only); with `task.mixup_alpha` the rows are
-  mixed with their partners of a global-batch permutation (`mixup`). The loss reads the model's
-  extra outputs, the rows' dataset positions and the mix from `StepInfo`."""
+  The batch as the pipeline gives it, made into the model's input as the method's recipe says
+  (`experiments.train.recipes`, through `task`): a paired batch (GLMC's partners, mixup's) is
+  mixed first (`task.mix`); views [B, V, ...] run as one view-major batch of V·B rows, the loss seeing
+  the first `task.loss_views` views (all by default; the others shape BatchNorm only). The loss
+  reads what the recipe gives it — the model wrapper's extra outputs, the rows' dataset positions,
+  the mix — from `StepInfo.recipe`."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   batch = {**batch, "image": device_images(batch["image"], task)}
   if "image_b" in batch:
     batch["image_b"] = device_images(batch["image_b"], task)
   images, labels, indices = batch["image"], batch["label"], batch.get("index")
   mix = None
-  if "image_b" in batch:  # mixup's permuted global batch, or GLMC's re-balanced partners
-    images, mix = mixup(batch) if task.mixup_alpha > 0 else paired_mix(batch)
+  if task.mix is not None:
+    images, mix = task.mix(batch)
   loss_rows = labels.shape[0]
   if images.ndim == 5:  # [B, V, H, W, C] views → the view-major [V·B, H, W, C] batch
     num_views = images.shape[1]
@@ -119,11 +104,15 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     indices = None if indices is None else jnp.tile(indices, num_views)[:loss_rows]
     if mix is not None:
       mix = (jnp.tile(mix[0], num_views)[:loss_rows], mix[1])
+  given = {}  # what the recipe gives the loss (StepInfo.recipe)
+  if mix is not None:
+    given["mix"] = mix
+  if task.indices:
+    given["indices"] = indices
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),
-                         axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1),
-                         indices=indices, mix=mix)
+                         axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1))
 
   def objective(params):
     outputs, new_model_state = state.apply_fn(
@@ -134,7 +123,7 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     logits, features = logits[:loss_rows], features[:loss_rows]
     extras = {k: v[:loss_rows] if k in models.ROW_OUTPUTS else v for k, v in extras.items()}
     loss, loss_state, loss_metrics = loss_fn(logits, features, labels, state.loss_state,
-                                             info._replace(outputs=extras))
+                                             info._replace(recipe={**given, "outputs": extras}))
     return loss, (new_model_state, loss_state, loss_metrics, logits)
 
   (loss, (new_model_state, loss_state, metrics, logits)), grads = jax.value_and_grad(
@@ -194,9 +183,8 @@ def eval_step(state, sums: EvalSums, batch, *, axis_name: str | None = None):
   correct, counts = perclass_metrics.per_class_correct(jnp.argmax(logits, -1), labels, num_classes,
                                                        where=mask, axis_name=axis_name)
   per_example = reweight_jax.cross_entropy_loss(logits, labels, where=mask)
-  loss_sums = jax.ops.segment_sum(per_example, jnp.where(mask, labels, num_classes), num_classes)
-  if axis_name is not None:
-    loss_sums = jax.lax.psum(loss_sums, axis_name)
+  loss_sums, _ = perclass_metrics.per_class_loss_sums(per_example, labels, num_classes, where=mask,
+                                                      axis_name=axis_name)
   nc = sums.neural_collapse
   if nc is not None:
     nc = nc.update(features, labels, per_example_loss=per_example, where=mask,
