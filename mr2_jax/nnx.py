@@ -58,7 +58,7 @@ class CosineClassifier(nnx.Module):
 
   Args:
     in_features: d, the width of the features.
-    num_classes: K.
+    num_classes: K, the number of classes.
     scale: s (30 in the reweighting paper's CIFAR recipe).
     rngs: the `nnx.Rngs` whose `params` stream draws the kernel.
   """

@@ -103,7 +103,7 @@ def class_slots(labels: jax.Array, valid: jax.Array, num_classes: int, *,
   Args:
     labels: int [B] labels of the local batch (already range-checked).
     valid: bool [B], False for padding or out-of-range labels; such examples count nowhere.
-    num_classes: K.
+    num_classes: K, the number of classes.
     axis_name: pmap/shard_map axis over which the global batch is split, or None.
   """
   batch = labels.shape[0]

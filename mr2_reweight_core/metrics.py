@@ -29,7 +29,7 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
   Args:
     predictions: int [B] predicted classes.
     labels: int [B] true classes in [0, K).
-    num_classes: K.
+    num_classes: K, the number of classes.
     where: optional bool [B]; padding rows are not counted.
     axis_name: psum the sums over this axis (typed replicated under `shard_map`'s
       `check_vma=True`). Without it, `jax.jit` over a batch laid out with `NamedSharding` gives the
@@ -76,7 +76,7 @@ def per_class_loss_sums(per_example_loss: ArrayLike, labels: ArrayLike, num_clas
     per_example_loss: floating [B] per-example losses ℓ_i (e.g. `cross_entropy_loss`); the entries
       of padding rows may be anything, NaN included.
     labels: int [B] true classes in [0, K).
-    num_classes: K.
+    num_classes: K, the number of classes.
     where: optional bool [B]; padding rows are not counted.
     axis_name: psum the sums over this axis (typed replicated under `shard_map`'s
       `check_vma=True`). Without it, `jax.jit` over a batch laid out with `NamedSharding` gives the
@@ -136,7 +136,7 @@ def per_class_accuracy(predictions: ArrayLike, labels: ArrayLike, num_classes: i
   Args:
     predictions: int [B] predicted classes.
     labels: int [B] true classes in [0, K).
-    num_classes: K.
+    num_classes: K, the number of classes.
     where: optional bool [B]; padding rows are not counted.
 
   Returns:

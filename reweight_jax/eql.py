@@ -52,8 +52,8 @@ def eql_dropped(key: jax.Array, batch: int, num_classes: int, gamma: float = 0.9
 
   Args:
     key: a PRNG key.
-    batch: B.
-    num_classes: K.
+    batch: B, the number of rows in the batch.
+    num_classes: K, the number of classes.
     gamma: the drop probability γ in [0, 1].
 
   Returns:
@@ -85,7 +85,7 @@ def eql_dropped_at(key: jax.Array, rows: ArrayLike, num_classes: int, gamma: flo
   Args:
     key: a PRNG key, the same on every device.
     rows: int [B] global-batch positions of the local rows.
-    num_classes: K.
+    num_classes: K, the number of classes.
     gamma: the drop probability γ in [0, 1].
 
   Returns:

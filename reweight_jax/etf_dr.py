@@ -153,7 +153,7 @@ def given_ew(labels: ArrayLike, num_classes: int, *, where: ArrayLike | None = N
 
   Args:
     labels: int [B] labels in [0, K).
-    num_classes: K.
+    num_classes: K, the number of classes.
     where: optional bool [B]; False marks padding, which counts nowhere.
     axis_name: data-parallel axis name or None.
 

@@ -215,7 +215,7 @@ def fairdro_update(q: ArrayLike, q_star: ArrayLike, epoch: ArrayLike, num_epochs
     q: [K] current weights (`init_fairdro_q` at the start).
     q_star: [K] this epoch's `fairdro_best_response`.
     epoch: e, the 0-based epoch just finished (as in `fairdro_step_size`).
-    num_epochs: E.
+    num_epochs: E, the number of training epochs.
     schedule: 'linear' or 'cos'.
 
   Returns:

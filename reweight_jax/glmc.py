@@ -474,7 +474,7 @@ def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_
     labels_a: int [B] labels of the instance-balanced rows, in [0, K).
     labels_b: int [B] labels of the paired re-balanced rows, in [0, K).
     lam: scalar λ in [0, 1] (eagerly checked; NaN targets under `jit` when outside).
-    num_classes: K.
+    num_classes: K, the number of classes.
     class_weights: optional [K] v (e.g. `glmc_class_weights`).
 
   Returns:

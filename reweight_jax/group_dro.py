@@ -139,7 +139,7 @@ def init_group_dro_q(num_classes: int) -> jax.Array:
   Sagawa et al., ICLR 2020, arXiv 1911.08731, Algorithm 1 (q starts uniform).
 
   Args:
-    num_classes: K.
+    num_classes: K, the number of classes.
 
   Returns:
     float32 [K], each 1/K.

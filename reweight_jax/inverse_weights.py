@@ -64,7 +64,7 @@ def batch_class_losses(per_example_loss: ArrayLike, labels: ArrayLike, num_class
   Args:
     per_example_loss: [B] per-example losses ℓ_i (e.g. softmax cross-entropy).
     labels: int [B] class labels in [0, K).
-    num_classes: K.
+    num_classes: K, the number of classes.
     where: optional bool [B]; False marks padding, which counts nowhere.
     axis_name: data-parallel axis; sums and counts are reduced over it (global batch statistics,
       typed replicated under `shard_map`'s `check_vma=True`). Without it, `jax.jit` over a batch

@@ -280,7 +280,7 @@ def lff_weights(state: LfFState, indices: ArrayLike, labels: ArrayLike, dataset_
     labels: int [B] in [0, K), the batch's labels (which select the class maximum, as in the
       reference; they are the dataset labels at `indices`).
     dataset_labels: int [N] in [0, K), every training example's label.
-    num_classes: K.
+    num_classes: K, the number of classes.
     where: optional bool [B]; padding rows give 0.
 
   Returns:

@@ -183,7 +183,7 @@ def create_model(name: str, num_classes: int, head: str = "linear", **kwargs: An
 # ------------------------------------------------------------------------------------------------
 # Wrappers: the base model's parameters stay where they are (`nn.share_scope`), so evaluation,
 # checkpoints and NC metrics read them as for the bare model; in training mode a wrapper returns
-# (logits, features, extras), extras a dict of the outputs a loss reads (`StepInfo.outputs`).
+# (logits, features, extras), extras a dict of the outputs a loss reads (`StepInfo.recipe['outputs']`).
 # ------------------------------------------------------------------------------------------------
 
 class WithProjection(nn.Module):
@@ -226,7 +226,7 @@ class GLMCModel(nn.Module):
   """GLMC's network (PIPELINES spec §3): the base model, whose head is fc_cb (the re-balanced head,
   used for inference), plus the instance-balanced head 'fc', the projector 'projector'
   (Linear d → 128) and the predictor 'predictor' (Linear 128 → 128) on its features. In training the
-  input is the two mixtures [x_g; x_l] (2B rows, `steps.paired_mix`) and runs as two passes, each
+  input is the two mixtures [x_g; x_l] (2B rows, `train.recipes.glmc_mix`) and runs as two passes, each
   with its own BatchNorm batch statistics (the running averages updated by both, in order): extras
   {'logits_fc', 'projection', 'prediction'}, rows as the logits."""
   base: nn.Module
