@@ -69,16 +69,6 @@ def make_adapter_epoch(recipe: Recipe, steps_per_epoch: int, lam: float, tempera
   return make_train_epoch(adapter_key(lam, temperature), recipe, steps_per_epoch, ADAPTER_HEAD)
 
 
-@jax.jit
-def predict(params, features):
-  return jnp.argmax(adapter_outputs(params, features)[0], axis=-1)
-
-
-def class_accuracy(params, features: np.ndarray, labels: np.ndarray) -> np.ndarray:
-  predictions = predict(params, jnp.asarray(features))
-  return mr2_jax.per_class_accuracy(predictions, jnp.asarray(labels, jnp.int32), NUM_CLASSES)
-
-
 def train_adapter(features: np.ndarray, flipped: np.ndarray, labels: np.ndarray, recipe: Recipe,
                   seed: int, lam: float, temperature: float) -> tuple[Any, list[float]]:
   """The adapter's params and the per-epoch mean training loss; `flipped`: the second view's

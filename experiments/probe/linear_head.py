@@ -236,9 +236,10 @@ def class_loss_sums(params, features, labels, num_classes: int) -> losses.EpochP
   return losses.EpochPass(loss_sums=loss_sums, correct=correct, counts=counts)
 
 
-@jax.jit
-def predict(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
-  return jnp.argmax(logits_of(params, features), axis=-1)
+@functools.partial(jax.jit, static_argnames="head")
+def predict(params, features: jax.Array, head: Head = LINEAR_HEAD) -> jax.Array:
+  """int [N] the classes `head` (default the linear head) predicts from `features` [N, d]."""
+  return jnp.argmax(head.apply(params, features)[0], axis=-1)
 
 
 def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: np.ndarray,
@@ -289,7 +290,9 @@ def setting_train_indices(train_labels: np.ndarray, imbalance_factor: float, see
   return long_tail.long_tail_indices(train_labels, NUM_CLASSES, imbalance_factor, seed)
 
 
-def class_accuracy(params, features: np.ndarray, labels: np.ndarray) -> np.ndarray:
-  predictions = predict(params, jnp.asarray(features))
+def class_accuracy(params, features: np.ndarray, labels: np.ndarray,
+                   head: Head = LINEAR_HEAD) -> np.ndarray:
+  """float32 [K] per-class accuracy of `head`'s predictions."""
+  predictions = predict(params, jnp.asarray(features), head)
   return mr2_jax.per_class_accuracy(predictions, jnp.asarray(labels, jnp.int32), NUM_CLASSES)
 

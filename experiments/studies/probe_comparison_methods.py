@@ -96,7 +96,7 @@ def class_accuracy(name: str, head, features: np.ndarray, labels: np.ndarray) ->
   """Per-class accuracy of a trained method's head (the adapter's for the adapter setting)."""
   if METHODS[name].kind != "adapter":
     return linear_head.class_accuracy(head, features, labels)
-  return adapter.class_accuracy(head, features, labels)
+  return linear_head.class_accuracy(head, features, labels, adapter.ADAPTER_HEAD)
 
 
 def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels: np.ndarray,
