@@ -127,7 +127,7 @@ def test_rho_over_training_mean_std_at_common_epochs_table_and_plot(tmp_path):
   assert "training (mean ± sample std (ddof = 1) over 2 seeds):" in markdown
   assert (tmp_path / "report" / "rho_over_training.png").stat().st_size > 1000
   # Runs without the records: no section, no plot.
-  assert evaluate.rho_history([tmp_path / "nope"]) is None
+  assert evaluate.metric_history([tmp_path / "nope"]) is None
 
 
 def test_rho_table_uses_the_epochs_every_method_logged():
@@ -137,3 +137,36 @@ def test_rho_table_uses_the_epochs_every_method_logged():
   assert "| method | epoch 2 | epoch 3 |" in text
   assert "| a | 0.800 ± 0.000 | 0.700 ± 0.000 |" in text
   assert "| b | 0.500 ± 0.100 | 0.400 ± 0.100 |" in text
+
+
+def test_nc_over_training_mean_std_table_and_plot_where_the_runs_logged_it(tmp_path):
+  """NC1–NC4 of the periodic training pass: mean and sample std over seeds at the common epochs,
+  a table per metric and one plot; a method whose runs did not log them is left out."""
+  nc2 = {"ce": [[0.9, 0.6], [0.7, 0.4]], "rw": [[0.8, 0.3], [0.6, 0.2]]}
+  runs = {}
+  for name, per_seed in nc2.items():
+    runs[name] = []
+    for seed, values in enumerate(per_seed):
+      run = tmp_path / name / f"seed{seed}"
+      _write_run(run, seed, [0.9, 0.8, 0.7, 0.6, 0.5, 0.4], history=False)
+      rows = [{"step": 10 * (e + 1), "epoch": float(e + 1), "train_rho": 0.5, "train_nc1": 2.0,
+               "train_nc2": v, "train_nc3": 0.5, "train_nc4": 0.1} for e, v in enumerate(values)]
+      (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+      runs[name].append(run)
+  runs["plain"] = []
+  for seed in range(2):  # no NC records
+    run = tmp_path / "plain" / f"seed{seed}"
+    _write_run(run, seed, [0.9, 0.8, 0.7, 0.6, 0.5, 0.4], history=False)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "epoch": 1.0, "train_rho": 0.4})
+                                       + "\n")
+    runs["plain"].append(run)
+  markdown = evaluate.write_report(runs, "ce", tmp_path / "report")
+  table = json.loads((tmp_path / "report" / "comparison.json").read_text())
+  assert set(table["_nc_history"]) == {"ce", "rw"}
+  history = table["_nc_history"]["rw"]["train_nc2"]
+  values = np.array(nc2["rw"])
+  np.testing.assert_allclose(history["mean"], values.mean(0))
+  np.testing.assert_allclose(history["std"], values.std(0, ddof=1))
+  assert "NC2 of the training set's features, over training" in markdown
+  assert "| rw | 0.700 ± 0.141 | 0.250 ± 0.071 |" in markdown
+  assert (tmp_path / "report" / "nc_over_training.png").stat().st_size > 1000

@@ -243,14 +243,22 @@ def plot_class_history(workdir: pathlib.Path, path_prefix: pathlib.Path) -> list
   return written
 
 
-def rho_history(workdirs: Sequence[str | pathlib.Path]) -> dict[str, list[float]] | None:
-  """ρ on the training set over training (`config.class_loss_every_epochs`), mean and sample std
-  (ddof = 1, `reporting.mean_std_arrays`) over the runs at the epochs every run logged:
-  {"epoch": [...], "mean": [...], "std": [...], "seeds": n}; None when a run logged none."""
+# The training-set metrics the periodic pass logs (`config.class_loss_every_epochs`; NC1–NC4 with
+# `config.nc_metrics`): metrics.jsonl keys, and their labels in the report.
+NC_OVER_TRAINING = (("train_nc1", "NC1"), ("train_nc2", "NC2"), ("train_nc3", "NC3"),
+                    ("train_nc4", "NC4"))
+
+
+def metric_history(workdirs: Sequence[str | pathlib.Path], key: str = "train_rho"
+                   ) -> dict[str, list[float]] | None:
+  """A metric of the periodic training-set pass over training (ρ by default; `NC_OVER_TRAINING`),
+  mean and sample std (ddof = 1, `reporting.mean_std_arrays`) over the runs at the epochs every
+  run logged: {"epoch": [...], "mean": [...], "std": [...], "seeds": n}; None when a run logged
+  none."""
   per_run = []
   for workdir in workdirs:
     records = read_jsonl(pathlib.Path(workdir) / "metrics.jsonl")
-    per_run.append({round(r["epoch"], 6): r["train_rho"] for r in records if "train_rho" in r})
+    per_run.append({round(r["epoch"], 6): r[key] for r in records if key in r})
   epochs = sorted(set.intersection(*(set(run) for run in per_run))) if per_run else []
   if not epochs:
     return None
@@ -276,6 +284,48 @@ def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
                           for e in shown])
   lines += reporting.markdown_table(["method"] + [f"epoch {e:g}" for e in shown], rows)
   return "\n".join(lines) + "\n"
+
+
+def nc_markdown(nc_histories: dict[str, dict[str, dict]], columns: int = 6) -> str:
+  """NC1–NC4 of the training set over training, one table per metric (the epochs every method
+  logged), as `rho_markdown` gives ρ."""
+  parts = []
+  for key, label in NC_OVER_TRAINING:
+    histories = {name: h[key] for name, h in nc_histories.items() if key in h}
+    if histories:
+      table = rho_markdown(histories, columns)
+      parts.append(table.replace("ρ = std_c L_c / mean_c L_c of the per-class cross-entropy on "
+                                 "the training set", f"{label} of the training set's features", 1))
+  return "\n".join(parts)
+
+
+def plot_nc_history(nc_histories: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
+  """NC1–NC4 of the training set against epochs, one panel per metric (log scale), one line per
+  method with a band of ±1 sample std (ddof = 1) over seeds."""
+  # optional: plots only; matplotlib is imported when a plot is drawn
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # optional: plots only; pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, len(NC_OVER_TRAINING), figsize=(4 * len(NC_OVER_TRAINING), 3.6))
+  for ax, (key, label) in zip(axes, NC_OVER_TRAINING):
+    for name, histories in nc_histories.items():
+      if key not in histories:
+        continue
+      epoch, mean, std = (np.asarray(histories[key][k]) for k in ("epoch", "mean", "std"))
+      ax.plot(epoch, mean, label=name, lw=1.2)
+      band = reporting.error_bars(std)
+      if band is not None:
+        ax.fill_between(epoch, np.maximum(mean - band, 1e-6), mean + band, alpha=0.15)
+    ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_title(f"{label} (training set)", fontsize=10)
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=7)
+  fig.suptitle(f"Neural Collapse over training (band: ±1 {reporting.STD_NAME} over seeds)",
+               fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
 
 
 def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
@@ -311,12 +361,20 @@ def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
   table = method_table(summaries, reference, paired_against)
   class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
   markdown = markdown_tables(table, class_counts)
-  histories = {name: rho_history(dirs) for name, dirs in methods.items()}
+  histories = {name: metric_history(dirs) for name, dirs in methods.items()}
   histories = {name: h for name, h in histories.items() if h is not None}
   if histories:
     table["_rho_history"] = histories
     markdown += "\n" + rho_markdown(histories)
     plot_rho_history(histories, out / "rho_over_training.png")
+  nc_histories = {name: {key: h for key, _ in NC_OVER_TRAINING
+                         if (h := metric_history(dirs, key)) is not None}
+                  for name, dirs in methods.items()}
+  nc_histories = {name: h for name, h in nc_histories.items() if h}
+  if nc_histories:  # runs with `config.nc_metrics` and the periodic pass
+    table["_nc_history"] = nc_histories
+    markdown += "\n" + nc_markdown(nc_histories)
+    plot_nc_history(nc_histories, out / "nc_over_training.png")
   (out / "report.md").write_text(markdown)
   (out / "comparison.json").write_text(json.dumps(table, indent=2) + "\n")
   plot_per_class_accuracy(table, out / "per_class_accuracy.png")
