@@ -55,7 +55,7 @@ def _from(runs: str, *names: str) -> tuple[tuple[str, str], ...]:
 
 
 _IF_METHODS = ("ce", "class_balanced", "focal", "ldam_drw", "logit_adjust", "ir_macro")
-_LT_SHORT = ("ce", "inverse_reweight", "ldam_drw", "logit_adjust", "mr2_inverse_reweight")
+_LT_SHORT = ("ce", "inverse_reweight", "ldam_drw", "logit_adjust", "mr2_inverse_reweight", "mr2")
 _BALANCED = ("ce", "mr2", "mr2_released", "mr2_gamma_only")
 _PIPELINES = ("ce", "released", "released_rw", "etf_dr", "etf_dr_rw", "glmc", "glmc_rw")
 STUDIES = (
