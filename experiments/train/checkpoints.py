@@ -250,6 +250,14 @@ def check_same_record(workdir: pathlib.Path, name: str, record: dict) -> None:
     path.write_text(json.dumps(record, indent=2) + "\n")
 
 
+def init_from_source(config) -> tuple[pathlib.Path, int]:
+  """(the other run's workdir, resolved; the epoch) of `config.init_from` ('<workdir>:<epoch>')."""
+  source, _, epoch_text = str(config.init_from).rpartition(":")
+  if not source or not epoch_text.isdigit():
+    raise ConfigError(f"config.init_from: expected '<workdir>:<epoch>', got {config.init_from!r}")
+  return pathlib.Path(source).resolve(), int(epoch_text)
+
+
 def init_from(config, template, steps_per_epoch: int, num_classes: int):
   """The state of another run at the end of an epoch, for a run that trains like it until then.
 
@@ -260,10 +268,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   fields the other run does not carry start at their initial values, as they would here (a deferred
   entry's own state is untouched before its start).
   """
-  source, _, epoch_text = str(config.init_from).rpartition(":")
-  if not source or not epoch_text.isdigit():
-    raise ConfigError(f"config.init_from: expected '<workdir>:<epoch>', got {config.init_from!r}")
-  source, epoch = pathlib.Path(source).resolve(), int(epoch_text)
+  source, epoch = init_from_source(config)
   before = lineage.check_same_config(source, config, label="config.init_from", free=INIT_FROM_FREE,
                                      why="only the loss and its start may differ")
   entry = losses.get(config.loss)

@@ -159,6 +159,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # Checkpoints hold one host copy of the state, so any device count can resume them.
   if config.init_from and manager.latest_step() is None:
     state = checkpoints.init_from(config, state, steps_per_epoch, num_classes)
+    if is_main:  # its logs start with the other run's, up to the step it starts from
+      metric_writer.copy_history(checkpoints.init_from_source(config)[0], workdir, int(state.step))
   if config.frozen_encoder_from and manager.latest_step() is None:
     state = encoder_state
   if config.pretrained and manager.latest_step() is None and not config.init_from:

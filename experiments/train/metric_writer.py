@@ -59,6 +59,24 @@ def window_means(window: dict[str, Any]) -> tuple[int | None, dict[str, float], 
   return first_nonfinite, scalars, per_class
 
 
+HISTORY_FILES = ("metrics.jsonl", "class_history.jsonl")
+
+
+def copy_history(source: pathlib.Path, workdir: pathlib.Path, last_step: int) -> None:
+  """A run started from another run's checkpoint at `last_step` (`config.init_from`) inherits that
+  run's records up to it: `workdir`'s metrics.jsonl and class_history.jsonl become the source's
+  lines with step <= `last_step`, unchanged (the states this run's parameters went through, so its
+  logs cover its whole training, e.g. ρ and NC1–NC4 from epoch 0 for a reweighting started at
+  epoch 160). TensorBoard events are not copied. A missing source file copies nothing."""
+  for name in HISTORY_FILES:
+    path = source / name
+    if not path.exists():
+      continue
+    kept = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line)["step"] <= last_step]
+    (workdir / name).write_text("".join(line + "\n" for line in kept))
+
+
 class MetricWriter:
   """JSON lines (metrics.jsonl, class_history.jsonl) and TensorBoard events (tensorboardX, no TF)."""
 
@@ -67,7 +85,7 @@ class MetricWriter:
     if not enabled:
       return
     # A resumed run repeats the steps after its last checkpoint: drop their earlier records.
-    for name in ("metrics.jsonl", "class_history.jsonl"):
+    for name in HISTORY_FILES:
       path = workdir / name
       if path.exists():
         kept = [line for line in path.read_text().splitlines()
