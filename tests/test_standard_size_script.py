@@ -3,8 +3,10 @@
 the next start copies it back, and deletes it once the run has finished). Run in a scratch folder
 laid out like the checkout (the script reads `experiments/studies/results` relative to where it runs)."""
 
+import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
@@ -25,6 +27,14 @@ def _functions(*names):
   return "\n".join(out)
 
 
+def _park(cwd):
+  """`standard_size.sh --park w` in `cwd`, its Python the test's (with the checkout importable)."""
+  env = {**os.environ, "PYTHON": sys.executable,
+         "PYTHONPATH": os.pathsep.join([str(SCRIPT.parents[2]), os.environ.get("PYTHONPATH", "")])}
+  return subprocess.run(["bash", str(SCRIPT), "--park", "w"], cwd=cwd, check=True,
+                        capture_output=True, text=True, env=env).stdout
+
+
 def _bash(script, cwd):
   return subprocess.run(["bash", "-c", f"set -euo pipefail\n{script}"], cwd=cwd, check=True,
                         capture_output=True, text=True).stdout
@@ -35,7 +45,7 @@ def test_missing_lists_the_runs_not_committed(tmp_path):
   runs.mkdir(parents=True)
   (runs / "ce-seed1.json").write_text("{}")
   (runs / "mr2_inverse_reweight-seed1.json").write_text("{}")
-  out = _bash("results=experiments/studies/results\n" + _functions("missing") + "\n"
+  out = _bash("results=experiments/studies/results\n" + _functions("folder", "missing") + "\n"
               "missing study 1 ce mr2+inverse_reweight ldam=ldam_drw:head=cosine\n"
               "missing study 2 ce mr2+inverse_reweight\n", tmp_path)
   assert out.splitlines() == ["ldam=ldam_drw:head=cosine", "ce,mr2+inverse_reweight"]
@@ -56,10 +66,14 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   (work / "study/la/seed2").mkdir(parents=True)  # no checkpoint yet: nothing to park
   (tmp_path / "experiments/studies/results/study").mkdir(parents=True)
 
-  out = subprocess.run(["bash", str(SCRIPT), "--park", "w"], cwd=tmp_path, check=True,
-                       capture_output=True, text=True).stdout
+  out = _park(tmp_path)
   park = tmp_path / "experiments/studies/results/study/unfinished/ce/seed2"
-  assert out.strip() == f"parked w/study/ce/seed2 (step 1000) in {park.relative_to(tmp_path)}"
+  # The finished run is exported (its study is not one of the script's: nothing is left to train
+  # there, so it is not parked); the unfinished one is parked.
+  assert out.splitlines() == [
+      "exported experiments/studies/results/study/runs/ce-seed1.json",
+      f"parked w/study/ce/seed2 (step 1000) in {park.relative_to(tmp_path)}"]
+  assert (tmp_path / "experiments/studies/results/study/runs/ce-seed1.json").read_text() == "{}"
   assert sorted(str(p.relative_to(park)) for p in park.rglob("*") if p.is_file()) == [
       "checkpoints/1000/data", "checkpoints/500/data", "config.json", "metrics.jsonl"]
 
@@ -74,3 +88,45 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   (work / "study/ce/seed2/summary.json").write_text("{}")
   _bash(prelude + "unpark_done study\n", tmp_path)
   assert not (tmp_path / "experiments/studies/results/study/unfinished").exists()
+
+
+def _finished_run(run, steps=(15360, 19200)):
+  for step in steps:
+    (run / f"checkpoints/{step}").mkdir(parents=True)
+  (run / "config.json").write_text("{}")
+  (run / "summary.json").write_text('{"overall_accuracy": 0.7}')
+
+
+def test_park_keeps_a_finished_reference_while_its_seed_has_methods_to_train(tmp_path):
+  # CE of cifar10_lt_200 finished (keeping its epoch-160 checkpoint); the reweighting, which starts
+  # from it, has not: CE is exported, and parked so that the next start can still start from it.
+  results = tmp_path / "experiments/studies/results/cifar10_lt_200"
+  _finished_run(tmp_path / "w/cifar10_lt_200/ce/seed0")
+  out = _park(tmp_path)
+  park = results / "unfinished/ce/seed0"
+  assert out.splitlines() == [
+      "exported experiments/studies/results/cifar10_lt_200/runs/ce-seed0.json",
+      f"parked w/cifar10_lt_200/ce/seed0 (step 19200) in {park.relative_to(tmp_path)}"]
+  assert sorted(p.name for p in (park / "checkpoints").iterdir()) == ["15360", "19200"]
+
+  # Once every method of the seed is committed, a finished run is exported only.
+  for name in ("inverse_reweight", "logit_adjust", "ldam_drw"):
+    (results / f"runs/{name}-seed0.json").write_text("{}")
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.rmtree(results / "unfinished")
+  assert _park(tmp_path) == ""  # ce-seed0.json is already there: left as it is
+  assert not (results / "unfinished").exists()
+
+
+def test_with_reference_puts_a_finished_reference_back_in_front(tmp_path):
+  prelude = ("work=w\n" + _functions("folder", "with_reference") + "\n")
+  (tmp_path / "w/study/ce/seed0").mkdir(parents=True)
+  script = prelude + ("with_reference study 0 ce inverse_reweight,logit_adjust\n"
+                      "with_reference study 1 ce inverse_reweight\n"
+                      "with_reference study 0 ce ce,inverse_reweight\n")
+  # No summary: the reference's run is not finished here, so it is not put back.
+  assert _bash(script, tmp_path).splitlines() == [
+      "inverse_reweight,logit_adjust", "inverse_reweight", "ce,inverse_reweight"]
+  (tmp_path / "w/study/ce/seed0/summary.json").write_text("{}")
+  assert _bash(script, tmp_path).splitlines() == [
+      "ce,inverse_reweight,logit_adjust", "inverse_reweight", "ce,inverse_reweight"]

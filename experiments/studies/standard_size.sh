@@ -7,23 +7,86 @@
 # folders do not outlive a session on this machine); every other run is resumable
 # (`experiments.compare` resumes a run whose folder exists), so the script is simply started again
 # after an interruption. Each finished run is exported to experiments/studies/results/ as soon as its seed's
-# invocation ends, without rewriting the runs already there. Deferred methods (the reweighting)
-# start from CE's epoch-24 checkpoint when CE trains in the same invocation. The reports are rebuilt
-# by `python -m experiments.studies.regenerate_reports`.
-# A run still training when a session ends is parked: `bash experiments/studies/standard_size.sh --park`
-# (training stopped first) copies each unfinished run's config, logs and checkpoints (about 4 MB
-# each; the latest, and a deferred start epoch's when kept) to experiments/studies/results/<study>/unfinished/<method>/seed<s>/ to be committed; the next start
-# copies it back into the work folder and resumes it, and deletes it once the run has finished.
+# invocation ends, or when the script parks, without rewriting the runs already there. Deferred
+# methods (the reweighting) start from CE's checkpoint at their start epoch when CE is in the same
+# invocation (trained there, or finished and back from its parking place: then only re-evaluated).
+# The reports are rebuilt by `python -m experiments.studies.regenerate_reports`.
+# When a session ends: `bash experiments/studies/standard_size.sh --park` (training stopped first)
+# exports the finished runs, and copies each unfinished run's config, logs and checkpoints (about
+# 4 MB each; the latest, and a deferred start epoch's when kept) to
+# experiments/studies/results/<study>/unfinished/<method>/seed<s>/ to be committed — and each
+# finished run's too while a method of its seed is still to train (a deferred method may start
+# from it). The next start copies them back into the work folder and resumes them, and deletes
+# the parked copies once their seed's invocation has finished.
 # Usage: bash experiments/studies/standard_size.sh [CIFAR10_DIR] [WORKDIR]
 #        bash experiments/studies/standard_size.sh --park [WORKDIR]
 set -euo pipefail
 results=experiments/studies/results
+python=${PYTHON:-python}
+# LDAM-DRW keeps its own head, as in its released code (NormedLinear, s = 30): the cosine head at
+# scale 30 with the margin in its units (ldam.max_margin = 0.5 x 30, ldam.scale = 1). On the linear
+# head s = 30 multiplies unnormalised logits (loss 43 at step 50 in a first try).
+ldam=ldam_drw=ldam_drw:head=cosine:cosine_scale=30.0:ldam.scale=1.0:ldam.max_margin=15.0
+lt=(ce inverse_reweight "$ldam" logit_adjust mr2+inverse_reweight mr2)
+balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0)
+# Issue 39.1's diagnosis of MR2 alone on the long-tailed set: its logit margin without the
+# representation term (λ = 0), to tell which of the two parts loses the rarest classes.
+lt_ablation=(mr2_gamma_only=mr2:mr2.lam=0)
+# Issue 39's 200-epoch runs: CIFAR-10-LT at the LDAM-DRW release's schedule (the reweighting from CE's
+# epoch-160 checkpoint), and balanced CIFAR-10 with ERM and MR2's two forms.
+lt200=(ce inverse_reweight logit_adjust "$ldam")
+balanced200=(ce mr2_released=mr2:mr2.form=released mr2)
+# study_specs STUDY: every method spec this script trains in STUDY (config experiments/configs/STUDY.py).
+study_specs() {
+  case $1 in
+    cifar10_lt_short) echo "${lt[@]}" "${lt_ablation[@]}" ;;
+    cifar10_balanced) echo "${balanced[@]}" ;;
+    cifar10_lt_200) echo "${lt200[@]}" ;;
+    cifar10_balanced_200) echo "${balanced200[@]}" ;;
+  esac
+}
+# folder SPEC: the run folder name of a method spec (the part before `=`, `+` written `_`).
+folder() {
+  local name=${1%%=*}
+  echo "${name//+/_}"
+}
+# missing STUDY SEED SPEC...: the comma-joined specs whose run `<name>-seed<SEED>.json` is not yet
+# committed.
+missing() {
+  local study=$1 seed=$2 out="" spec
+  shift 2
+  for spec in "$@"; do
+    [[ -e $results/$study/runs/$(folder "$spec")-seed$seed.json ]] || out+=",$spec"
+  done
+  echo "${out#,}"
+}
+# export_finished WORK: every finished run of every study under WORK (a run folder with a
+# summary.json) copied to experiments/studies/results/<study>/runs/, where not there yet.
+export_finished() {
+  local study
+  for study in "$1"/*/; do
+    study=${study%/}
+    compgen -G "$study/*/seed*/summary.json" > /dev/null || continue
+    "$python" -m experiments.studies.regenerate_reports --results="$results" --export="$study" \
+      --export_study="${study##*/}" --keep_existing --export_only
+  done
+}
 if [[ ${1:-} == --park ]]; then
   work=${2:-workdirs}
   shopt -s nullglob
+  # Finished runs are exported first: a session can end between a run's end and its seed's export.
+  export_finished "$work"
   for run in "$work"/*/*/seed*; do
     steps=("$run"/checkpoints/[0-9]*)
-    [[ -e $run/summary.json || ${#steps[@]} == 0 ]] && continue
+    (( ${#steps[@]} )) || continue
+    study=${run#"$work"/}
+    study=${study%%/*}
+    # A finished run is parked too while a method of its seed is still to train: a deferred method
+    # starts from its checkpoint (the reweighting from CE's epoch 160).
+    if [[ -e $run/summary.json ]]; then
+      # shellcheck disable=SC2046  # the specs hold no spaces
+      [[ -n $(missing "$study" "${run##*/seed}" $(study_specs "$study")) ]] || continue
+    fi
     latest=$(printf '%s\n' "${steps[@]##*/}" | sort -n | tail -1)
     park=$results/${run#"$work"/}
     park=${park%/*/seed*}/unfinished/${run#"$work"/*/}
@@ -59,46 +122,33 @@ unpark_done() {
   done
   rmdir "$results/$1"/unfinished/* "$results/$1"/unfinished 2>/dev/null || true
 }
-# missing STUDY SEED SPEC...: the comma-joined specs whose run `<name>-seed<SEED>.json` is not yet
-# committed (name as in experiments.studies.method_comparison: the part before `=`, `+` written `_`).
-missing() {
-  local study=$1 seed=$2 out="" spec name
-  shift 2
-  for spec in "$@"; do
-    name=${spec%%=*}
-    [[ -e $results/$study/runs/${name//+/_}-seed$seed.json ]] || out+=",$spec"
-  done
-  echo "${out#,}"
+# with_reference STUDY SEED REFERENCE METHODS: METHODS (comma-joined specs), with the reference spec
+# put first when it is committed but its finished run is back in the work folder (parked while a
+# deferred method of its seed was still to train): `experiments.compare` then only re-evaluates it,
+# and starts the deferred methods from its checkpoint instead of training their first epochs.
+with_reference() {
+  local study=$1 seed=$2 reference=$3 methods=$4
+  if [[ ,$methods, != *",$reference,"* && -e $work/$study/$(folder "$reference")/seed$seed/summary.json ]]; then
+    methods="$reference,$methods"
+  fi
+  echo "$methods"
 }
 # run STUDY SEED SPEC...: train the missing methods of one seed (config
 # experiments/configs/STUDY.py), then export them.
 run() {
   local study=$1 seed=$2
   shift 2
-  local methods
+  local methods reference=$1
   methods=$(missing "$study" "$seed" "$@")
   if [[ -z $methods ]]; then echo "$study seed $seed: all committed"; return; fi
-  echo "$study seed $seed: training $methods"
   unpark "$study"
-  python -m experiments.compare --config="experiments/configs/$study.py" \
+  methods=$(with_reference "$study" "$seed" "$reference" "$methods")
+  echo "$study seed $seed: training $methods"
+  "$python" -m experiments.compare --config="experiments/configs/$study.py" \
     --config.data_dir="$data" --workdir="$work/$study" --methods="$methods" --seeds="$seed"
-  python -m experiments.studies.regenerate_reports --export="$work/$study" --export_study="$study" \
-    --keep_existing --export_only
+  export_finished "$work"
   unpark_done "$study"
 }
-# LDAM-DRW keeps its own head, as in its released code (NormedLinear, s = 30): the cosine head at
-# scale 30 with the margin in its units (ldam.max_margin = 0.5 x 30, ldam.scale = 1). On the linear
-# head s = 30 multiplies unnormalised logits (loss 43 at step 50 in a first try).
-ldam=ldam_drw=ldam_drw:head=cosine:cosine_scale=30.0:ldam.scale=1.0:ldam.max_margin=15.0
-lt=(ce inverse_reweight "$ldam" logit_adjust mr2+inverse_reweight mr2)
-balanced=(ce mr2 mr2_released=mr2:mr2.form=released mr2_gamma_only=mr2:mr2.lam=0)
-# Issue 39.1's diagnosis of MR2 alone on the long-tailed set: its logit margin without the
-# representation term (λ = 0), to tell which of the two parts loses the rarest classes.
-lt_ablation=(mr2_gamma_only=mr2:mr2.lam=0)
-# Issue 39's 200-epoch runs: CIFAR-10-LT at the LDAM-DRW release's schedule (the reweighting from CE's
-# epoch-160 checkpoint), and balanced CIFAR-10 with ERM and MR2's two forms.
-lt200=(ce inverse_reweight logit_adjust "$ldam")
-balanced200=(ce mr2_released=mr2:mr2.form=released mr2)
 # ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
 # picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` /
 # `lt_ablation:<seed>` / `lt200:<seed>` / `balanced200:<seed>` items (the last three not in the
