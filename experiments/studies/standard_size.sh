@@ -20,6 +20,8 @@
 # the parked copies once their seed's invocation has finished.
 # Usage: bash experiments/studies/standard_size.sh [CIFAR10_DIR] [WORKDIR]
 #        bash experiments/studies/standard_size.sh --park [WORKDIR]
+# Where the runs stand (step, speed, hours left), beside the training:
+#        python -m experiments.report.progress -- workdirs experiments/studies/results/*/unfinished
 set -euo pipefail
 results=experiments/studies/results
 python=${PYTHON:-python}
