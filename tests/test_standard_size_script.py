@@ -71,8 +71,8 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   # The finished run is exported (its study is not one of the script's: nothing is left to train
   # there, so it is not parked); the unfinished one is parked.
   assert out.splitlines() == [
-      "exported experiments/studies/results/study/runs/ce-seed1.json",
-      f"parked w/study/ce/seed2 (step 1000) in {park.relative_to(tmp_path)}"]
+      f"parked w/study/ce/seed2 (step 1000) in {park.relative_to(tmp_path)}",
+      "exported experiments/studies/results/study/runs/ce-seed1.json"]
   assert (tmp_path / "experiments/studies/results/study/runs/ce-seed1.json").read_text() == "{}"
   assert sorted(str(p.relative_to(park)) for p in park.rglob("*") if p.is_file()) == [
       "checkpoints/1000/data", "checkpoints/500/data", "config.json", "metrics.jsonl"]
@@ -99,23 +99,39 @@ def _finished_run(run, steps=(15360, 19200)):
 
 def test_park_keeps_a_finished_reference_while_its_seed_has_methods_to_train(tmp_path):
   # CE of cifar10_lt_200 finished (keeping its epoch-160 checkpoint); the reweighting, which starts
-  # from it, has not: CE is exported, and parked so that the next start can still start from it.
+  # from it, has not: CE is parked (with its summary) so that the next start can still start from
+  # it, and exported.
   results = tmp_path / "experiments/studies/results/cifar10_lt_200"
-  _finished_run(tmp_path / "w/cifar10_lt_200/ce/seed0")
+  work = tmp_path / "w"
+  _finished_run(work / "cifar10_lt_200/ce/seed0")
   out = _park(tmp_path)
   park = results / "unfinished/ce/seed0"
   assert out.splitlines() == [
-      "exported experiments/studies/results/cifar10_lt_200/runs/ce-seed0.json",
-      f"parked w/cifar10_lt_200/ce/seed0 (step 19200) in {park.relative_to(tmp_path)}"]
+      f"parked w/cifar10_lt_200/ce/seed0 (step 19200) in {park.relative_to(tmp_path)}",
+      "exported experiments/studies/results/cifar10_lt_200/runs/ce-seed0.json"]
   assert sorted(p.name for p in (park / "checkpoints").iterdir()) == ["15360", "19200"]
+  assert (park / "summary.json").exists()
 
-  # Once every method of the seed is committed, a finished run is exported only.
-  for name in ("inverse_reweight", "logit_adjust", "ldam_drw"):
-    (results / f"runs/{name}-seed0.json").write_text("{}")
+  # The next session: the parked CE comes back finished, so it is put back in front of the methods
+  # still to train (compare only re-evaluates it and starts the reweighting from it).
   import shutil  # pylint: disable=g-import-not-at-top
-  shutil.rmtree(results / "unfinished")
-  assert _park(tmp_path) == ""  # ce-seed0.json is already there: left as it is
+  shutil.rmtree(work)
+  prelude = ("work=w\nresults=experiments/studies/results\n"
+             + _functions("folder", "missing", "unpark", "with_reference") + "\n")
+  out = _bash(prelude + "unpark cifar10_lt_200\nwith_reference cifar10_lt_200 0 ce "
+              "\"$(missing cifar10_lt_200 0 ce inverse_reweight logit_adjust)\"\n", tmp_path)
+  assert out.splitlines()[-1] == "ce,inverse_reweight,logit_adjust"
+
+  # Every method of the seed finished here but not yet exported: nothing is left to start from
+  # CE, so it is not parked again, and its earlier parked copy goes.
+  for name in ("inverse_reweight", "logit_adjust", "ldam_drw"):
+    _finished_run(work / f"cifar10_lt_200/{name}/seed0")
+  out = _park(tmp_path)
+  assert "parked" not in out
   assert not (results / "unfinished").exists()
+  assert sorted(p.name for p in (results / "runs").glob("*-seed0.json")) == [
+      "ce-seed0.json", "inverse_reweight-seed0.json", "ldam_drw-seed0.json",
+      "logit_adjust-seed0.json"]
 
 
 def test_with_reference_puts_a_finished_reference_back_in_front(tmp_path):

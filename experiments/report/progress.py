@@ -65,7 +65,8 @@ def run_progress(run: str | pathlib.Path, window: int = 20) -> RunProgress:
   (those with a loss)."""
   run = pathlib.Path(run)
   config = json.loads((run / "config.json").read_text())
-  training = [r for r in run_tables.read_jsonl(run / "metrics.jsonl") if "loss" in r]
+  training = [r for r in run_tables.read_jsonl(run / "metrics.jsonl")
+              if "loss" in r and r.get("epoch", 0) > 0]
   finished = (run / "summary.json").exists()
   if not training:
     return RunProgress(str(run), finished, 0, None, 0.0, None, None, None, latest_checkpoint(run),

@@ -21,7 +21,7 @@
 # Usage: bash experiments/studies/standard_size.sh [CIFAR10_DIR] [WORKDIR]
 #        bash experiments/studies/standard_size.sh --park [WORKDIR]
 # Where the runs stand (step, speed, hours left), beside the training:
-#        python -m experiments.report.progress -- workdirs experiments/studies/results/*/unfinished
+#        python -m experiments.report.progress -- workdirs/cifar10_lt_200 experiments/studies/results/cifar10_lt_200/unfinished
 set -euo pipefail
 results=experiments/studies/results
 python=${PYTHON:-python}
@@ -62,11 +62,11 @@ missing() {
   done
   echo "${out#,}"
 }
-# export_finished WORK: every finished run of every study under WORK (a run folder with a
-# summary.json) copied to experiments/studies/results/<study>/runs/, where not there yet.
+# export_finished STUDY_DIR...: every finished run (a run folder with a summary.json) of each study
+# folder of the work folder copied to experiments/studies/results/<study>/runs/, where not there yet.
 export_finished() {
   local study
-  for study in "$1"/*/; do
+  for study in "$@"; do
     study=${study%/}
     compgen -G "$study/*/seed*/summary.json" > /dev/null || continue
     "$python" -m experiments.studies.regenerate_reports --results="$results" --export="$study" \
@@ -76,30 +76,39 @@ export_finished() {
 if [[ ${1:-} == --park ]]; then
   work=${2:-workdirs}
   shopt -s nullglob
-  # Finished runs are exported first: a session can end between a run's end and its seed's export.
-  export_finished "$work"
   for run in "$work"/*/*/seed*; do
     steps=("$run"/checkpoints/[0-9]*)
     (( ${#steps[@]} )) || continue
     study=${run#"$work"/}
     study=${study%%/*}
-    # A finished run is parked too while a method of its seed is still to train: a deferred method
-    # starts from its checkpoint (the reweighting from CE's epoch 160).
-    if [[ -e $run/summary.json ]]; then
-      # shellcheck disable=SC2046  # the specs hold no spaces
-      [[ -n $(missing "$study" "${run##*/seed}" $(study_specs "$study")) ]] || continue
-    fi
-    latest=$(printf '%s\n' "${steps[@]##*/}" | sort -n | tail -1)
     park=$results/${run#"$work"/}
     park=${park%/*/seed*}/unfinished/${run#"$work"/*/}
-    rm -rf "$park"
+    rm -rf "$park"  # an older parked copy of it, re-parked below or no longer needed
+    rmdir "${park%/*/seed*}"/* "${park%/*/seed*}" 2>/dev/null || true
+    # A finished run is parked too while a method of its seed is still to train (neither
+    # committed nor finished here): a deferred method starts from its checkpoint (the reweighting
+    # from CE's epoch 160).
+    if [[ -e $run/summary.json ]]; then
+      pending=""
+      for spec in $(study_specs "$study"); do
+        [[ -e $work/$study/$(folder "$spec")/${run##*/}/summary.json ]] \
+          || pending+=$(missing "$study" "${run##*/seed}" "$spec")
+      done
+      [[ -n $pending ]] || continue
+    fi
+    latest=$(printf '%s\n' "${steps[@]##*/}" | sort -n | tail -1)
     mkdir -p "$park/checkpoints"
-    cp "$run"/{config.json,metrics.jsonl,class_history.jsonl} "$park/" 2>/dev/null || true
+    # summary.json (a finished run's): the next start sees it finished, re-evaluates it only.
+    cp "$run"/{config.json,metrics.jsonl,class_history.jsonl,summary.json} "$park/" 2>/dev/null \
+      || true
     # Every checkpoint the run holds: the latest and, where it has passed one, the deferred start
     # epoch's (the reweighting starts from CE's epoch-160 checkpoint of a 200-epoch run).
     cp -r "${steps[@]}" "$park/checkpoints/"
     echo "parked $run (step $latest) in $park"
   done
+  # Then the finished runs are exported (a session can end between a run's end and its seed's
+  # export); parking went first, so a failed export loses no training.
+  export_finished "$work"/*/ || echo "error: exporting the finished runs failed" >&2
   exit 0
 fi
 data=${1:-../shared/data/cifar10_jpeg}
@@ -148,7 +157,7 @@ run() {
   echo "$study seed $seed: training $methods"
   "$python" -m experiments.compare --config="experiments/configs/$study.py" \
     --config.data_dir="$data" --workdir="$work/$study" --methods="$methods" --seeds="$seed"
-  export_finished "$work"
+  export_finished "$work/$study"
   unpark_done "$study"
 }
 # ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
