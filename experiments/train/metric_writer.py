@@ -69,12 +69,15 @@ def copy_history(source: pathlib.Path, workdir: pathlib.Path, last_step: int) ->
   logs cover its whole training, e.g. ρ and NC1–NC4 from epoch 0 for a reweighting started at
   epoch 160). TensorBoard events are not copied. A missing source file copies nothing."""
   for name in HISTORY_FILES:
-    path = source / name
-    if not path.exists():
-      continue
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= last_step]
-    (workdir / name).write_text("".join(line + "\n" for line in kept))
+    if (source / name).exists():
+      (workdir / name).write_text(_lines_up_to(source / name, last_step))
+
+
+def _lines_up_to(path: pathlib.Path, step: int) -> str:
+  """The JSON lines of a log whose step is <= `step`, unchanged."""
+  kept = [line for line in path.read_text().splitlines()
+          if line.strip() and json.loads(line)["step"] <= step]
+  return "".join(line + "\n" for line in kept)
 
 
 class MetricWriter:
@@ -88,9 +91,7 @@ class MetricWriter:
     for name in HISTORY_FILES:
       path = workdir / name
       if path.exists():
-        kept = [line for line in path.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] <= start_step]
-        path.write_text("".join(line + "\n" for line in kept))
+        path.write_text(_lines_up_to(path, start_step))
     # optional: tensorboardX only on the process that writes the logs
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
     self.metrics = open(workdir / "metrics.jsonl", "a", encoding="utf-8")
