@@ -20,6 +20,7 @@
 # the parked copies once their seed's invocation has finished.
 # Usage: bash experiments/studies/standard_size.sh [CIFAR10_DIR] [WORKDIR]
 #        bash experiments/studies/standard_size.sh --park [WORKDIR]
+#        bash experiments/studies/standard_size.sh --specs STUDY   (its method specs)
 # Where the runs stand (step, speed, hours left), beside the training:
 #        python -m experiments.report.progress -- workdirs/cifar10_lt_200 experiments/studies/results/cifar10_lt_200/unfinished
 set -euo pipefail
@@ -73,6 +74,11 @@ export_finished() {
       --export_study="${study##*/}" --keep_existing --export_only
   done
 }
+# --specs STUDY: print STUDY's method specs, one per line (for experiments/studies/accelerator_runs.py).
+if [[ ${1:-} == --specs ]]; then
+  for spec in $(study_specs "${2:?--specs STUDY}"); do echo "$spec"; done
+  exit 0
+fi
 if [[ ${1:-} == --park ]]; then
   work=${2:-workdirs}
   shopt -s nullglob
