@@ -87,6 +87,12 @@ STUDIES = (
     # seeds all four have finished, and ERM against MR2 (paper form) on every seed both have.
     Study("cifar10_balanced", _from("cifar10_balanced/runs", *_BALANCED)),
     Study("cifar10_balanced/ce_vs_mr2", _from("cifar10_balanced/runs", "ce", "mr2")),
+    # Issue 39 (200 epochs; seed 0, trained on an H200 by experiments/studies/accelerator_runs.py):
+    # CIFAR-10-LT at the LDAM-DRW release's schedule, and balanced CIFAR-10 with ERM and MR2's two
+    # forms.
+    Study("cifar10_lt_200", _from("cifar10_lt_200/runs", "ce", "inverse_reweight", "logit_adjust",
+                                  "ldam_drw")),
+    Study("cifar10_balanced_200", _from("cifar10_balanced_200/runs", "ce", "mr2_released", "mr2")),
 )
 
 
