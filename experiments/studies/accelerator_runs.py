@@ -2,32 +2,44 @@
 within a deadline, packed to come back from the device tool's $OUT.
 
     python3 -m experiments.studies.accelerator_runs --data_dir=.data/cifar10_slim \
-        --workdir=/tmp/work --out="$OUT" --deadline_s=480 --jobs=6
+        --workdir=/tmp/work --out="$OUT" --deadline_s=520 --jobs=6
 
 A *chain* is one `experiments.compare` process: a study's config, its methods (a deferred method after
-the run it starts from: the reweighting after CE, from CE's epoch-160 checkpoint) and one seed. A
-ResNet-32 step at batch 128 is too small to fill an H200, so `--jobs` chains share the GPU (each
-allocates as it goes: XLA_PYTHON_CLIENT_PREALLOCATE=false), queued in `CHAINS` order: issue 39's
-first (`cifar10_lt_200`, `cifar10_balanced_200`, the method specs of `standard_size.sh --specs`),
-then the reference script's parts 1 and 2 (`experiments/reference.sh`). At `--deadline_s` the
-chains still running are stopped (SIGTERM to their process groups); every run folder is then packed
-into at most `MAX_FILES` tar files of at most `MAX_FILE_BYTES` each under `--out`, without its
-checkpoints, except a run that has not finished (its checkpoints: `standard_size.sh` resumes it on
-the CPU from `experiments/studies/results/<study>/unfinished/`) or one a later method of its chain
-still has to start from. Each chain's output is in `logs/<chain>.log` inside the first tar.
+the run it starts from: the reweighting after CE, from CE's epoch-160 checkpoint) and one seed
+(`chains`). A ResNet-32 step at batch 128 is too small to fill an H200, so `--jobs` chains share the
+GPU (each allocates as it goes: XLA_PYTHON_CLIENT_PREALLOCATE=false), started in `chains` order:
+issue 39's (`cifar10_lt_200`, `cifar10_balanced_200`, the method specs of `standard_size.sh
+--specs`) for each of `--seeds`, then the reference script's parts 1 and 2
+(`experiments/reference.sh`). No chain starts with less than `START_MARGIN_S` left. At
+`--deadline_s` the running chains get SIGTERM (their process groups), and SIGKILL `GRACE_S` later.
+Sizing: on an H200 shared by six chains a 200-epoch CIFAR-10-LT run took 490 s and the reweighting's
+40 epochs after CE about 30 s more, so CE + reweighting needs a deadline of about 530 s with six
+co-tenants (the device tool's call limit is 600 s; leave about 40 s for the start and the packing).
 
-`--slim_data_to=DIR` (run here, before the call): the CIFAR-10 JPEG files with every training image
-that no chain trains on replaced by a 164-byte grey JPEG, so that the checkout and the data fit the
-device tool's 64 MiB. The indices and labels are unchanged, so every chain selects the same images
-(`experiments.data.long_tail.long_tail_indices` reads labels only). Make it with the same `--seeds` and
-`--only` as the call: the balanced selection differs per seed. For seed 0 the copy is 32 MiB; for
-seeds 0-2 of every chain 40 MiB (30,775 of the 50,000 training images), which with the checkout
-(about 22 MiB in December 2026) is near the limit: check `du` before the call.
+Then every run comes back, packed by `pack` into at most `MAX_FILES` tar files of at most
+`MAX_FILE_BYTES` each and `MAX_TOTAL_BYTES` together, in this order of priority: the chains' logs,
+each run's files without checkpoints, the reports, then whole checkpoint steps (the latest of each
+run first). Checkpoints come back only for a chain's first run when it has not finished (to be
+resumed on the CPU: with the same `--config.data_dir` and `--config.data_workers`, the fields
+`experiments.train.checkpoints` checks) or when a later method of its chain has not finished (it
+starts from this run's checkpoint). A deferred run that has not finished is left out: it restarts
+from its source's checkpoint in seconds, and its config records the source's path on the device.
+
+`--slim_data_to=DIR` (run here, before the call): a copy of the CIFAR-10 JPEG folder `--data_dir`
+with every training image that no chain selects replaced by a 162-byte grey JPEG (`grey_jpeg`), so
+that the checkout and the data fit the device tool's 64 MiB. The indices and labels are unchanged,
+so every chain selects the same images (`experiments.data.long_tail.long_tail_indices` reads labels
+only). Make it with the same `--seeds` and `--only` as the call: the balanced selection differs per
+seed. A run first checks that no image its chains select is the grey one (`check_data`). For seed 0
+the copy is 32 MiB; for seeds 0-2 of every chain 40 MiB (30,775 of the 50,000 training images),
+which with the checkout (about 22 MiB in December 2026) is near the limit: check `du` before the call.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import io
 import json
 import os
@@ -37,13 +49,23 @@ import subprocess
 import sys
 import tarfile
 import time
+from typing import Sequence
 
-from absl import app
 from absl import flags
+import numpy as np
+from PIL import Image
+
+from experiments.common import cli
+from experiments.common.errors import DataError
+from experiments.data.long_tail import long_tail_indices
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MAX_FILES = 7  # the device tool returns 8 files; the driver's own log is the 8th
 MAX_FILE_BYTES = 15 * 2**20  # under its 16 MiB per file
+MAX_TOTAL_BYTES = 60 * 2**20  # under its 64 MiB together
+TAR_END_BYTES = 20 * 1024  # a tar's end-of-archive blocks and record padding (at most)
+START_MARGIN_S = 60  # a chain started with less time left would not reach a checkpoint
+GRACE_S = 30  # between SIGTERM and SIGKILL at the deadline
 
 
 def _specs(study: str) -> list[str]:
@@ -66,9 +88,9 @@ class Chain:
   flags: tuple[str, ...] = ()
 
 
-def chains(seeds: tuple[int, ...] = (0,)) -> list[Chain]:
+def chains(seeds: Sequence[int] = (0,)) -> list[Chain]:
   """Issue 39's chains for each seed (named `<chain>_seed<s>` for s > 0), then the reference script's
-  parts 1 and 2 (its commands, split by method; seed 0)."""
+  parts 1 and 2 (its commands, one chain per method but the reweighting after CE; seed 0)."""
   lt200 = _specs("cifar10_lt_200")  # ce, inverse_reweight (from CE at 160), logit_adjust, ldam_drw
   balanced200 = _specs("cifar10_balanced_200")
   assert lt200[:2] == ["ce", "inverse_reweight"], lt200
@@ -81,10 +103,13 @@ def chains(seeds: tuple[int, ...] = (0,)) -> list[Chain]:
     out += [Chain(f"balanced200_{spec.split('=')[0]}{tag}", "cifar10_balanced_200",
                   "cifar10_balanced_200", (spec,), seed) for spec in balanced200]
   ref_lt = ("--config.num_epochs=200",)
-  out += [Chain("ref_lt_ce", "reference_cifar10_lt", "cifar10_lt_cosine",
-                ("ce", "inverse_reweight", "mr2+inverse_reweight"), flags=ref_lt),
+  out += [Chain("ref_lt_ce", "reference_cifar10_lt", "cifar10_lt_cosine", ("ce", "inverse_reweight"),
+                flags=ref_lt),
           Chain("ref_lt_ldam_drw", "reference_cifar10_lt", "cifar10_lt_cosine", ("ldam_drw",),
-                flags=ref_lt)]
+                flags=ref_lt),
+          # Its deferred part starts from MR2's own run, not CE's: a chain of its own.
+          Chain("ref_lt_mr2_inverse_reweight", "reference_cifar10_lt", "cifar10_lt_cosine",
+                ("mr2+inverse_reweight",), flags=ref_lt)]
   out += [Chain(f"ref_balanced_{spec.split('=')[0]}", "reference_cifar10_balanced",
                 "cifar10_balanced", (spec,), flags=("--config.num_epochs=100",))
           for spec in ("ce", "mr2", "mr2_released=mr2:mr2.form=released",
@@ -96,7 +121,8 @@ def command(chain: Chain, data_dir: str, workdir: pathlib.Path, data_workers: in
             extra: tuple[str, ...] = ()) -> list[str]:
   return [sys.executable, "-m", "experiments.compare",
           f"--config=experiments/configs/{chain.config}.py", f"--config.data_dir={data_dir}",
-          f"--workdir={workdir / chain.study}", f"--report_dir={workdir / chain.study / 'report_' / chain.name}",
+          f"--workdir={workdir / chain.study}",
+          f"--report_dir={workdir / chain.study / 'report_' / chain.name}",
           f"--methods={','.join(chain.methods)}", f"--seeds={chain.seed}",
           f"--config.data_workers={data_workers}", "--config.progress_bar=False", *chain.flags, *extra]
 
@@ -107,123 +133,192 @@ def run_folder(workdir: pathlib.Path, chain: Chain, spec: str) -> pathlib.Path:
 
 
 def run_chains(todo: list[Chain], data_dir: str, workdir: pathlib.Path, jobs: int,
-               deadline_s: float, data_workers: int, log, extra: tuple[str, ...] = ()
-               ) -> dict[str, str]:
-  """Runs the chains, `jobs` at a time, until done or the deadline; {chain: outcome}."""
+               deadline_s: float, data_workers: int, log, extra: tuple[str, ...] = (),
+               grace_s: float = GRACE_S, start_margin_s: float = START_MARGIN_S) -> dict[str, str]:
+  """Runs the chains, `jobs` at a time, until done or the deadline; {chain: outcome}. Whatever
+  ends it (the deadline, an error, an interrupt), no chain outlives it."""
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
   (workdir / "logs").mkdir(parents=True, exist_ok=True)
   start = time.monotonic()
   queue, running, outcome = list(todo), {}, {}
-  while queue or running:
-    for name, (proc, began) in list(running.items()):
-      if proc.poll() is not None:
-        outcome[name] = f"exit {proc.returncode} after {time.monotonic() - began:.0f} s"
-        log(f"{name}: {outcome[name]}")
-        del running[name]
-    late = time.monotonic() - start > deadline_s
-    if late:
-      for name, (proc, began) in running.items():
+
+  def finished(name, proc, began):
+    outcome[name] = f"exit {proc.returncode} after {time.monotonic() - began:.0f} s"
+    log(f"{name}: {outcome[name]}")
+
+  try:
+    while True:
+      for name, (proc, began, logfile) in list(running.items()):
+        if proc.poll() is not None:
+          logfile.close()
+          finished(name, proc, began)
+          del running[name]
+      left = deadline_s - (time.monotonic() - start)
+      while queue and len(running) < jobs and left > start_margin_s:
+        chain = queue.pop(0)
+        logfile = open(workdir / "logs" / f"{chain.name}.log", "w")
+        proc = subprocess.Popen(command(chain, data_dir, workdir, data_workers, extra), cwd=REPO,
+                                env=env, stdout=logfile, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        running[chain.name] = (proc, time.monotonic(), logfile)
+        log(f"{chain.name}: started ({' '.join(chain.methods)})")
+      if left <= 0 or not running:
+        break
+      time.sleep(min(2, max(left, 0.1)))
+  finally:
+    # SIGTERM to every process group still running, SIGKILL to those left after one shared grace.
+    stopped = {}
+    for name, (proc, began, _) in running.items():
+      if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
+        stopped[name] = began
+    grace_end = time.monotonic() + grace_s
+    for name, (proc, began, logfile) in running.items():
+      try:
+        proc.wait(timeout=max(grace_end - time.monotonic(), 0.1))
+      except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+      logfile.close()
+      if name in stopped:
         outcome[name] = f"stopped at the deadline after {time.monotonic() - began:.0f} s"
         log(f"{name}: {outcome[name]}")
-      for proc, _ in running.values():
-        try:
-          proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-          os.killpg(proc.pid, signal.SIGKILL)
-      outcome.update({c.name: "not started (deadline)" for c in queue})
-      break
-    while queue and len(running) < jobs:
-      chain = queue.pop(0)
-      logfile = open(workdir / "logs" / f"{chain.name}.log", "w")
-      proc = subprocess.Popen(command(chain, data_dir, workdir, data_workers, extra), cwd=REPO, env=env,
-                              stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True)
-      running[chain.name] = (proc, time.monotonic())
-      log(f"{chain.name}: started ({' '.join(chain.methods)})")
-    time.sleep(2)
+      else:
+        finished(name, proc, began)
+    for chain in queue:
+      outcome[chain.name] = "not started (deadline)"
+      log(f"{chain.name}: {outcome[chain.name]}")
   return outcome
 
 
-def _checkpoint_steps(run: pathlib.Path) -> list[pathlib.Path]:
+def _steps(run: pathlib.Path) -> list[pathlib.Path]:
+  """A run's checkpoint step folders (digit names: an interrupted save's temporary folder is not one),
+  latest first."""
   folder = run / "checkpoints"
-  return sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
-      if folder.is_dir() else []
+  if not folder.is_dir():
+    return []
+  return sorted((p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()),
+                key=lambda p: -int(p.name))
 
 
-def members(workdir: pathlib.Path, todo: list[Chain]) -> list[tuple[pathlib.Path, int]]:
-  """(file, bytes) to pack: each run's files; checkpoints only where a run will go on from them."""
-  out = []
+def _files(folder: pathlib.Path, skip: str | None = None) -> list[tuple[pathlib.Path, int]]:
+  return [(p, p.stat().st_size) for p in sorted(folder.rglob("*"))
+          if p.is_file() and not (skip and skip in p.relative_to(folder).parts)]
+
+
+def members(workdir: pathlib.Path, todo: list[Chain]) -> list[tuple[int, list[tuple[pathlib.Path, int]]]]:
+  """What to pack, as (priority, files packed together or not at all), lower priority first: 0 the
+  chains' logs, 1 each run's files without checkpoints, 2 the reports, 3 the latest checkpoint step
+  of a run that will go on from it, 4 its other steps (a finished run's are all 3: the step a
+  deferred method starts from need not be its latest)."""
+  units = [(0, [f]) for f in _files(workdir / "logs")] if (workdir / "logs").is_dir() else []
   for chain in todo:
     runs = [run_folder(workdir, chain, spec) for spec in chain.methods]
     for i, run in enumerate(runs):
       if not run.is_dir():
         continue
-      finished = (run / "summary.json").exists()
-      needed = not finished or any(not (r / "summary.json").exists() for r in runs[i + 1:])
-      for path in sorted(run.rglob("*")):
-        if not path.is_file():
-          continue
-        if "checkpoints" in path.relative_to(run).parts and not needed:
-          continue
-        out.append((path, path.stat().st_size))
-  for folder in ("logs",):
-    out += [(p, p.stat().st_size) for p in sorted((workdir / folder).rglob("*")) if p.is_file()]
-  for report in sorted(workdir.glob("*/report_")):
-    out += [(p, p.stat().st_size) for p in sorted(report.rglob("*")) if p.is_file()]
+      done = (run / "summary.json").exists()
+      if i > 0 and not done:
+        continue  # a deferred run restarts from its source's checkpoint (module docstring)
+      units.append((1, _files(run, skip="checkpoints")))
+      followers_pending = any(not (r / "summary.json").exists() for r in runs[i + 1:])
+      if i == 0 and (not done or followers_pending):
+        for k, step in enumerate(_steps(run)):
+          units.append((3 if done or k == 0 else 4, _files(step)))
+  for report in sorted(workdir.glob("*/report_/*")):
+    units += [(2, [f]) for f in _files(report)]
+  return [(priority, files) for priority, files in units if files]
+
+
+def _tar_size(size: int) -> int:
+  """Bytes a member of `size` takes in a tar: its header, its data padded to 512, and a PAX header
+  for a long name."""
+  return 512 + -(-size // 512) * 512 + 1024
+
+
+def pack(workdir: pathlib.Path, out: pathlib.Path,
+         units: list[tuple[int, list[tuple[pathlib.Path, int]]]], log) -> list[pathlib.Path]:
+  """Packs the units, by priority, each whole into the first tar with room (at most MAX_FILES of at
+  most MAX_FILE_BYTES, MAX_TOTAL_BYTES together); logs and returns what was left out."""
+  bins: list[list[pathlib.Path]] = [[] for _ in range(MAX_FILES)]
+  sizes = [TAR_END_BYTES] * MAX_FILES
+  total, left = 0, []
+  for _, files in sorted(units, key=lambda unit: unit[0]):
+    size = sum(_tar_size(s) for _, s in files)
+    target = next((b for b in range(MAX_FILES) if sizes[b] + size <= MAX_FILE_BYTES), None)
+    if target is None or total + size + (TAR_END_BYTES if not bins[target] else 0) > MAX_TOTAL_BYTES:
+      left += [path for path, _ in files]
+      continue
+    total += size + (TAR_END_BYTES if not bins[target] else 0)
+    bins[target] += [path for path, _ in files]
+    sizes[target] += size
+  out.mkdir(parents=True, exist_ok=True)
+  for stale in out.glob("runs*.tar"):
+    stale.unlink()
+  for b, paths in enumerate(bins):
+    if paths:
+      with tarfile.open(out / f"runs{b}.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in paths:
+          tar.add(path, arcname=str(path.relative_to(workdir)), recursive=False)
+  written = sorted(out.glob("runs*.tar"))
+  log(f"packed {sum(len(b) for b in bins)} files, "
+      f"{sum(p.stat().st_size for p in written) / 2**20:.1f} MiB in {len(written)} tar files; "
+      f"left out {len(left)}: {[str(p.relative_to(workdir)) for p in left[:20]]}")
+  return left
+
+
+@functools.cache
+def grey_jpeg() -> bytes:
+  """The stand-in for an image no chain selects: 32 x 32 grey, quality 1."""
+  buffer = io.BytesIO()
+  Image.new("L", (32, 32), 128).save(buffer, format="JPEG", quality=1, optimize=True)
+  return buffer.getvalue()
+
+
+def _read_train(folder: pathlib.Path):
+  with np.load(folder / "train.npz") as npz:
+    return npz["jpeg"], npz["offsets"], npz["labels"]
+
+
+def _greys(jpeg: np.ndarray, offsets: np.ndarray, indices: np.ndarray) -> np.ndarray:
+  """The indices among `indices` whose image is the grey stand-in."""
+  grey = grey_jpeg()
+  indices = indices[(offsets[indices + 1] - offsets[indices]) == len(grey)]
+  return np.array([i for i in indices if jpeg[offsets[i]:offsets[i + 1]].tobytes() == grey], int)
+
+
+def selected(labels: np.ndarray, todo: list[Chain]) -> dict[str, np.ndarray]:
+  """{chain: the training indices its config and seed select}."""
+  out = {}
+  for chain in todo:
+    config = importlib.import_module(f"experiments.configs.{chain.config}").get_config()
+    out[chain.name] = long_tail_indices(labels, int(labels.max()) + 1, config.imbalance_factor,
+                                        chain.seed, max_count=config.max_train_per_class or None,
+                                        selection=config.lt_selection)
   return out
 
 
-def pack(workdir: pathlib.Path, out: pathlib.Path, files: list[tuple[pathlib.Path, int]], log):
-  """Bins the files (logs first) into <= MAX_FILES tars of <= MAX_FILE_BYTES; reports what is left."""
-  logs = [f for f in files if f[0].is_relative_to(workdir / "logs")]
-  rest = [f for f in files if f not in logs]
-  # A run's files stay together where they fit: grouped by run folder, largest groups first.
-  groups: dict[pathlib.Path, list] = {}
-  for path, size in rest:
-    key = path.relative_to(workdir).parts[:3]
-    groups.setdefault(pathlib.Path(*key), []).append((path, size))
-  order = [logs] + sorted(groups.values(), key=lambda g: -sum(s for _, s in g))
-  bins: list[list] = [[] for _ in range(MAX_FILES)]
-  sizes = [0] * MAX_FILES
-  left = []
-  for group in order:
-    for path, size in group:  # a group larger than a bin is split file by file
-      target = next((b for b in range(MAX_FILES) if sizes[b] + size <= MAX_FILE_BYTES), None)
-      if target is None:
-        left.append(path)
-        continue
-      bins[target].append(path)
-      sizes[target] += size
-  out.mkdir(parents=True, exist_ok=True)
-  for b, paths in enumerate(bins):
-    if paths:
-      with tarfile.open(out / f"runs{b}.tar", "w") as tar:
-        for path in paths:
-          tar.add(path, arcname=str(path.relative_to(workdir)))
-  log(f"packed {sum(len(b) for b in bins)} files, {sum(sizes) / 2**20:.1f} MiB in "
-      f"{sum(1 for b in bins if b)} tar files; left out {len(left)}: {[str(p) for p in left[:20]]}")
+def check_data(folder: pathlib.Path, todo: list[Chain]) -> None:
+  """DataError if an image a chain selects is the grey stand-in (a copy made for other seeds)."""
+  jpeg, offsets, labels = _read_train(folder)
+  for name, indices in selected(labels, todo).items():
+    if len(greys := _greys(jpeg, offsets, indices)):
+      raise DataError(f"{folder}: {len(greys)} of the images chain {name} selects are the grey "
+                      f"stand-in (first {greys[:5].tolist()}): make the copy with this call's "
+                      "--seeds and --only")
 
 
-def slim_data(source: pathlib.Path, target: pathlib.Path, todo: list[Chain]):
+def slim_data(source: pathlib.Path, target: pathlib.Path, todo: list[Chain]) -> None:
   """Copies source's train.npz / test.npz to target, replacing each training image no chain selects."""
-  import numpy as np
-  from ml_collections import config_flags  # noqa: F401  (the configs import ml_collections)
-  from PIL import Image
-  import importlib
-  from experiments.data.long_tail import long_tail_indices
-
-  with np.load(source / "train.npz") as npz:
-    jpeg, offsets, labels = npz["jpeg"], npz["offsets"], npz["labels"]
+  if source.resolve() == target.resolve():
+    raise DataError(f"--slim_data_to is --data_dir ({source}): the copy would replace its source")
+  jpeg, offsets, labels = _read_train(source)
+  if len(_greys(jpeg, offsets, np.arange(len(labels)))):
+    raise DataError(f"{source} is itself a slimmed copy: make the copy from the full folder")
   used = np.zeros(len(labels), bool)
-  for chain in todo:
-    config = importlib.import_module(f"experiments.configs.{chain.config}").get_config()
-    used[long_tail_indices(labels, int(labels.max()) + 1, config.imbalance_factor, chain.seed,
-                           max_count=config.max_train_per_class or None,
-                           selection=config.lt_selection)] = True
-  buffer = io.BytesIO()
-  Image.new("L", (32, 32), 128).save(buffer, format="JPEG", quality=1, optimize=True)
-  grey = buffer.getvalue()
-  pieces = [jpeg[offsets[i]:offsets[i + 1]].tobytes() if used[i] else grey
+  for indices in selected(labels, todo).values():
+    used[indices] = True
+  pieces = [jpeg[offsets[i]:offsets[i + 1]].tobytes() if used[i] else grey_jpeg()
             for i in range(len(labels))]
   new_offsets = np.cumsum([0] + [len(p) for p in pieces]).astype(np.int64)
   target.mkdir(parents=True, exist_ok=True)
@@ -234,51 +329,73 @@ def slim_data(source: pathlib.Path, target: pathlib.Path, todo: list[Chain]):
         f"{(target / 'train.npz').stat().st_size / 2**20:.1f} MiB train.npz")
 
 
-_DATA = flags.DEFINE_string("data_dir", ".data/cifar10_slim", "CIFAR-10 JPEG folder.")
-_WORKDIR = flags.DEFINE_string("workdir", "/tmp/accelerator_runs", "Where the runs go.")
-_OUT = flags.DEFINE_string("out", None, "Where the tar files go (the device tool's $OUT).")
-_JOBS = flags.DEFINE_integer("jobs", 6, "Chains at once on the one accelerator.")
-_DEADLINE = flags.DEFINE_float("deadline_s", 480, "Seconds after which running chains are stopped.")
-_DATA_WORKERS = flags.DEFINE_integer("data_workers", 2, "Host threads per chain (config.data_workers).")
-_SEEDS = flags.DEFINE_list("seeds", ["0"], "Seeds of issue 39's chains (the reference chains: seed 0).")
-_ONLY = flags.DEFINE_list("only", [], "Chain names to run (default: every chain, in order).")
-_EXTRA = flags.DEFINE_multi_string("extra", [], "Flags appended to every chain's command (a smoke test's "
-                                    "tiny sizes).")
-_SLIM = flags.DEFINE_string("slim_data_to", None,
-                            "Write the slimmed CIFAR-10 copy here from --data_dir and exit.")
+def define_flags(flag_values: flags.FlagValues) -> None:
+  def define(kind, name, default, help_text, **kwargs):
+    getattr(flags, f"DEFINE_{kind}")(name, default, help_text, flag_values=flag_values, **kwargs)
+
+  define("string", "data_dir", ".data/cifar10_slim", "CIFAR-10 JPEG folder (with --slim_data_to: "
+         "the full one to copy from).")
+  define("string", "workdir", "/tmp/accelerator_runs", "Where the runs go.")
+  define("string", "out", None, "Where the tar files go (the device tool's $OUT; default "
+         "<workdir>/out).")
+  define("integer", "jobs", 6, "Chains at once on the one accelerator.", lower_bound=1)
+  define("float", "deadline_s", 520, "Seconds after which the running chains are stopped.")
+  define("integer", "data_workers", 2, "Host threads per chain (config.data_workers).",
+         lower_bound=0)
+  define("list", "seeds", ["0"], "Seeds of issue 39's chains (the reference chains: seed 0).")
+  define("list", "only", [], "Chain names to run (default: every chain, in order).")
+  define("multi_string", "extra", [], "Flags appended to every chain's command (a smoke test's "
+         "tiny sizes).")
+  define("string", "slim_data_to", None, "Write the slimmed copy of --data_dir here and exit.")
 
 
-def main(argv):
-  del argv
-  todo = chains(tuple(int(s) for s in _SEEDS.value))
-  if _ONLY.value:
-    unknown = set(_ONLY.value) - {c.name for c in todo}
-    if unknown:
-      raise app.UsageError(f"unknown chains {sorted(unknown)}; known: {[c.name for c in todo]}")
-    todo = [c for c in todo if c.name in _ONLY.value]
-  if _SLIM.value:
-    slim_data(pathlib.Path(_DATA.value), pathlib.Path(_SLIM.value), todo)
-    return
-  workdir = pathlib.Path(_WORKDIR.value).resolve()
-  out = pathlib.Path(_OUT.value or workdir / "out")
+def accelerator_command(args: flags.FlagValues) -> int:
+  try:
+    seeds = [int(s) for s in args.seeds]
+  except ValueError:
+    return cli.report(f"--seeds: integers, got {args.seeds}")
+  todo = chains(seeds)
+  if args.only:
+    if unknown := sorted(set(args.only) - {c.name for c in todo}):
+      return cli.report(f"--only: unknown chains {unknown}; known: {[c.name for c in todo]}")
+    todo = [c for c in todo if c.name in args.only]
+  if args.slim_data_to:
+    slim_data(pathlib.Path(args.data_dir), pathlib.Path(args.slim_data_to), todo)
+    return 0
+  check_data(pathlib.Path(args.data_dir), todo)
+  workdir = pathlib.Path(args.workdir).resolve()
+  out = pathlib.Path(args.out or workdir / "out")
   workdir.mkdir(parents=True, exist_ok=True)
   out.mkdir(parents=True, exist_ok=True)
-  driver_log = open(out / "driver.log", "a")
   start = time.monotonic()
+  with open(out / "driver.log", "a") as driver_log:
+    def log(message):
+      line = f"[{time.monotonic() - start:6.0f} s] {message}"
+      print(line, flush=True)
+      driver_log.write(line + "\n")
+      driver_log.flush()
 
-  def log(message):
-    line = f"[{time.monotonic() - start:6.0f} s] {message}"
-    print(line, flush=True)
-    driver_log.write(line + "\n")
-    driver_log.flush()
+    def interrupted(signum, frame):
+      del frame
+      raise KeyboardInterrupt(f"signal {signum}")
 
-  log(f"chains: {[c.name for c in todo]}; jobs {_JOBS.value}; deadline {_DEADLINE.value} s")
-  outcome = run_chains(todo, _DATA.value, workdir, _JOBS.value, _DEADLINE.value,
-                       _DATA_WORKERS.value, log, tuple(_EXTRA.value))
-  (workdir / "logs" / "outcome.json").write_text(json.dumps(outcome, indent=1))
-  pack(workdir, out, members(workdir, todo), log)
-  log("done")
+    signal.signal(signal.SIGTERM, interrupted)  # the chains are stopped and the runs packed
+    log(f"chains: {[c.name for c in todo]}; jobs {args.jobs}; deadline {args.deadline_s} s")
+    try:
+      outcome = run_chains(todo, args.data_dir, workdir, args.jobs, args.deadline_s,
+                           args.data_workers, log, tuple(args.extra))
+      (workdir / "logs" / "outcome.json").write_text(json.dumps(outcome, indent=1))
+    finally:
+      pack(workdir, out, members(workdir, todo), log)
+      log("done")
+  return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """`python -m experiments.studies.accelerator_runs`; `argv` (without the program name) runs it
+  from Python."""
+  return cli.run_command(define_flags, accelerator_command, argv)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  sys.exit(main())
