@@ -17,9 +17,12 @@
 # flip measured 42.9 k images/s in one thread and 80.7 k in two on this project's 2-core CPU
 # (experiments/benchmarks/host_threads.py), so 8 threads keep up with a ResNet-32 step of ≈ 150 k
 # images/s even at half that rate per thread; at 11.9 M images, parts 1 and 2 take ≈ 10 min
-# at a step of 20 k images/s and ≈ 5 min at 40 k (the H200's step rate is not measured: no
-# accelerator was lent when this was written; the first run there prints its images/s to
-# metrics.jsonl). Part 3 is larger (the released recipe's three views, 3.9 k images/s per thread
+# at a step of 20 k images/s and ≈ 5 min at 40 k. Measured on an H200 on 2026-12-04 (JAX 0.11.2,
+# issue 39's runs, experiments/studies/results/accelerator_logs/2026-12-04/): the ResNet-32 step at
+# batch 128 ran at 31.6 k images/s in one process with 2 host threads, and six processes sharing
+# the GPU at 5.1-5.4 k each (≈ 31.6 k together, the GPU at 100 %): ≈ 6.3 min for parts 1 and 2,
+# one process after another. experiments/studies/accelerator_runs.py runs the same commands as
+# parallel chains within a deadline and packs the runs for the device tool. Part 3 is larger (the released recipe's three views, 3.9 k images/s per thread
 # here) and is not sized: PARTS="1 2" runs parts 1 and 2 alone, e.g. within a 10-minute call.
 # Reports: WORKDIR/cifar10_lt/report and WORKDIR/cifar10_balanced/report (same as experiments.compare).
 #
