@@ -4,6 +4,7 @@ the slimmed CIFAR-10 copy (the same images for every chain)."""
 
 import importlib
 import pathlib
+import signal
 import subprocess
 import sys
 import tarfile
@@ -226,3 +227,22 @@ def test_slim_copy_of_the_shared_cifar10_gives_every_config_the_same_data(tmp_pa
   ar.check_data(tmp_path / "slim", chains)
   for config, seed in sorted({(c.config, c.seed) for c in chains}):
     assert _same_data(config, SHARED_CIFAR, tmp_path / "slim", seed), (config, seed)
+
+
+def test_end_to_end_one_tiny_chain_comes_back_packed(tmp_path, monkeypatch):
+  """The commands `command` builds are accepted by experiments.compare, and the run comes back."""
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  original = cifar_folder(tmp_path / "cifar", per_class_train=30, per_class_test=3)
+  tiny = ["--config.model=small_cnn", "--config.num_epochs=2", "--config.warmup_epochs=1",
+          "--config.batch_size=20", "--config.eval_batch_size=50", "--config.nc_metrics=False"]
+  out = tmp_path / "out"
+  assert ar.main([f"--data_dir={original}", f"--workdir={tmp_path / 'work'}", f"--out={out}",
+                  "--only=lt200_logit_adjust", "--deadline_s=600", "--jobs=1",
+                  *(f"--extra={flag}" for flag in tiny)]) == 0
+  with tarfile.open(out / "runs0.tar") as tar:
+    names = set(tar.getnames())
+  assert "cifar10_lt_200/logit_adjust/seed0/summary.json" in names, sorted(names)[:20]
+  assert "logs/lt200_logit_adjust.log" in names
+  assert "exit 0" in (out / "driver.log").read_text()
+  assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the driver's handler is gone again

@@ -379,13 +379,14 @@ def accelerator_command(args: flags.FlagValues) -> int:
       del frame
       raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, interrupted)  # the chains are stopped and the runs packed
+    previous = signal.signal(signal.SIGTERM, interrupted)  # chains stopped, runs packed
     log(f"chains: {[c.name for c in todo]}; jobs {args.jobs}; deadline {args.deadline_s} s")
     try:
       outcome = run_chains(todo, args.data_dir, workdir, args.jobs, args.deadline_s,
                            args.data_workers, log, tuple(args.extra))
       (workdir / "logs" / "outcome.json").write_text(json.dumps(outcome, indent=1))
     finally:
+      signal.signal(signal.SIGTERM, previous)
       pack(workdir, out, members(workdir, todo), log)
       log("done")
   return 0
