@@ -139,6 +139,18 @@ def test_rho_table_uses_the_epochs_every_method_logged():
   assert "| b | 0.500 ± 0.100 | 0.400 ± 0.100 |" in text
 
 
+def test_rho_table_shows_every_logged_epoch_up_to_ten_then_ten_spread_over_them():
+  def histories(epochs):
+    return {"a": {"epoch": epochs, "mean": [0.5] * len(epochs), "std": [0.0] * len(epochs)}}
+
+  every_20 = [float(e) for e in range(20, 201, 20)]  # a 200-epoch run's ten records
+  header = evaluate.rho_markdown(histories(every_20)).splitlines()[2]
+  assert header == "| method | " + " | ".join(f"epoch {e:g}" for e in every_20) + " |"
+  header = evaluate.rho_markdown(histories([float(e) for e in range(1, 41)])).splitlines()[2]
+  shown = [float(cell.split()[1]) for cell in header.strip("| ").split(" | ")[1:]]
+  assert len(shown) == 10 and shown[0] == 1.0 and shown[-1] == 40.0
+
+
 def test_nc_over_training_mean_std_table_and_plot_where_the_runs_logged_it(tmp_path):
   """NC1–NC4 of the periodic training pass: mean and sample std over seeds at the common epochs,
   a table per metric and one plot; a method whose runs did not log them is left out."""

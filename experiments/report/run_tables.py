@@ -266,9 +266,9 @@ def metric_history(workdirs: Sequence[str | pathlib.Path], key: str = "train_rho
   return {"epoch": epochs, "mean": mean.tolist(), "std": std.tolist(), "seeds": len(per_run)}
 
 
-def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
+def rho_markdown(histories: dict[str, dict], columns: int = 10) -> str:
   """ρ over training, one row per method, at `columns` epochs spread over those every method
-  logged."""
+  logged (all of them when they are no more: a 200-epoch run logging every 20 shows each)."""
   epochs = sorted(set.intersection(*(set(h["epoch"]) for h in histories.values())))
   if not epochs:
     return ""
@@ -286,7 +286,7 @@ def rho_markdown(histories: dict[str, dict], columns: int = 6) -> str:
   return "\n".join(lines) + "\n"
 
 
-def nc_markdown(nc_histories: dict[str, dict[str, dict]], columns: int = 6) -> str:
+def nc_markdown(nc_histories: dict[str, dict[str, dict]], columns: int = 10) -> str:
   """NC1–NC4 of the training set over training, one table per metric (the epochs every method
   logged), as `rho_markdown` gives ρ."""
   parts = []
