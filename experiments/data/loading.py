@@ -47,15 +47,20 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike | None = None,
   return LOCAL_SOURCES[name](split, data_dir)
 
 
+def train_indices(config, labels, num_classes: int):
+  """The indices of the training images a config trains on: `long_tail_indices` with its
+  imbalance factor, seed, `max_train_per_class` and `lt_selection` (labels only, no image read)."""
+  return long_tail_indices(labels, num_classes, config.imbalance_factor, config.seed,
+                           max_count=config.max_train_per_class or None,
+                           selection=config.lt_selection)
+
+
 def load_data(config):
   """(train, validation or None, test) splits; the training set long-tailed by `imbalance_factor`."""
   size = dict(image_size=config.image_size, resize=config.resize)  # image-file sources only
   train = load_split(config.dataset, "train", config.data_dir, **size)
   test = load_split(config.dataset, "test", config.data_dir, **size)
-  keep = long_tail_indices(train.labels, train.num_classes, config.imbalance_factor,
-                           config.seed, max_count=config.max_train_per_class or None,
-                           selection=config.lt_selection)
-  train = train.subset(keep)
+  train = train.subset(train_indices(config, train.labels, train.num_classes))
   validation = None
   if config.validation_fraction > 0:
     train, validation = validation_split(train, config.validation_fraction, config.seed)

@@ -57,7 +57,8 @@ from PIL import Image
 
 from experiments.common import cli
 from experiments.common.errors import DataError
-from experiments.data.long_tail import long_tail_indices
+from experiments.data import loading
+from experiments.studies import method_comparison as comparison
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MAX_FILES = 7  # the device tool returns 8 files; the driver's own log is the 8th
@@ -128,8 +129,8 @@ def command(chain: Chain, data_dir: str, workdir: pathlib.Path, data_workers: in
 
 
 def run_folder(workdir: pathlib.Path, chain: Chain, spec: str) -> pathlib.Path:
-  """`<workdir>/<study>/<method>/seed<s>` (compare's layout: the name before `=`, `+` as `_`)."""
-  return workdir / chain.study / spec.split("=")[0].replace("+", "_") / f"seed{chain.seed}"
+  """`<workdir>/<study>/<method>/seed<s>`, where `experiments.compare` writes the run."""
+  return comparison.run_dir(workdir / chain.study, comparison.parse_method(spec)[0], chain.seed)
 
 
 def run_chains(todo: list[Chain], data_dir: str, workdir: pathlib.Path, jobs: int,
@@ -292,9 +293,8 @@ def selected(labels: np.ndarray, todo: list[Chain]) -> dict[str, np.ndarray]:
   out = {}
   for chain in todo:
     config = importlib.import_module(f"experiments.configs.{chain.config}").get_config()
-    out[chain.name] = long_tail_indices(labels, int(labels.max()) + 1, config.imbalance_factor,
-                                        chain.seed, max_count=config.max_train_per_class or None,
-                                        selection=config.lt_selection)
+    config.seed = chain.seed
+    out[chain.name] = loading.train_indices(config, labels, int(labels.max()) + 1)
   return out
 
 
