@@ -1,27 +1,58 @@
-"""Short digits runs through the whole trainer, reduced to what must not change when the harness is
-reorganised (issue 37): a plain CE run, a paired GLMC run with the inverse reweighting, a JTT run
-(its error set from the CE run) and a mixup run (recorded before the move into packages, 7eba1b5);
-and, recorded at 78ada7d before the methods' trainer hooks became recipes (issue 37.4), every other
-hook: SupCon (two views, projection head), LfF (biased twin, dataset positions, per-example state),
-FairDRO (epoch-end pass), ETF-DR + reweighting with mixup (ETF head wrapper, deferred start, mixed
-batches) and MR2 on the released recipe's three views (the loss on view 0 only). Each run's record is the SHA-256 of its whole train
-state at the end, the losses of metrics.jsonl and the test summary. `python -m tests.harness_runs` writes the records to tests/fixtures/harness_move/; the test
-that reads them is tests/test_harness_runs.py."""
+"""Short digits runs through the whole trainer, one per trainer hook, reduced to what a refactor of
+the harness must not change: a plain CE run, a paired GLMC run with the inverse reweighting, a JTT
+run (its error set from the CE run), a mixup run, SupCon (two views, projection head), LfF (biased
+twin, dataset positions, per-example state), FairDRO (epoch-end pass), ETF-DR + reweighting with
+mixup (ETF head wrapper, deferred start, mixed batches) and MR2 on the released recipe's three
+views. A run's record is the SHA-256 of its whole train state at the end, the losses of
+metrics.jsonl and the test summary.
 
+Two uses, because XLA:CPU's float summation order depends on the CPU it compiles for (a last-bit
+difference grows over training steps; see docs/harness.md, "Checking a refactor"):
+
+* **Before/after a refactor, bit for bit, on one machine** (not a test: a command whose output a
+  refactor's closing note quotes)::
+
+      python -m tests.harness_runs --against <base commit> [NAME ...]
+
+  clones this repository at the base commit into a temporary folder, records the runs there (its
+  own code, imported from the clone, with this environment's packages), records them at the
+  working tree, and prints, per run, whether the state's SHA-256, every logged loss and the test
+  summary are identical; the exit status is 1 if any differs.
+* **The default test run** (`tests/test_harness_runs.py`) trains short versions of the runs (2
+  epochs of 5 steps, JTT's of 12: `config_of(short=True)`) and compares them with the records committed in
+  tests/fixtures/harness_runs/ within the tolerances stated there, which hold on any x86-64 CPU
+  (measured under XLA's AVX-512, AVX2 and SSE4.2 code generation).
+
+`python -m tests.harness_runs [--short] --out DIR [NAME ...]` writes the records (one JSON per run)
+to DIR; the committed fixtures are made with `--short --out tests/fixtures/harness_runs`;
+`--spread DIR DIR ...` prints the largest differences between record folders.
+"""
+
+from __future__ import annotations
+
+import argparse
 import json
+import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 
-from experiments.train import loop as train
-from experiments.configs import digits_lt
+import numpy as np
 
-FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "harness_move"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "harness_runs"
 NAMES = ("ce", "glmc_inverse_reweight", "jtt", "mixup", "supcon", "lff", "fairdro", "etf_dr_mixup",
          "mr2_views3")
+# The packages a record imports, which must come from the checkout being recorded.
+PACKAGES = ("experiments", "mr2_jax", "reweight_jax", "mr2_reweight_core")
 
 
-def config_of(name: str, workdirs: pathlib.Path):
+def config_of(name: str, workdirs: pathlib.Path, short: bool = False):
+  """Run `name`'s config: 2 epochs of the long-tailed digits (20 steps each), or with `short` 2
+  epochs of 5 steps (at most 40 training images per class; JTT's up-sampled epochs 12), every
+  step's loss logged."""
+  from experiments.configs import digits_lt
   config = digits_lt.get_config()
   config.num_epochs = 2
   config.batch_size = 32
@@ -29,6 +60,10 @@ def config_of(name: str, workdirs: pathlib.Path):
   config.checkpoint_every_steps = 1000
   config.progress_bar = False
   config.reweight.start_epoch = 1
+  if short:
+    config.max_train_per_class = 40
+    config.log_every_steps = 1
+    config.jtt.upweight = 2  # the error set 3 times, not 21: 2 epochs of about 12 steps
   if name == "glmc_inverse_reweight":
     config.loss = "glmc+inverse_reweight"
     config.glmc.projection_dim = 16
@@ -58,10 +93,11 @@ def final_digest(workdir: pathlib.Path) -> str:
   return json.loads(next(f for f in integrity.iterdir() if f.is_file()).read_text())["sha256"]
 
 
-def record(name: str, workdirs: pathlib.Path) -> dict:
-  """Trains run `name` in workdirs/name and returns its record."""
+def record(name: str, workdirs: pathlib.Path, short: bool = False) -> dict:
+  """Trains run `name` (`config_of`) in workdirs/name and returns its record."""
+  from experiments.train import loop
   workdir = workdirs / name
-  summary = train.train_and_evaluate(config_of(name, workdirs), workdir)
+  summary = loop.train_and_evaluate(config_of(name, workdirs, short), workdir)
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   return {"state_sha256": final_digest(workdir), "losses": [r["loss"] for r in rows if "loss" in r],
           "overall_accuracy": summary["overall_accuracy"],
@@ -69,19 +105,138 @@ def record(name: str, workdirs: pathlib.Path) -> dict:
           "train_class_loss": summary["train_class_loss"]}
 
 
-def record_all(workdirs: pathlib.Path) -> dict[str, dict]:
-  return {name: record(name, workdirs) for name in NAMES}
+def record_all(workdirs: pathlib.Path, names=NAMES, short: bool = False) -> dict[str, dict]:
+  """The records of `names` (JTT's error set comes from the CE run, trained first if not asked)."""
+  if "jtt" in names and "ce" not in names:
+    record("ce", workdirs, short)
+  return {name: record(name, workdirs, short) for name in names}
+
+
+def write_records(out: pathlib.Path, names=NAMES, short: bool = False) -> None:
+  out.mkdir(parents=True, exist_ok=True)
+  with tempfile.TemporaryDirectory() as tmp:
+    for name, rec in record_all(pathlib.Path(tmp), names, short).items():
+      (out / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
+      print(name, rec["state_sha256"][:16], rec["overall_accuracy"], flush=True)
+
+
+def differences(base: dict, head: dict) -> list[str]:
+  """The fields of one run's record that are not bit-identical (floats compared as JSON writes
+  them: Python's shortest repr, which round-trips float64 exactly)."""
+  return [key for key in sorted(set(base) | set(head)) if base.get(key) != head.get(key)]
+
+
+def spread(folders) -> dict[str, float]:
+  """The largest difference, over the runs, between any two of the record folders `folders`: the
+  relative difference of the logged losses and of the per-class training losses, and the absolute
+  difference of the test accuracies (overall and per class). What tests/test_harness_runs.py's
+  tolerances are measured from."""
+  sets = [{p.stem: json.loads(p.read_text()) for p in sorted(pathlib.Path(f).glob("*.json"))}
+          for f in folders]
+  names = sorted(set.intersection(*(set(s) for s in sets)))
+  if not names or any(set(s) != set(names) for s in sets):
+    raise SystemExit(f"harness_runs --spread: the folders hold different runs: "
+                     f"{[sorted(s) for s in sets]}")
+  out = {"losses_rtol": 0.0, "train_class_loss_rtol": 0.0, "accuracy_abs": 0.0}
+
+  def rel(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    both = np.isfinite(a) & np.isfinite(b)
+    if not np.array_equal(np.isfinite(a), np.isfinite(b)):
+      return float("inf")
+    return float(np.max(np.abs(a[both] - b[both]) / np.abs(b[both]), initial=0.0))
+
+  for i, a in enumerate(sets):
+    for b in sets[i + 1:]:
+      for name in names:
+        ra, rb = a[name], b[name]
+        out["losses_rtol"] = max(out["losses_rtol"], rel(ra["losses"], rb["losses"]))
+        out["train_class_loss_rtol"] = max(out["train_class_loss_rtol"],
+                                           rel(np.array(ra["train_class_loss"], float),
+                                               np.array(rb["train_class_loss"], float)))
+        acc_a = [ra["overall_accuracy"], *ra["per_class_accuracy"]]
+        acc_b = [rb["overall_accuracy"], *rb["per_class_accuracy"]]
+        out["accuracy_abs"] = max(out["accuracy_abs"],
+                                  float(np.max(np.abs(np.subtract(acc_a, acc_b)))))
+  return out
+
+
+def _imports_from(checkout: pathlib.Path, env: dict) -> None:
+  """Raises unless a Python started in `checkout` imports every package of PACKAGES from there
+  (and not from an installed or editable copy elsewhere)."""
+  code = ("import importlib, json; print(json.dumps({p: importlib.import_module(p).__file__ "
+          f"for p in {PACKAGES!r}}}))")
+  out = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, check=True,
+                       capture_output=True, text=True).stdout
+  stray = {p: f for p, f in json.loads(out).items()
+           if not pathlib.Path(f).resolve().is_relative_to(checkout.resolve())}
+  if stray:
+    raise SystemExit(f"harness_runs: in {checkout} these packages import from elsewhere: {stray}")
+
+
+def _record_in(checkout: pathlib.Path, out: pathlib.Path, names) -> dict[str, dict]:
+  """The records of `names` made by `checkout`'s own tests/harness_runs.py, in a fresh process."""
+  env = {**os.environ, "PYTHONPATH": str(checkout)}
+  _imports_from(checkout, env)
+  script = (checkout / "tests" / "harness_runs.py").read_text()
+  if "--out" in script:
+    command = [sys.executable, "-m", "tests.harness_runs", "--out", str(out), *names]
+  else:  # a base from before this command: it writes into its own fixture folder
+    command = [sys.executable, "-m", "tests.harness_runs", *names]
+    out = checkout / "tests" / "fixtures" / "harness_move"
+  subprocess.run(command, cwd=checkout, env=env, check=True)
+  return {name: json.loads((out / f"{name}.json").read_text()) for name in names}
+
+
+def against(commit: str, names=NAMES) -> int:
+  """Records `names` at `commit` (a clean clone) and at the working tree; prints the comparison."""
+  with tempfile.TemporaryDirectory() as tmp:
+    tmp = pathlib.Path(tmp)
+    base_dir = tmp / "base"
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(REPO), str(base_dir)],
+                   check=True)
+    subprocess.run(["git", "-C", str(base_dir), "checkout", "--quiet", commit], check=True)
+    sha = subprocess.run(["git", "-C", str(base_dir), "rev-parse", "--short", "HEAD"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    print(f"== base {sha}: {base_dir}", flush=True)
+    base = _record_in(base_dir, tmp / "base_records", names)
+    print(f"== head: the working tree {REPO}", flush=True)
+    head = _record_in(REPO, tmp / "head_records", names)
+  failed = 0
+  for name in names:
+    diff = differences(base[name], head[name])
+    failed += bool(diff)
+    print(f"{name:24s} {'identical' if not diff else 'DIFFERS in ' + ', '.join(diff)} "
+          f"(state {head[name]['state_sha256'][:12]})")
+  print(f"{len(names) - failed} of {len(names)} runs bit-identical to {sha}")
+  return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m tests.harness_runs", description=__doc__)
+  parser.add_argument("--against", metavar="COMMIT",
+                      help="compare the working tree with COMMIT, bit for bit")
+  parser.add_argument("--out", type=pathlib.Path, help="write the records to this folder")
+  parser.add_argument("--short", action="store_true",
+                      help="the default test's short runs (2 epochs of 5 steps), with --out")
+  parser.add_argument("--spread", nargs="+", metavar="DIR",
+                      help="print the largest differences between these record folders")
+  parser.add_argument("names", nargs="*", metavar="NAME", help=f"runs (default all: {NAMES})")
+  args = parser.parse_args(argv)
+  names = tuple(args.names) or NAMES
+  unknown = set(names) - set(NAMES)
+  if unknown:
+    parser.error(f"unknown runs {sorted(unknown)}; expected some of {NAMES}")
+  if args.spread:
+    print(json.dumps(spread(args.spread), indent=1))
+    return 0
+  if args.against:
+    return against(args.against, names)
+  if args.out is not None:
+    write_records(args.out, names, args.short)
+    return 0
+  parser.error("give --against COMMIT or --out DIR")
 
 
 if __name__ == "__main__":
-  # `python -m tests.harness_runs [NAME ...]`: (re)writes the records of NAMES (default: all).
-  FIXTURES.mkdir(parents=True, exist_ok=True)
-  names = sys.argv[1:] or NAMES
-  with tempfile.TemporaryDirectory() as tmp:
-    workdirs = pathlib.Path(tmp)
-    if "jtt" in names and "ce" not in names:
-      record("ce", workdirs)  # JTT's error set
-    for name, rec in ((n, record(n, workdirs)) for n in names):
-      (FIXTURES / f"{name}.json").write_text(json.dumps(rec, indent=1) + "\n")
-      print(name, rec["state_sha256"][:16], rec["overall_accuracy"])
-  sys.exit(0)
+  sys.exit(main())

@@ -112,6 +112,38 @@ def test_optimizer_state_holds_only_the_params(example):
   assert len(jax.tree.leaves(opt_state)) == len(jax.tree.leaves(params))
 
 
+def test_nnx_optimizer_never_updates_float_only_class_statistics():
+  """The property `ClassStatistics` is for, on statistics the loss differentiates through and that
+  hold floats only: were the variable type a parameter (`class ClassStatistics(nnx.Param)`), the
+  gradient would reach them and `nnx.Optimizer(..., wrt=nnx.Param)` would move them, and this
+  assertion fails by itself (the example's `ClassStats` would crash on its boolean `seen` field
+  before any assertion is reached)."""
+  nnx = pytest.importorskip("flax.nnx")
+  optax = pytest.importorskip("optax")
+  mr2_nnx = importlib.import_module("mr2_jax.nnx")
+
+  class Scaled(nnx.Module):
+    def __init__(self):
+      self.kernel = nnx.Param(jnp.ones((3,), jnp.float32))
+      self.stats = mr2_nnx.ClassStatistics({"sq_mean_norm": jnp.full((3,), 2.0, jnp.float32),
+                                            "variance": jnp.full((3,), 0.5, jnp.float32)})
+
+    def __call__(self, x):
+      stats = self.stats.get_value()
+      return x * self.kernel[...] * (stats["sq_mean_norm"] + stats["variance"])
+
+  model = Scaled()
+  optimizer = nnx.Optimizer(model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
+  before = {k: np.array(v) for k, v in model.stats.get_value().items()}
+  kernel = np.array(model.kernel[...])
+  grads = nnx.grad(lambda m: jnp.sum(m(jnp.arange(1.0, 4.0)) ** 2))(model)
+  optimizer.update(model, grads)
+  after = {k: np.array(v) for k, v in model.stats.get_value().items()}
+  moved = [k for k in before if not np.array_equal(before[k], after[k])]
+  assert not moved, f"the optimiser moved the statistics {moved}"
+  assert not np.array_equal(kernel, np.array(model.kernel[...]))  # the parameter did move
+
+
 def test_nnx_optimizer_never_updates_the_class_statistics():
   nnx = pytest.importorskip("flax.nnx")
   mr2_nnx = importlib.import_module("mr2_jax.nnx")

@@ -1,25 +1,86 @@
-"""Issue 37's behaviour check: digits runs train bit for bit as they did before the harness was
-reorganised. Four (CE, paired GLMC with the inverse reweighting, JTT from the CE run's error set,
-mixup) were recorded by `python -m tests.harness_runs` at commit 7eba1b5, before the move into
-sub-packages; five more (SupCon, LfF, FairDRO, ETF-DR + reweighting with mixup, MR2 on three views)
-at 78ada7d, before the methods' trainer hooks became recipes. Regenerate a record only for an
-intended change of behaviour, and say so in the commit."""
+"""The nine short digits runs of `tests/harness_runs.py` (one per trainer hook, 8 steps each, JTT's
+18) train as recorded in tests/fixtures/harness_runs/, within tolerances that hold on any x86-64
+CPU.
+
+A refactor's bit-for-bit check is not this test but `python -m tests.harness_runs --against <base
+commit>`, on one machine (docs/guides/harness.md, "Checking a refactor"): XLA:CPU picks its float
+summation order by the CPU it compiles for, and 2 epochs of training grow a last-bit difference.
+
+How the tolerances were measured (2026-12-04, a 2-core AMD EPYC with AVX-512, JAX 0.10.2): the
+records were made with XLA's default code generation and again under
+`XLA_FLAGS=--xla_cpu_max_isa=AVX2` and `--xla_cpu_max_isa=SSE4_2` (`python -m tests.harness_runs
+--short --out DIR` each; `python -m tests.harness_runs --spread DIR DIR DIR` prints `MEASURED`, the
+largest difference over the nine runs between any two of the three). A behaviour change of the
+smallest kind tried, the learning rate 1 % lower (`config.learning_rate *= 0.99`, recorded the same
+way), moves every run's logged losses by at least 9.1e-4 relative and its per-class training losses
+by at least 5.2e-4 relative (ETF-DR + reweighting, the least sensitive run; the others 2e-3 to 3e-2).
+The tolerances sit between: 200 and 330 times the measured spread, for CPUs that differ more than
+these three code generations (over the 40-step runs of `--against`, the CI machine's records and
+this machine's differed 4 times more than the three code generations in the losses), and 5 to 18
+times below the 1 % learning-rate change. Test accuracy did not move in any comparison; it may by
+one test image per class (the digits test set has 58 to 61 images per class, 599 in all).
+Regenerate the records (`python -m tests.harness_runs --short --out tests/fixtures/harness_runs`)
+only for an intended change of behaviour, and say so in the commit.
+"""
 
 import json
 
+import numpy as np
 import pytest
 
 from tests import harness_runs
 
 pytestmark = pytest.mark.harness
 
+# Largest difference between the default, AVX2 and SSE4.2 records, over the nine runs.
+MEASURED = {"losses_rtol": 2.5e-07, "train_class_loss_rtol": 3.0e-07, "accuracy_abs": 0.0}
+# Tolerances (see the module docstring).
+LOSS_RTOL = 5e-5               # each step's training loss, relative
+CLASS_LOSS_RTOL = 1e-4         # each class's final training loss L_c, relative
+CLASS_ACCURACY_ABS = 1 / 57    # a class's test accuracy: one image (≥ 58 per class)
+OVERALL_ACCURACY_ABS = 2 / 599  # overall test accuracy: two images
+
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-  return harness_runs.record_all(tmp_path_factory.mktemp("harness_runs"))
+  return harness_runs.record_all(tmp_path_factory.mktemp("harness_runs"), short=True)
+
+
+def test_tolerances_cover_what_was_measured_across_code_generations():
+  assert LOSS_RTOL >= 100 * MEASURED["losses_rtol"]
+  assert CLASS_LOSS_RTOL >= 100 * MEASURED["train_class_loss_rtol"]
+  assert min(CLASS_ACCURACY_ABS, OVERALL_ACCURACY_ABS) >= MEASURED["accuracy_abs"]
 
 
 @pytest.mark.parametrize("name", harness_runs.NAMES)
-def test_run_trains_bit_for_bit_as_before_the_move(records, name):
+def test_run_trains_as_recorded_within_the_cross_cpu_tolerance(records, name):
   expected = json.loads((harness_runs.FIXTURES / f"{name}.json").read_text())
-  assert records[name] == expected
+  got = records[name]
+  assert len(got["losses"]) == len(expected["losses"]), name
+  np.testing.assert_allclose(got["losses"], expected["losses"], rtol=LOSS_RTOL, atol=0,
+                             err_msg=f"{name}: logged losses")
+  np.testing.assert_allclose(np.array(got["train_class_loss"], float),
+                             np.array(expected["train_class_loss"], float),
+                             rtol=CLASS_LOSS_RTOL, atol=0, equal_nan=True,
+                             err_msg=f"{name}: per-class training losses")
+  np.testing.assert_allclose(got["per_class_accuracy"], expected["per_class_accuracy"],
+                             rtol=0, atol=CLASS_ACCURACY_ABS, err_msg=f"{name}: per-class accuracy")
+  np.testing.assert_allclose(got["overall_accuracy"], expected["overall_accuracy"],
+                             rtol=0, atol=OVERALL_ACCURACY_ABS, err_msg=f"{name}: accuracy")
+
+
+def test_the_refactor_comparison_and_the_spread_see_any_difference(tmp_path):
+  """`--against`'s per-run verdict is exact equality of every field; `--spread` measures the
+  largest relative loss difference and refuses folders that hold different runs."""
+  base = json.loads((harness_runs.FIXTURES / "ce.json").read_text())
+  assert harness_runs.differences(base, dict(base)) == []
+  nudged = {**base, "losses": [base["losses"][0] * (1 + 2 ** -23), *base["losses"][1:]]}
+  assert harness_runs.differences(base, nudged) == ["losses"]
+  for folder, record in (("a", base), ("b", nudged)):
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "ce.json").write_text(json.dumps(record))
+  spread = harness_runs.spread([tmp_path / "a", tmp_path / "b"])
+  assert 0 < spread["losses_rtol"] <= 2 ** -22 and spread["accuracy_abs"] == 0
+  (tmp_path / "b" / "jtt.json").write_text(json.dumps(base))
+  with pytest.raises(SystemExit, match="different runs"):
+    harness_runs.spread([tmp_path / "a", tmp_path / "b"])

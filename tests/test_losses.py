@@ -388,3 +388,51 @@ def test_mixup_and_etf_head_are_refused_where_they_do_not_apply(loss, field, val
   with pytest.raises(ConfigError, match=message):
     losses.validate(config)
     recipes.validate(config)
+
+
+def _with_mix(info, labels_b, lam):
+  return info._replace(recipe={**info.recipe, "mix": (jnp.asarray(labels_b), jnp.float32(lam))})
+
+
+@pytest.mark.parametrize("name", losses.LOSSES)
+def test_an_entry_reads_the_mix_exactly_when_it_says_so_and_then_uses_it(name):
+  """`Loss.reads_mix` is the one statement of whether a method trains on mixed batches
+  (`recipes.takes_mixup` derives from it). Each phase of every entry is traced given a mix: the
+  registry raises when the apply's reads disagree with the flag (an LfF marked reads_mix=True
+  fails here). A mixup method's loss uses the mix: with partner labels y_b it is its plain loss on
+  y at λ = 1 and on y_b at λ = 0."""
+  entry = losses.get(name)
+  logits, features, labels = batch(seed=5)
+  labels_b = np.roll(labels, 3)
+  for epoch in ((START - 1, START) if entry.start else (0,)):
+    config = config_for(name)
+    loss_fn = losses.make_loss_fn(config)
+    state = init_state(config)
+    info = step_info(epoch, 1, name=name)
+    mixed, *_ = loss_fn(logits, features, labels, state, _with_mix(info, LABELS_B, LAM))
+    assert np.isfinite(float(mixed)), (name, epoch)
+    if not recipes.takes_mixup(name):
+      continue
+    plain = info._replace(recipe={**info.recipe, "mix": None})
+    for lam, expected_labels in ((1.0, labels), (0.0, labels_b)):
+      got, *_ = loss_fn(logits, features, labels, state, _with_mix(info, labels_b, lam))
+      want, *_ = loss_fn(logits, features, expected_labels, state, plain)
+      np.testing.assert_allclose(float(got), float(want), rtol=1e-5, atol=1e-6,
+                                 err_msg=f"{name} at epoch {epoch}, λ = {lam}")
+
+
+def test_a_flag_that_disagrees_with_the_loss_is_an_error_naming_the_entry(monkeypatch):
+  lff = losses.get("lff")
+  monkeypatch.setitem(losses.REGISTRY, "lff", lff.__class__(**{**lff.__dict__, "reads_mix": True}))
+  assert recipes.takes_mixup("lff")  # what the flag alone would let through
+  config = config_for("lff")
+  logits, features, labels = batch()
+  with pytest.raises(ValueError, match="'lff' loss entry says reads_mix=True, but its apply does "
+                                       "not read"):
+    losses.make_loss_fn(config)(logits, features, labels, init_state(config),
+                                _with_mix(step_info(0, 1), LABELS_B, LAM))
+  ce = losses.get("ce")
+  monkeypatch.setitem(losses.REGISTRY, "ce", ce.__class__(**{**ce.__dict__, "reads_mix": False}))
+  with pytest.raises(ValueError, match="'ce' loss entry says reads_mix=False, but its apply reads"):
+    losses.make_loss_fn(config_for("ce"))(logits, features, labels, init_state(config_for("ce")),
+                                          step_info(0, 1))

@@ -26,8 +26,7 @@ def test_every_recipe_is_a_loss_and_a_deferred_entry_trains_on_its_before_entrys
   for name, entry in losses.REGISTRY.items():
     if entry.start is not None:  # one model and one batch layout for both phases
       recipe, before = recipes.method_recipe(name), recipes.method_recipe(entry.before)
-      assert dataclasses.replace(recipe, mixup=False) == dataclasses.replace(before, mixup=False)
-      assert before.mixup or not recipe.mixup, name  # mixed batches reach both phases' losses
+      assert recipe == before, name
   assert recipes.method_recipe("focal") is recipes.PLAIN
   for recipe in recipes.RECIPES.values():
     assert recipe.sampler is None or recipe.sampler in samplers.SAMPLERS
@@ -38,7 +37,7 @@ def test_step_info_carries_what_every_loss_may_read_and_one_recipe_field():
   assert losses.StepInfo._fields == ("epoch", "step_in_epoch", "class_counts", "axis_name", "rng",
                                      "recipe")
   assert set(losses.Loss.__dataclass_fields__) == {"apply", "reads", "state", "start", "before",
-                                                   "check"}
+                                                   "check", "reads_mix"}
 
 
 def test_mixup_is_added_to_the_methods_recipe_where_the_method_takes_it():
@@ -52,6 +51,10 @@ def test_mixup_is_added_to_the_methods_recipe_where_the_method_takes_it():
   config.loss = "supcon"
   with pytest.raises(ConfigError, match="does not take mixup batches"):
     recipes.validate(config)
+  # From the losses' reads_mix (tests/test_losses.py checks each flag against its loss): the
+  # cross-entropy family and ETF-DR; GLMC reads its own pairs' mix, not mixup's.
+  assert [n for n in losses.LOSSES if recipes.takes_mixup(n)] == [
+      "ce", "inverse_reweight", "jtt", "etf_dr", "etf_dr+inverse_reweight"]
 
 
 def test_lookup_of_an_unknown_method_names_it():

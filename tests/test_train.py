@@ -388,7 +388,45 @@ def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished
   assert after == before
 
 
-# ≈ 15–25 s; GLMC's library loss is exact over 8 devices in tests/test_reweight_glmc.py
+def test_glmc_paired_batches_are_one_global_draw_mixed_as_the_spec_says():
+  """The default run's guard of GLMC's paired batches in the trainer (the device part, 8 devices
+  equal one, is the slow test below): GLMC's recipe gives the pipeline its re-balanced pair draw
+  and two views; per step one λ, one CutMix box and each row's partner are drawn for the global
+  batch, so four processes together hold the pairs, λ and box of one process; partners carry their
+  own labels; and `glmc_mix` makes view 0 the global mixture λx + (1 − λ)x_b and view 1 the CutMix
+  of the partners by the step's box (PIPELINES spec §3)."""
+  split = digits_train()
+  config = tiny_config("glmc")
+  config.glmc.r = 0.5
+  recipe = recipes.of(config)
+  assert (recipe.pair, recipe.mix, recipe.views) == (recipes.glmc_pair, recipes.glmc_mix, 2)
+  draw = recipe.pair(config, split)
+  kwargs = dict(seed=3, epoch=2, augment=True, views=2, pair=draw)
+  whole = list(batches_lib.train_batches(split, 32, **kwargs))[:3]
+  parts = [list(batches_lib.train_batches(split, 8, process_index=p, process_count=4, **kwargs))[:3]
+           for p in range(4)]
+  for b, batch in enumerate(whole):
+    assert batch["image"].shape[1] == batch["image_b"].shape[1] == 2
+    np.testing.assert_array_equal(batch["label_b"], split.labels[batch["index_b"]])
+    pairs = {(i, j) for part in parts
+             for i, j in zip(part[b]["index"].tolist(), part[b]["index_b"].tolist())}
+    assert pairs == set(zip(batch["index"].tolist(), batch["index_b"].tolist()))
+    for key in ("lam", "box"):
+      assert {part[b][key][0].tobytes() for part in parts} == {batch[key][0].tobytes()}
+      assert np.all(batch[key] == batch[key][0])
+  batch = whole[0]
+  mixed, (labels_b, lam) = jax.jit(recipes.glmc_mix)(batch)
+  lam, (y0, y1, x0, x1) = float(lam), batch["box"][0]
+  np.testing.assert_allclose(mixed[:, 0], lam * batch["image"][:, 0]
+                             + (1 - lam) * batch["image_b"][:, 0], rtol=1e-6, atol=1e-6)
+  local = batch["image"][:, 1].copy()
+  local[:, y0:y1, x0:x1] = batch["image_b"][:, 1, y0:y1, x0:x1]
+  np.testing.assert_array_equal(mixed[:, 1], local)
+  np.testing.assert_array_equal(labels_b, batch["label_b"])
+
+
+# ≈ 15–25 s; its host part in the default run: test_glmc_paired_batches_are_one_global_draw…;
+# GLMC's library loss is exact over 8 devices in tests/test_reweight_glmc.py
 @pytest.mark.slow
 def test_glmc_paired_batches_over_8_devices_equal_one_device():
   """GLMC's step (paired re-balanced rows, global MixUp and local CutMix with the batch's λ and box,

@@ -260,7 +260,7 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
   if recipe.epoch_end is not None:
     hooks.append(f"epoch-end pass ``{recipe.epoch_end.__name__}`` over the training set (eval "
                  "mode, no augmentation): " + (inspect.getdoc(recipe.epoch_end) or ""))
-  if recipe.mixup:
+  if importlib.import_module("experiments.train.recipes").takes_mixup(name):
     hooks.append("takes mixup batches (``config.mixup_alpha`` > 0): one λ and one permutation of "
                  "the global batch per step, the loss against both labels "
                  "(``StepInfo.recipe['mix']``)")

@@ -49,6 +49,12 @@ class Loss:
     start: config field of the start epoch of a deferred entry (None: active from the first step).
     before: the entry trained before `start`.
     check: extra config checks (raise ConfigError).
+    reads_mix: its apply reads the mix of a mixed batch (`recipe_mix`) and weighs each row's loss
+      against both labels, λ and 1 − λ: the one statement of whether the method trains on mixed
+      batches (mixup, `experiments.train.recipes.takes_mixup`; GLMC's pairs). It is checked
+      against what the apply does every time a step is traced (`make_loss_fn` records the
+      reads: an entry that ignores a mix it is given, or reads one it does not declare, is a
+      ValueError), so the flag cannot disagree with the loss.
 
   What a method changes outside the batch loss (a model wrapper, views, sampling, paired or mixed
   batches, an epoch-end pass) is its recipe, `experiments.train.recipes.RECIPES`, which the trainer
@@ -60,6 +66,7 @@ class Loss:
   start: str | None = None
   before: str = "ce"
   check: Callable[[Any], None] | None = None
+  reads_mix: bool = False
 
 
 class EpochPass(NamedTuple):
@@ -90,6 +97,30 @@ def recipe_output(info: StepInfo, key: str, loss: str) -> jax.Array:
 def recipe_mix(info: StepInfo) -> tuple | None:
   """(partner labels int [B], λ) of a mixed batch (StepInfo.recipe['mix']), None for a plain one."""
   return (info.recipe or {}).get("mix")
+
+
+class RecipeReads(dict):
+  """`StepInfo.recipe` that records which of its keys a loss asked for (`make_loss_fn`'s check of
+  `Loss.reads_mix`); truthy even when empty, so `info.recipe or {}` keeps the recorder."""
+
+  def __init__(self, given=None):
+    super().__init__(given or {})
+    self.asked: set[str] = set()
+
+  def __bool__(self):
+    return True
+
+  def get(self, key, default=None):
+    self.asked.add(key)
+    return super().get(key, default)
+
+  def __getitem__(self, key):
+    self.asked.add(key)
+    return super().__getitem__(key)
+
+  def __contains__(self, key):
+    self.asked.add(key)
+    return super().__contains__(key)
 
 
 def recipe_indices(info: StepInfo) -> jax.Array | None:

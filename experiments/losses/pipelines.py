@@ -40,7 +40,7 @@ def _etf_dr_inverse_reweight(config, logits, features, labels, state, info):
   per_label = [reweight_jax.dot_regression_loss(features, y, classifier,
                                                 axis_name=info.axis_name)[1]
                for y in ([labels] if mix is None else [labels, mix[0]])]
-  return _reweighted(config, per_label[0], labels, state, info, per_label[-1])
+  return _reweighted(config, per_label[0], labels, state, info, mix, per_label[-1])
 
 
 def _check_etf_head(config):
@@ -90,9 +90,10 @@ def _glmc_inverse_reweight(config, logits, features, labels, state, info):
   unchanged. L_reb, the sum of the two passes' means, is 2× the mixed-label loss of the 2B rows."""
   del features
   aux, alpha = _glmc_terms(config, logits, labels, info)
+  mix = recipe_mix(info)
   reweighted, state, metrics = _reweighted(
-      config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info,
-      reweight_jax.cross_entropy_loss(logits, recipe_mix(info)[0]))
+      config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info, mix,
+      reweight_jax.cross_entropy_loss(logits, mix[0]))
   loss = (alpha * aux.balanced + (1 - alpha) * 2 * reweighted
           + config.glmc.w_con * aux.consistency)
   return loss, state, {**_glmc_metrics(aux, info.axis_name, ("balanced", "consistency")),

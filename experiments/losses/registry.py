@@ -53,6 +53,7 @@ from experiments.losses.entry import STATE_INIT
 from experiments.losses.entry import EpochPass
 from experiments.losses.entry import Loss
 from experiments.losses.entry import LossApply
+from experiments.losses.entry import RecipeReads
 from experiments.losses.entry import StepInfo
 from experiments.losses.long_tail_losses import _balanced_softmax
 from experiments.losses.long_tail_losses import _check_ldam_head
@@ -83,10 +84,10 @@ __all__ = ["CONFIG_TREES", "EXAMPLE_STATE_INIT", "LOSSES", "REGISTRY", "STATE_IN
 
 
 REGISTRY: dict[str, Loss] = {
-    "ce": Loss(_ce),
+    "ce": Loss(_ce, reads_mix=True),
     "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
     "inverse_reweight": Loss(_inverse_reweight, reads=("reweight",), state=("reweight",),
-                             start="reweight.start_epoch"),
+                             start="reweight.start_epoch", reads_mix=True),
     "mr2+inverse_reweight": Loss(_mr2_inverse_reweight, reads=("mr2", "reweight"),
                                  state=("class_stats", "reweight"), start="reweight.start_epoch",
                                  before="mr2", check=_check_paper_form),
@@ -104,15 +105,15 @@ REGISTRY: dict[str, Loss] = {
     "eql": Loss(_eql, reads=("eql",)),
     "fairdro": Loss(_fairdro, reads=("fairdro",), state=("fairdro_q",)),
     "supcon": Loss(_supcon, reads=("supcon",)),
-    "jtt": Loss(_ce, reads=("jtt",), check=_check_jtt),
-    "glmc": Loss(_glmc, reads=("glmc",)),
+    "jtt": Loss(_ce, reads=("jtt",), check=_check_jtt, reads_mix=True),
+    "glmc": Loss(_glmc, reads=("glmc",), reads_mix=True),
     "glmc+inverse_reweight": Loss(_glmc_inverse_reweight, reads=("glmc", "reweight"),
                                   state=("reweight",), start="reweight.start_epoch",
-                                  before="glmc"),
-    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), check=_check_etf_head),
+                                  before="glmc", reads_mix=True),
+    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), check=_check_etf_head, reads_mix=True),
     "etf_dr+inverse_reweight": Loss(_etf_dr_inverse_reweight, reads=("etf_dr", "reweight"),
                                     state=("reweight",), start="reweight.start_epoch",
-                                    before="etf_dr", check=_check_etf_head),
+                                    before="etf_dr", check=_check_etf_head, reads_mix=True),
     "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels")),
 }
 LOSSES = tuple(REGISTRY)
@@ -182,12 +183,24 @@ def _with_metrics_of(branch, other_shapes: dict) -> Callable[[], tuple]:
   return padded
 
 
-def _applied(entry: Loss, config) -> Callable[..., tuple]:
-  """`entry.apply` bound to `config`, its loss at least float32: entries differ in the dtype they
-  compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32), and the
-  two branches of a deferred entry's `lax.cond` must agree."""
-  def apply(*args):
-    loss, state, metrics = entry.apply(config, *args)
+def _applied(name: str, config) -> Callable[..., tuple]:
+  """Entry `name`'s apply bound to `config`, its loss at least float32: entries differ in the dtype
+  they compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32), and
+  the two branches of a deferred entry's `lax.cond` must agree. Each trace checks `Loss.reads_mix`
+  against what the apply read of `StepInfo.recipe` (ValueError naming the entry)."""
+  entry = get(name)
+
+  def apply(logits, features, labels, loss_state, info: StepInfo):
+    recipe = RecipeReads(info.recipe)
+    loss, state, metrics = entry.apply(config, logits, features, labels, loss_state,
+                                       info._replace(recipe=recipe))
+    reads = "mix" in recipe.asked
+    if reads != entry.reads_mix:
+      consequence = ("mixed batches would train against their plain labels" if entry.reads_mix
+                     else "declare reads_mix=True")
+      raise ValueError(f"the {name!r} loss entry says reads_mix={entry.reads_mix}, but its apply "
+                       f"{'reads' if reads else 'does not read'} StepInfo.recipe['mix']: "
+                       f"{consequence}")
     return loss.astype(jnp.promote_types(loss.dtype, jnp.float32)), state, metrics
   return apply
 
@@ -200,13 +213,12 @@ def make_loss_fn(config) -> Callable[..., tuple[jax.Array, dict, dict]]:
   entry = get(config.loss)
   start = start_epoch(config)
   if start == 0:
-    return _applied(entry, config)
-  before = get(entry.before)
+    return _applied(config.loss, config)
 
   def loss_fn(logits, features, labels, loss_state, info: StepInfo):
     after_branch, before_branch = (
         functools.partial(_applied(e, config), logits, features, labels, loss_state, info)
-        for e in (entry, before))
+        for e in (config.loss, entry.before))
     after_shapes, before_shapes = jax.eval_shape(after_branch), jax.eval_shape(before_branch)
     return jax.lax.cond(info.epoch >= start,
                         _with_metrics_of(after_branch, before_shapes[2]),

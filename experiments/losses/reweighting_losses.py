@@ -39,21 +39,23 @@ def _mr2(config, logits, features, labels, state, info):
   return loss, {**state, "class_stats": class_stats}, aux
 
 
-def _reweighted(config, per_example, labels, state, info, per_example_b=None):
+def _reweighted(config, per_example, labels, state, info, mix=None, per_example_b=None):
   """The inverse reweighting of per-example losses (REWEIGHT spec), from `config.reweight`; of a
-  mixed batch (`StepInfo.recipe['mix']`, with the losses `per_example_b` against the partner labels) its
-  mixed-label form (PIPELINES spec §4: class masses m_c, one counter update per step)."""
+  mixed batch (`mix`, the (partner labels, λ) its caller read from `StepInfo.recipe['mix']`, with
+  the losses `per_example_b` against the partner labels) its mixed-label form (PIPELINES spec §4:
+  class masses m_c, one counter update per step). The caller reads the mix, so that a loss reads it
+  only where it uses it (`Loss.reads_mix`)."""
   rw = config.reweight
   kwargs = dict(alpha=rw.alpha, prior=reweight_jax.class_prior(info.class_counts, rw.prior),
                 gamma=rw.gamma, max_weight=rw.max_weight, macro=rw.macro,
                 stop_gradient=rw.stop_gradient,
                 refresh_macro=(info.step_in_epoch == 0) if rw.refresh == "epoch" else True,
                 axis_name=info.axis_name)
-  if recipe_mix(info) is None:
+  if mix is None:
     loss, reweight_state, aux = reweight_jax.inverse_reweighted_loss(per_example, labels,
                                                                      state["reweight"], **kwargs)
   else:
-    labels_b, lam = recipe_mix(info)
+    labels_b, lam = mix
     loss, reweight_state, aux = reweight_jax.mixed_inverse_reweighted_loss(
         per_example, per_example_b, labels, labels_b, lam, state["reweight"], **kwargs)
   # L_c of a class absent from the batch is NaN (not measured), as everywhere in the project.
@@ -67,7 +69,7 @@ def _inverse_reweight(config, logits, features, labels, state, info):
   mix = recipe_mix(info)
   loss_b = None if mix is None else reweight_jax.cross_entropy_loss(logits, mix[0])
   return _reweighted(config, reweight_jax.cross_entropy_loss(logits, labels), labels, state, info,
-                     loss_b)
+                     mix, loss_b)
 
 
 def _mr2_inverse_reweight(config, logits, features, labels, state, info):

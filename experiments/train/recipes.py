@@ -60,8 +60,10 @@ class Recipe:
     epoch_end: (config, loss_state, EpochPass, epoch, num_epochs) → loss_state, for a method whose
       state is set from a pass over the training set after each epoch (FairDRO's q); the trainer
       runs that pass (eval mode, no augmentation) only for such a method.
-    mixup: whether the method takes mixup batches (`config.mixup_alpha` > 0): its loss reads the
-      mix and weighs a row's loss against both labels, λ and 1 − λ.
+
+  Whether a method takes mixup batches is not a recipe field: it follows from its loss
+  (`takes_mixup`, from `Loss.reads_mix`, which the loss registry checks against what the loss
+  reads).
   """
   model: Callable[[Any, Any], Any] | None = None
   views: int = 1
@@ -70,7 +72,6 @@ class Recipe:
   mix: Callable[[dict], tuple[Any, tuple]] | None = None
   indices: bool = False
   epoch_end: Callable[..., dict] | None = None
-  mixup: bool = False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -160,13 +161,11 @@ def glmc_mix(batch):
 
 PLAIN = Recipe()
 GLMC = Recipe(model=glmc_model, views=2, pair=glmc_pair, mix=glmc_mix)
-ETF_DR = Recipe(model=etf_model, mixup=True)
+ETF_DR = Recipe(model=etf_model)
 
 # Methods that are more than a batch loss, by loss name (a deferred entry trains on its before
 # entry's recipe throughout: the recipe cannot change at the start epoch).
 RECIPES: dict[str, Recipe] = {
-    "ce": Recipe(mixup=True),
-    "inverse_reweight": Recipe(mixup=True),
     "supcon": Recipe(model=supcon_model, views=2),
     "lff": Recipe(model=lff_model, indices=True),
     "jtt": Recipe(sampler="jtt"),
@@ -184,6 +183,16 @@ def method_recipe(name: str) -> Recipe:
   return RECIPES.get(name, PLAIN)
 
 
+def takes_mixup(name: str) -> bool:
+  """Whether method `name` trains on mixup batches: its loss reads the mix (`Loss.reads_mix`, in
+  both phases of a deferred entry) and its recipe has no paired batches of its own (GLMC's) and one
+  view."""
+  entry = losses.get(name)
+  phases = [entry] if entry.start is None else [entry, losses.get(entry.before)]
+  recipe = method_recipe(name)
+  return all(e.reads_mix for e in phases) and recipe.pair is None and recipe.views == 1
+
+
 def of(config) -> Recipe:
   """The recipe a run of `config` trains on: its method's, with mixup's paired batches when
   `config.mixup_alpha` > 0 (checked by `validate`)."""
@@ -197,9 +206,9 @@ def validate(config) -> None:
   """Raises ConfigError (naming the field) for mixup with a method that does not take mixed
   batches or with several views."""
   recipe = method_recipe(config.loss)
-  if config.get("mixup_alpha", 0) > 0 and not recipe.mixup:
+  if config.get("mixup_alpha", 0) > 0 and not takes_mixup(config.loss):
     raise ConfigError(f"config.mixup_alpha: the {config.loss!r} loss does not take mixup batches "
-                      f"(entries that do: {[n for n, r in RECIPES.items() if r.mixup]})")
+                      f"(entries that do: {[n for n in losses.LOSSES if takes_mixup(n)]})")
   if config.get("mixup_alpha", 0) > 0 and max(config.get("views", 1), recipe.views) > 1:
     raise ConfigError("config.mixup_alpha: mixup batches are single-view (config.views = 1 and a "
                       "loss with one view)")
