@@ -8,8 +8,9 @@ deferred methods (the reweighting, DRW) from epoch 160, started from CE's epoch-
 `ldam.scale=1`, `ldam.max_margin=15`: experiments/studies/standard_size.sh). Every 20 epochs the
 per-class training loss L_c, ρ and NC1–NC4 are logged (metrics.jsonl, class_history.jsonl; MR2's
 γ_k every 50 steps), for the terminal-phase claims.
-Deviation: the release lowers the rate after its epoch counter passes 160 / 180 (from the 162nd /
-182nd epoch); here from the 161st / 181st. Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
+The rate steps match the release's: its `adjust_learning_rate` counts epochs from 1 (`epoch + 1`)
+and lowers the rate once that count passes 160 / 180, i.e. from its 161st / 181st epoch, as here.
+Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
 """
 
 from experiments.configs import cifar10_lt_short

@@ -92,7 +92,8 @@ def param_labels(params, frozen_encoder: bool) -> Any:
 
 def create_train_state(config, model, image_shape, num_classes: int, learning_rate_fn,
                        rng: jax.Array, train_labels=None) -> TrainState:
-  """Initial parameters, SGD + momentum + decoupled weight decay, and the loss's initial state
+  """Initial parameters, SGD + momentum with coupled L2 weight decay (wd·θ added to the gradient
+  before the momentum, as PyTorch's `SGD(weight_decay=...)`), and the loss's initial state
   (per-example fields from `train_labels`). Parameters labelled 'frozen' (`param_labels`: the ETF
   head's M; everything but the head with `config.frozen_encoder_from`) get a zero update: no
   gradient step, no decay."""
