@@ -93,6 +93,10 @@ def get_config() -> ml_collections.ConfigDict:
   # augmentation) and ρ = std_c L_c / mean_c L_c, in class_history.jsonl / metrics.jsonl; with
   # nc_metrics also NC1–NC4 of that pass (metrics.jsonl: train_nc1 … train_nc4).
   config.class_loss_every_epochs = 0
+  # > 0: every this many epochs, the test accuracy (overall, metrics.jsonl 'test_accuracy'; per
+  # class, class_history.jsonl 'test_class_accuracy'), to report the best epoch beside the final one
+  # as the LDAM-DRW release reports its `best_acc1`. Logged only: nothing is selected by it.
+  config.test_every_epochs = 0
   config.reference_summary = ml_collections.config_dict.placeholder(str)  # ERM summary.json.
   # '<workdir>:<epoch>': start from another run's checkpoint at the end of `epoch` — a deferred loss
   # (reweighting, DRW, IB) from the run of its `before` loss, which it equals until its start. Every

@@ -22,6 +22,7 @@ from absl import flags
 
 import mr2_jax
 from experiments.common import cli
+from experiments.report import best_epoch
 from experiments.report import seed_stats as reporting
 
 PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
@@ -361,6 +362,10 @@ def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
   table = method_table(summaries, reference, paired_against)
   class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
   markdown = markdown_tables(table, class_counts)
+  best = best_epoch.best_epoch_table(methods, summaries)
+  if best is not None:  # runs with `config.test_every_epochs`: the release's best_acc1 beside ours
+    table["_best_epoch"] = best
+    markdown += "\n" + best_epoch.best_epoch_markdown(best)
   histories = {name: metric_history(dirs) for name, dirs in methods.items()}
   histories = {name: h for name, h in histories.items() if h is not None}
   if histories:

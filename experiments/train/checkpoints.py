@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 # Fields that may change when a run is resumed: how it runs and reports, not what it computes.
 RESUMABLE_FIELDS = ("parallel", "progress_bar", "log_every_steps", "checkpoint_every_steps",
                     "keep_checkpoints", "eval_batch_size", "nc_metrics", "class_loss_every_epochs",
-                    "reference_summary", "data_dir")
+                    "test_every_epochs", "reference_summary", "data_dir")
 # Fields in which a run may differ from the run it starts from (`init_from`): the loss, its
 # sub-trees and how a run is kept or reported.
 INIT_FROM_FREE = ("loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS)

@@ -27,6 +27,7 @@ RANGES = (
     ("eval_batch_size", (1, True), (INF, False)), ("log_every_steps", (1, True), (INF, False)),
     ("checkpoint_every_steps", (1, True), (INF, False)),
     ("class_loss_every_epochs", (0, True), (INF, False)),
+    ("test_every_epochs", (0, True), (INF, False)),
     ("keep_checkpoints", (1, True), (INF, False)), ("warmup_epochs", (0, True), (INF, False)),
     ("learning_rate", (0, False), (INF, False)), ("momentum", (0, True), (1, False)),
     ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),

@@ -69,6 +69,15 @@ def evaluate_split(runner, state, split, batch_size: int, num_classes: int, *,
   return runner.to_host(sums)
 
 
+def test_accuracy(sums: steps.EvalSums) -> tuple[float, list[float]]:
+  """(overall accuracy, per-class accuracy [K] as a list, NaN for a class without examples) of a
+  pass over a split (the periodic test pass, `config.test_every_epochs`)."""
+  counts = np.asarray(sums.counts, np.float64)
+  correct = np.asarray(sums.correct, np.float64)
+  per_class = np.where(counts > 0, correct / np.maximum(counts, 1), np.nan)
+  return float(correct.sum() / max(counts.sum(), 1)), per_class.tolist()
+
+
 def training_class_loss(sums: steps.EvalSums) -> tuple[list[float], float]:
   """(L_c [K] as a list, NaN for absent classes; ρ = std_c L_c / mean_c L_c over present classes)."""
   class_loss = sums.class_loss()

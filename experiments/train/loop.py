@@ -251,6 +251,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           scalars.update({f"train_{name}": value for name, value in nc.items() if name != "rho"})
         write_metrics(step, scalars, {"train_class_ce": class_loss})
         window_start += time.perf_counter() - evaluation_start  # images/s: training time only
+      if (config.test_every_epochs and step % steps_per_epoch == 0
+          and (step // steps_per_epoch) % config.test_every_epochs == 0):
+        evaluation_start = time.perf_counter()
+        accuracy, class_accuracy = evaluation.test_accuracy(evaluate_train(state, split=test))
+        write_metrics(step, {"epoch": step / steps_per_epoch, "test_accuracy": accuracy},
+                      {"test_class_accuracy": class_accuracy})
+        window_start += time.perf_counter() - evaluation_start
       kept_epoch = (step % steps_per_epoch == 0
                     and step // steps_per_epoch in checkpoints.start_epochs(config))
       if step % config.checkpoint_every_steps == 0 or step == total_steps or kept_epoch:
