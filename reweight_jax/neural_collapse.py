@@ -15,8 +15,15 @@ features h_i, class means μ_c over the valid examples of class c, N valid examp
     NC4 = fraction of examples with argmax_c (W h + b)_c ≠ argmin_c ‖h − μ_c‖
 
 Conventions where the papers are silent:
-* μ_G is the global *sample* mean, as in Papyan et al. On long-tailed data it is pulled towards the
-  head classes, so an exact simplex ETF of the class means scores 0 only when the classes are balanced.
+* μ_G is the global *sample* mean, as in Papyan et al. (`centring='sample'`, the default). On
+  long-tailed data it is pulled towards the head classes, so an exact simplex ETF of the class means
+  scores NC2 = 0 (and a classifier aligned with it NC3 = 0) only when the classes are balanced; with
+  CIFAR-10-LT's counts at IF 100 the simplex scores NC2 ≈ 0.65 and the aligned classifier NC3 ≈ 0.15.
+  `centring='class_balanced'` centres on the unweighted mean of the present classes' means,
+  μ_G = (1/K') Σ_c μ_c (every class counts once, whatever its size): there the exact simplex scores
+  0 at any class counts, which is the reading wanted when the geometry under imbalance is the
+  question (Thrampoulidis et al., "Imbalance Trouble: Revisiting Neural-Collapse Geometry",
+  NeurIPS 2022, arXiv 2208.05512). NC4 and ρ do not depend on the centring.
 * Classes with no example are left out of every metric (K' counts present classes; W's rows of absent
   classes are dropped from NC2/NC3 and they are never a nearest mean); NC1–NC3 are NaN when K' < 2.
   With every class present this is the plain definition over all K classes.
@@ -50,6 +57,10 @@ from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_where
 from mr2_reweight_core.metrics import rho
+
+
+# Where the class means are centred (see the module docstring).
+CENTRINGS = ("sample", "class_balanced")
 
 
 class NCMetrics(NamedTuple):
@@ -203,13 +214,20 @@ class NCAccumulator(NamedTuple):
     return self._replace(ncc_mismatches=self.ncc_mismatches + mismatches,
                          ncc_examples=self.ncc_examples + examples)
 
-  def finalize(self, classifier: ArrayLike) -> NCMetrics:
-    """NC1–NC4 and ρ from the accumulated statistics and the classifier W [K, d]."""
+  def finalize(self, classifier: ArrayLike, *, centring: str = "sample") -> NCMetrics:
+    """NC1–NC4 and ρ from the accumulated statistics and the classifier W [K, d]; the class means
+    centred on the sample mean (`centring='sample'`) or on the mean of the present classes' means
+    ('class_balanced'; the module docstring)."""
+    if centring not in CENTRINGS:
+      raise ValueError(f"centring: expected one of {CENTRINGS}, got {centring!r}.")
     classifier, _ = _check_classifier(classifier, self.num_classes, self.feature_dim, None)
     present = self.counts > 0
     num_present = jnp.sum(present).astype(jnp.float32)
     num_examples = jnp.maximum(jnp.sum(self.counts), 1)
-    global_mean = self.counts @ self.class_means / num_examples
+    if centring == "sample":
+      global_mean = self.counts @ self.class_means / num_examples
+    else:
+      global_mean = present.astype(jnp.float32) @ self.class_means / jnp.maximum(num_present, 1)
     centred_means = jnp.where(present[:, None], self.class_means - global_mean, 0)
     within_cov = self.within_scatter / num_examples
 
@@ -241,7 +259,7 @@ class NCAccumulator(NamedTuple):
 
 def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
                bias: ArrayLike | None = None, per_example_loss: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> NCMetrics:
+               where: ArrayLike | None = None, centring: str = "sample") -> NCMetrics:
   """NC1–NC4 (and ρ when `per_example_loss` is given) of a whole set at once.
 
   Papyan et al., PNAS 2020, arXiv 2008.08186; Zhu et al., NeurIPS 2021, arXiv 2105.02375 (see the
@@ -254,13 +272,15 @@ def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
     bias: optional [K] classifier bias (NC4 only).
     per_example_loss: optional [N] losses for ρ.
     where: optional bool [N] validity mask.
+    centring: 'sample' (μ_G the sample mean, Papyan et al.) or 'class_balanced' (the mean of the
+      present classes' means); see the module docstring. A static Python string.
 
   Returns:
     `NCMetrics` (a single `NCAccumulator` update and NCC pass, then `finalize`).
 
   Raises:
-    ValueError: features not [N, d], a classifier not [K, d], labels or losses not [N], or (eagerly)
-      a label outside [0, K).
+    ValueError: features not [N, d], a classifier not [K, d], labels or losses not [N], an unknown
+      `centring`, or (eagerly) a label outside [0, K).
     TypeError: non-floating features, classifier or losses, non-integer labels.
 
   Examples:
@@ -278,4 +298,4 @@ def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
   accumulator = NCAccumulator.init(classifier.shape[0], features.shape[1])
   accumulator = accumulator.update(features, labels, per_example_loss=per_example_loss, where=where)
   accumulator = accumulator.update_ncc(features, classifier, bias=bias, where=where)
-  return accumulator.finalize(classifier)
+  return accumulator.finalize(classifier, centring=centring)

@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import parameterized
+from hypothesis import given
+from hypothesis import strategies as st
 
 import reweight_jax as rw
 from tests.reference import numpy_reweight as ref
@@ -231,3 +233,99 @@ class RhoTest(chex.TestCase):
       rw.rho(np.ones(3, np.float32), np.ones(2, bool))
     with self.assertRaisesRegex(ValueError, "class_losses"):
       rw.rho(np.ones((3, 1), np.float32))
+
+
+def _unequal_simplex(counts, dim=12, seed=0):
+  """Features exactly at the K vertices of a simplex ETF (centred at 0), n_c rows of class c, and a
+  classifier equal to the vertices: a perfect collapse at unequal class counts."""
+  num_classes = len(counts)
+  rng = np.random.default_rng(seed)
+  basis, _ = np.linalg.qr(rng.normal(size=(dim, num_classes)))
+  vertices = (np.sqrt(num_classes / (num_classes - 1)) * basis @ (
+      np.eye(num_classes) - np.ones((num_classes, num_classes)) / num_classes)).T
+  labels = np.repeat(np.arange(num_classes), counts).astype(np.int32)
+  return (3.0 * vertices[labels]).astype(np.float32), labels, vertices.astype(np.float32)
+
+
+CIFAR10_LT_COUNTS = [5000, 2997, 1796, 1077, 645, 387, 232, 139, 83, 50]
+
+
+class CentringTest(chex.TestCase):
+  """`centring='class_balanced'`: the class means centred on the mean of the class means."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_matches_the_float64_reference_on_long_tailed_sets(self):
+    for seed, counts in ((1, [40, 20, 10, 5, 3, 2]), (2, [9, 8, 7, 6, 5, 4, 3])):
+      features, labels, classifier = _random_set(seed, len(counts), 5, counts)
+      metrics = self.variant(functools.partial(rw.nc_metrics, centring="class_balanced"))(
+          features, labels, classifier)
+      expected = ref.nc_metrics(features, labels, classifier, len(counts),
+                                centring="class_balanced")
+      _assert_matches_reference(metrics, expected, rtol=1e-4)
+      sample = ref.nc_metrics(features, labels, classifier, len(counts))
+      self.assertGreater(abs(expected["nc2"] - sample["nc2"]), 1e-3)  # the two differ here
+
+  def test_an_exact_simplex_scores_zero_at_cifar10_lt_counts_and_the_sample_centring_does_not(self):
+    features, labels, classifier = _unequal_simplex(CIFAR10_LT_COUNTS)
+    balanced = jax.jit(functools.partial(rw.nc_metrics, centring="class_balanced"))(
+        features, labels, classifier)
+    # Zero up to float32 rounding over 12,406 rows (the float64 reference, on the float32 inputs,
+    # gives about 3e-8).
+    reference = ref.nc_metrics(features, labels, classifier, 10, centring="class_balanced")
+    for name in ("nc1", "nc2", "nc2_classifier", "nc3", "nc4"):
+      self.assertLess(abs(float(getattr(balanced, name))), 1e-4, name)
+      self.assertLess(abs(reference[REF_KEYS.get(name, name)]), 1e-6, name)
+    sample = jax.jit(rw.nc_metrics)(features, labels, classifier)
+    expected = ref.nc_metrics(features, labels, classifier, 10)
+    # The sample-weighted convention's values for a perfect collapse (its floor at these counts).
+    np.testing.assert_allclose([sample.nc2, sample.nc3], [expected["nc2"], expected["nc3"]],
+                               rtol=1e-4)
+    np.testing.assert_allclose([expected["nc2"], expected["nc3"]], [0.648, 0.151], atol=5e-4)
+    np.testing.assert_allclose(sample.nc2_classifier, 0.0, atol=1e-5)  # W alone: no centring
+
+  def test_equal_counts_make_the_centrings_agree_and_streaming_equals_one_shot(self):
+    features, labels, classifier = _random_set(3, 5, 6, [12] * 5)
+    sample = rw.nc_metrics(features, labels, classifier)
+    balanced = rw.nc_metrics(features, labels, classifier, centring="class_balanced")
+    chex.assert_trees_all_close(sample, balanced, rtol=1e-5, atol=1e-6)
+    features, labels, classifier = _random_set(4, 6, 10, [30, 18, 10, 7, 4, 3])
+    acc = rw.NCAccumulator.init(6, 10)
+    for start in range(0, labels.shape[0], 16):
+      acc = acc.update(features[start:start + 16], labels[start:start + 16])
+    chex.assert_trees_all_close(
+        acc.finalize(classifier, centring="class_balanced"),
+        rw.nc_metrics(features, labels, classifier, centring="class_balanced")._replace(
+            nc4=jnp.nan), rtol=1e-5, atol=1e-6)
+
+  def test_an_absent_class_is_left_out_of_the_balanced_mean(self):
+    features, labels, classifier = _random_set(5, 5, 6, [10, 9, 8, 7, 6])
+    keep = labels != 2
+    metrics = rw.nc_metrics(features[keep], labels[keep], classifier, centring="class_balanced")
+    reduced = np.where(labels[keep] > 2, labels[keep] - 1, labels[keep])
+    expected = ref.nc_metrics(features[keep], reduced, np.delete(classifier, 2, axis=0), 4,
+                              centring="class_balanced")
+    for name in ("nc1", "nc2", "nc3"):
+      np.testing.assert_allclose(getattr(metrics, name), expected[name], rtol=1e-4, err_msg=name)
+
+  def test_an_unknown_centring_is_an_error_naming_it(self):
+    features, labels, classifier = _random_set(6, 3, 4, [4, 4, 4])
+    with self.assertRaisesRegex(ValueError, "centring: expected one of"):
+      rw.nc_metrics(features, labels, classifier, centring="weighted")
+
+
+@given(data=st.data())
+def test_property_balanced_centring_matches_the_reference(data):
+  """Random class counts (one to nine rows a class), K and d ≥ K: the class-balanced NC1–NC4 equal
+  the float64 reference's."""
+  num_classes = data.draw(st.integers(2, 6), label="K")
+  dim = data.draw(st.integers(num_classes, 8), label="d")
+  counts = data.draw(st.lists(st.integers(1, 9), min_size=num_classes, max_size=num_classes),
+                     label="counts")
+  seed = data.draw(st.integers(0, 2 ** 16), label="seed")
+  features, labels, classifier = _random_set(seed, num_classes, dim, counts)
+  metrics = rw.nc_metrics(features, labels, classifier, centring="class_balanced")
+  expected = ref.nc_metrics(features, labels, classifier, num_classes, centring="class_balanced")
+  for name in ("nc2", "nc2_classifier", "nc3", "nc4"):
+    np.testing.assert_allclose(getattr(metrics, name), expected[REF_KEYS.get(name, name)],
+                               rtol=1e-4, atol=1e-5, err_msg=name)
+  np.testing.assert_allclose(metrics.nc1, expected["nc1"], rtol=1e-3, err_msg="nc1")

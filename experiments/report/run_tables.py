@@ -23,6 +23,7 @@ from absl import flags
 import mr2_jax
 from experiments.common import cli
 from experiments.report import best_epoch
+from experiments.report import nc_centring
 from experiments.report import seed_stats as reporting
 
 PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
@@ -85,9 +86,9 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
       per_seed = np.array([mr2_jax.group_accuracy(acc, groups) for acc in per_class])
       row["easy_medium_hard"] = {g: mean_std(per_seed[:, i])
                                  for i, g in enumerate(mr2_jax.GROUP_NAMES)}
-    if "neural_collapse" in summaries[0]:
-      row["neural_collapse"] = {k: mean_std([s["neural_collapse"][k] for s in summaries])
-                                for k in summaries[0]["neural_collapse"]}
+    for nc in ("neural_collapse", "neural_collapse_balanced"):
+      if all(nc in s for s in summaries):
+        row[nc] = {k: mean_std([s[nc][k] for s in summaries]) for k in summaries[0][nc]}
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()
@@ -362,6 +363,9 @@ def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
   table = method_table(summaries, reference, paired_against)
   class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
   markdown = markdown_tables(table, class_counts)
+  if "neural_collapse" in next(iter(table.values())):  # both centrings, the sample one's floors
+    note = nc_centring.centring_markdown(table, class_counts)
+    markdown += "\n" + note if note else ""
   best = best_epoch.best_epoch_table(methods, summaries)
   if best is not None:  # runs with `config.test_every_epochs`: the release's best_acc1 beside ours
     table["_best_epoch"] = best

@@ -85,10 +85,15 @@ def training_class_loss(sums: steps.EvalSums) -> tuple[list[float], float]:
   return class_loss.tolist(), float(reweight_jax.rho(np.nan_to_num(class_loss), present))
 
 
-def neural_collapse_metrics(sums: steps.EvalSums, head_kind: str, params) -> dict[str, float]:
+def neural_collapse_metrics(sums: steps.EvalSums, head_kind: str, params,
+                            centring: str = "sample") -> dict[str, float]:
+  """NC1–NC4 and ρ of a pass with the NC statistics; with `centring='class_balanced'` only the
+  metrics the centring changes (NC1, NC2, NC2 of W, NC3; `reweight_jax.nc_metrics`)."""
   weights, _ = classifier_weights(params, head_kind)
-  metrics = sums.neural_collapse.finalize(weights)
-  return {name: float(value) for name, value in metrics._asdict().items()}
+  metrics = sums.neural_collapse.finalize(weights, centring=centring)._asdict()
+  if centring != "sample":
+    metrics = {name: metrics[name] for name in ("nc1", "nc2", "nc2_classifier", "nc3")}
+  return {name: float(value) for name, value in metrics.items()}
 
 
 def shot_accuracy(class_accuracy, shot_groups) -> dict[str, float | None]:
@@ -166,4 +171,7 @@ def final_evaluation(config, runner, state, train, validation, test, num_classes
   summary.update(loss_state_summary(config, host_state.loss_state))
   if config.nc_metrics:
     summary["neural_collapse"] = neural_collapse_metrics(t, config.head, host_state.params)
+    # Centred on the mean of the class means: an exact simplex scores 0 at any class counts.
+    summary["neural_collapse_balanced"] = neural_collapse_metrics(
+        t, config.head, host_state.params, centring="class_balanced")
   return summary

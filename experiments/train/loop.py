@@ -247,8 +247,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         class_loss, loss_rho = evaluation.training_class_loss(sums)
         scalars = {"epoch": step / steps_per_epoch, "train_rho": loss_rho}
         if config.nc_metrics:  # NC1–NC4 over training (the terminal-phase claims)
-          nc = evaluation.neural_collapse_metrics(sums, config.head, runner.to_host(state).params)
+          params = runner.to_host(state).params
+          nc = evaluation.neural_collapse_metrics(sums, config.head, params)
           scalars.update({f"train_{name}": value for name, value in nc.items() if name != "rho"})
+          balanced = evaluation.neural_collapse_metrics(sums, config.head, params,
+                                                        centring="class_balanced")
+          scalars.update({f"train_{name}_balanced": value for name, value in balanced.items()})
         write_metrics(step, scalars, {"train_class_ce": class_loss})
         window_start += time.perf_counter() - evaluation_start  # images/s: training time only
       if (config.test_every_epochs and step % steps_per_epoch == 0

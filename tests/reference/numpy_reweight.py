@@ -285,7 +285,7 @@ def _nc2_value(gram):
     return float(np.linalg.norm(gram / np.linalg.norm(gram, "fro") - target, "fro"))
 
 
-def nc_metrics(features, labels, W, num_classes, rcond=1e-15):
+def nc_metrics(features, labels, W, num_classes, rcond=1e-15, centring="sample"):
     """Neural Collapse metrics NC1–NC4 (Papyan, Han, Donoho, PNAS 2020; Zhu et al., NeurIPS 2021).
 
     With N samples h_i ∈ R^d, class means μ_c = mean_{y_i=c} h_i, global mean μ_G = (1/N) Σ_i h_i (the
@@ -303,6 +303,10 @@ def nc_metrics(features, labels, W, num_classes, rcond=1e-15):
     formulas then use all K classes. rcond = 1e-15 is NumPy's default relative cutoff; note that
     jnp.linalg.pinv's default cutoff differs (max(M, N)·eps), which matters only when Σ_B is
     ill-conditioned. Spec: "NC metrics". Returns dict with keys nc1, nc2, nc2_w, nc3, nc4.
+
+    centring="class_balanced" replaces μ_G by the unweighted mean of the class means,
+    μ_G = (1/K) Σ_c μ_c (issue "the papers' schedule over three seeds": the imbalanced
+    Neural-Collapse reading, in which an exact simplex ETF scores NC2 = 0 at any class counts).
     """
     h = _f64(features)
     y = _labels(labels)
@@ -315,7 +319,12 @@ def nc_metrics(features, labels, W, num_classes, rcond=1e-15):
         if not members.any():
             raise ValueError(f"class {c} has no sample; nc_metrics needs all K classes present")
         mu[c] = h[members].mean(axis=0)
-    mu_G = h.mean(axis=0)
+    if centring == "sample":
+        mu_G = h.mean(axis=0)
+    elif centring == "class_balanced":
+        mu_G = mu.mean(axis=0)
+    else:
+        raise ValueError(centring)
 
     sigma_W = np.zeros((d, d), dtype=np.float64)
     for i in range(N):
