@@ -363,8 +363,9 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
     The updated `ClassStats` (identical on every device under `axis_name`).
 
   Raises:
-    ValueError: `decay` outside [0, 1), `p` < 1, an unknown `reduction`, features not [B, d] with B
-      the labels' length, a `where` of another shape, or (eagerly) a label outside [0, K).
+    ValueError: `decay` outside [0, 1) (traced: NaN statistics, and a `checkify` check inside
+      `traced_checks()`), `p` < 1, an unknown `reduction`, features not [B, d] with B the labels'
+      length, a `where` of another shape, or (eagerly) a label outside [0, K).
     TypeError: non-floating features, non-integer labels or a non-boolean `where`.
 
   Examples:
@@ -384,8 +385,7 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
     >>> print(stats.sq_mean_norm)  # class 0: 0.5·4 + 0.5·16; class 1 absent, kept
     [10.  4.  0.]
   """
-  if not 0.0 <= decay < 1.0:
-    raise ValueError(f"decay: expected 0 <= decay < 1, got {decay}.")
+  decay, decay_ok = checks.check_hyperparameter(decay, "decay", 0.0, 1.0, what="an EMA decay")
   if not p >= 1:
     raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
   if reduction not in REDUCTIONS:
@@ -404,6 +404,8 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
   def ema(old_per_class, batch_value):
     old = class_sums.gather_from_classes(old_per_class, slots)
     new = jnp.where(seen_before, decay * old + (1.0 - decay) * batch_value, batch_value)
+    if decay_ok is not True:  # a traced decay outside [0, 1): NaN statistics, never a silent EMA
+      new = jnp.where(decay_ok, new, jnp.nan)
     return class_sums.scatter_to_classes(old_per_class, new.astype(old_per_class.dtype), slots,
                                          present)
 

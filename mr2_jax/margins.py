@@ -37,7 +37,8 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
     float32 [K] margins.
 
   Raises:
-    ValueError: `c_bar` ≤ 0.
+    ValueError: `c_bar` ≤ 0 (traced: NaN margins, and a `checkify` check inside
+      `traced_checks()`).
 
   Examples:
     >>> import jax.numpy as jnp
@@ -50,8 +51,8 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
     >>> print(np.asarray(gamma, float).round(4))  # class 2 unseen: c̄; the seen ones average c̄
     [1.0372 0.9628 1.    ]
   """
-  if not c_bar > 0:
-    raise ValueError(f"c_bar: expected a positive mean margin, got {c_bar}.")
+  c_bar, c_bar_ok = checks.check_hyperparameter(c_bar, "c_bar", 0.0, low_closed=False,
+                                                 what="a positive mean margin")
   stats = jax.lax.stop_gradient(stats)
   seen = stats.seen
   cube_root = jnp.cbrt(jnp.maximum(stats.sq_mean_norm + stats.mean_sq_deviation, 0.0))
@@ -67,7 +68,8 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
   gamma = jnp.where(seen & (total > 0), gamma, jnp.asarray(c_bar, cube_root.dtype))
   # Non-finite statistics (a NaN feature reached them) make every margin NaN, so the loss shows it,
   # instead of silently falling back to plain cross-entropy.
-  return jnp.where(jnp.isfinite(total), gamma, jnp.nan)
+  finite = jnp.isfinite(total)
+  return jnp.where(finite if c_bar_ok is True else finite & c_bar_ok, gamma, jnp.nan)
 
 
 def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike) -> jax.Array:

@@ -102,8 +102,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
 
   if not p >= 1:
     raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
-  if isinstance(lam, (int, float)) and not lam >= 0:
-    raise ValueError(f"lam: expected λ >= 0, got {lam}.")
+  checks.check_hyperparameter(lam, "lam", 0.0, what="a weight λ")
   # λ = 0 (γ-only, linear probes): ℓ_s̄ is not computed at all, and nothing is gathered.
   with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
   split = axis_name is not None or explicit_mesh.rows_split(features)
@@ -123,6 +122,8 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
   gamma = margins.class_margins(new_stats, c_bar)
   if uniform_margin:
     gamma = jnp.full_like(gamma, c_bar)
+    if not checks.is_concrete(c_bar):  # a traced c̄ ≤ 0 is NaN here too (`class_margins`)
+      gamma = jnp.where(c_bar > 0, gamma, jnp.nan)
   s_bar = rep_margin.mean_class_deviation(new_stats)
 
   # Padding rows' logits are replaced before the softmax, so they send no NaN into the gradient.
@@ -232,6 +233,8 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
 
   share = class_sums.num_devices(axis_name) / num_valid
   loss = share * (ce_sum + lam * rep_sum)
+  if not checks.is_concrete(lam):  # a traced λ < 0 (checked in `mr2_terms`): NaN, never used
+    loss = jnp.where(lam >= 0, loss, jnp.nan)
   aux.update(
       margin_ce=jax.lax.stop_gradient(
           _global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name) / num_valid),

@@ -172,6 +172,43 @@ def check_unit_scalar(value: ArrayLike, name: str, what: str) -> jax.Array:
   return value
 
 
+def check_hyperparameter(value: ArrayLike, name: str, low: float, high: float = float("inf"), *,
+                         low_closed: bool = True, high_closed: bool = False, what: str = "a value"):
+  """A real scalar hyperparameter that may be traced (a `jit` argument, a `vmap`ped sweep, a
+  schedule): returns (value, in_range), `in_range` a boolean scalar (Python True for a concrete
+  value, which is returned as given).
+
+  A concrete value outside the interval (low, high), closed where `low_closed` / `high_closed` say,
+  or NaN, raises `ValueError` naming `name`. A traced one cannot be checked at trace time: inside
+  `traced_checks()` its range is a `checkify.check(..., debug=True)` naming it (as labels are), and
+  callers make their result NaN where `in_range` is False, so an out-of-range value is never used
+  silently. A value that is not a real scalar raises `ValueError` naming it. `what` names the
+  quantity in the message ("a positive mean margin").
+  """
+  if np.ndim(value) != 0 or not (jnp.issubdtype(jnp.result_type(value), jnp.floating)
+                                 or jnp.issubdtype(jnp.result_type(value), jnp.integer)):
+    raise ValueError(f"{name}: expected a real scalar, got {jnp.result_type(value)} of shape "
+                     f"{np.shape(value)}.")
+  interval = (f"{'[' if low_closed else '('}{low:g}, {high:g}{']' if high_closed else ')'}")
+
+  def inside(x):
+    above = x >= low if low_closed else x > low
+    below = x <= high if high_closed else x < high
+    return above & below
+
+  if is_concrete(value):
+    number = float(np.asarray(value))
+    if not inside(number):  # NaN is outside
+      raise ValueError(f"{name}: expected {what} in {interval}, got {number}.")
+    return value, True
+  value = jnp.asarray(value)
+  in_range = inside(value)
+  if traced_checks_enabled():
+    checkify.check(in_range, f"{name}: expected {what} in {interval}, got {{value}}.",
+                   value=value, debug=True)
+  return value, in_range
+
+
 def check_counts(counts: ArrayLike, name: str = "counts") -> jax.Array:
   """Checks a rank-1 vector of non-negative counts (integer or floating); returns it as float32.
 

@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
@@ -20,6 +19,7 @@ from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_class_mask
 from mr2_reweight_core.checks import check_class_vector
 from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_where
@@ -138,15 +138,17 @@ def closed_form_weights(class_losses: jax.Array, present: jax.Array, prior: jax.
   target = mean_class_loss(safe_losses, present)
   prior = prior.astype(safe_losses.dtype)
   solution = (target * safe_losses + alpha * prior) / (jnp.square(safe_losses) + alpha + eps)
-  return jnp.where(present, solution, prior)
+  weights = jnp.where(present, solution, prior)
+  if not is_concrete(alpha):  # a traced α < 0: NaN weights, never a silently negative strength
+    weights = jnp.where(alpha >= 0, weights, jnp.nan)
+  return weights
 
 
 def check_alpha(alpha: ArrayLike) -> None:
-  """Raises if a concrete Tikhonov strength α is negative or not a scalar."""
-  if np.ndim(alpha) != 0:
-    raise ValueError(f"alpha: expected a scalar, got shape {np.shape(alpha)}.")
-  if is_concrete(alpha) and not float(np.asarray(alpha)) >= 0:
-    raise ValueError(f"alpha: expected α ≥ 0, got {float(np.asarray(alpha))}.")
+  """Raises if a concrete Tikhonov strength α is negative or not a scalar; a traced one is checked
+  by `checkify` inside `traced_checks()` (`check_hyperparameter`), and `closed_form_weights` makes
+  the weights NaN for a negative one."""
+  check_hyperparameter(alpha, "alpha", 0.0, what="a Tikhonov strength α")
 
 
 def inverse_weights(class_losses: ArrayLike, present: ArrayLike, *, prior: ArrayLike,

@@ -10,13 +10,18 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_counts
+from mr2_reweight_core.checks import check_hyperparameter
+from mr2_reweight_core.checks import is_concrete
 from mr2_reweight_core.checks import nan_where_negative
 from reweight_jax.priors import mean_normalize
 
 
 def macro_factor_unchecked(batch_counts: jax.Array, gamma: ArrayLike) -> jax.Array:
   """β_c = max(B_c, 1)^(−γ) / mean_k max(B_k, 1)^(−γ) without argument checks (traced callers)."""
-  return mean_normalize(jnp.power(jnp.maximum(batch_counts, 1.0), -jnp.asarray(gamma)))
+  beta = mean_normalize(jnp.power(jnp.maximum(batch_counts, 1.0), -jnp.asarray(gamma)))
+  if not is_concrete(gamma):  # a traced γ < 0: NaN, never β that favours the head classes
+    beta = jnp.where(gamma >= 0, beta, jnp.nan)
+  return beta
 
 
 def macro_factor(batch_counts: ArrayLike, gamma: ArrayLike = 1.0) -> jax.Array:
@@ -50,6 +55,7 @@ def macro_factor(batch_counts: ArrayLike, gamma: ArrayLike = 1.0) -> jax.Array:
 
 
 def check_gamma(gamma: ArrayLike) -> None:
-  """Raises if a concrete γ is negative (β would then favour head classes)."""
-  if isinstance(gamma, (int, float)) and not gamma >= 0:
-    raise ValueError(f"gamma: expected the macro exponent γ >= 0, got {gamma}.")
+  """Raises if a concrete γ is negative (β would then favour head classes); a traced one is checked
+  by `checkify` inside `traced_checks()` (`check_hyperparameter`), and `macro_factor_unchecked`
+  makes β NaN for a negative one."""
+  check_hyperparameter(gamma, "gamma", 0.0, what="the macro exponent γ")
