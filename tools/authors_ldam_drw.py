@@ -18,6 +18,11 @@ wrapper does, and nothing more:
      (the release saves one every epoch; its data order after a resume is a fresh shuffle).
 `--check_indices` asserts that the release's selection is `experiments.data.long_tail` 'ldam'
 selection (the harness's `cifar10_lt_200` training set), image for image, and exits.
+
+`--summarize OUT` (no run) reads every start's test log of each run under WORKDIR/log and writes
+OUT/<store_name>/: `log_test.csv` (the starts' logs in order), `per_epoch.json` (the test accuracy
+and per-class accuracy after each epoch) and `summary.json` (the last epoch's and the best epoch's
+accuracy: the release reports `best_acc1`, the maximum over epochs), and prints them.
 """
 
 from __future__ import annotations
@@ -115,6 +120,50 @@ def check_indices(release: str, workdir: str, imb_factor: float) -> None:
         f"{np.bincount(chosen.targets, minlength=10).tolist()}")
 
 
+def read_test_logs(folder: str) -> tuple[str, list[dict]]:
+  """The concatenated test logs of one run (`log_test.part1.csv`, ..., `log_test.csv`) and, per
+  evaluated epoch in order, {'top1': %, 'class_accuracy': [K] fractions}."""
+  import re
+  parts = sorted((f for f in os.listdir(folder) if re.fullmatch(r"log_test\.part\d+\.csv", f)),
+                 key=lambda f: int(re.findall(r"\d+", f)[0]))
+  text = "".join(open(os.path.join(folder, f)).read() for f in [*parts, "log_test.csv"]
+                 if os.path.exists(os.path.join(folder, f)))
+  epochs = []
+  for line in text.splitlines():
+    top1 = re.match(r"val Results: Prec@1 ([\d.]+)", line)
+    if top1:
+      epochs.append({"top1": float(top1.group(1))})
+    classes = re.match(r"val Class Accuracy: \[(.*)\]", line)
+    if classes and epochs:
+      epochs[-1]["class_accuracy"] = [float(v) for v in classes.group(1).split(",")]
+  return text, epochs
+
+
+def summarize(workdir: str, out: str) -> None:
+  """Writes and prints each run's per-epoch test accuracy, final and best epoch (module doc)."""
+  import json
+  for store in sorted(os.listdir(os.path.join(workdir, "log"))):
+    text, epochs = read_test_logs(os.path.join(workdir, "log", store))
+    if not epochs:
+      continue
+    best = max(range(len(epochs)), key=lambda e: (epochs[e]["top1"], -e))
+    summary = {"run": store, "epochs_evaluated": len(epochs),
+               "final_epoch": len(epochs), "final_top1": epochs[-1]["top1"],
+               "final_class_accuracy": epochs[-1].get("class_accuracy"),
+               "best_epoch": best + 1, "best_top1": epochs[best]["top1"],
+               "best_class_accuracy": epochs[best].get("class_accuracy")}
+    folder = os.path.join(out, store)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "log_test.csv"), "w") as f:
+      f.write(text)
+    with open(os.path.join(folder, "per_epoch.json"), "w") as f:
+      json.dump([{"epoch": e + 1, **r} for e, r in enumerate(epochs)], f, indent=1)
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+      json.dump(summary, f, indent=1)
+    print(f"{store}: {len(epochs)} epochs evaluated; last {epochs[-1]['top1']:.2f} %, best "
+          f"{epochs[best]['top1']:.2f} % at epoch {best + 1}")
+
+
 def torchvision_train(root: str):
   import torchvision
   return torchvision.datasets.CIFAR10(root=root, train=True, download=False)
@@ -122,12 +171,18 @@ def torchvision_train(root: str):
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--release", required=True, help="a checkout of kaidic/LDAM-DRW")
-  parser.add_argument("--data_dir", required=True, help="folder of the CIFAR-10 JPEG npz files")
+  parser.add_argument("--release", help="a checkout of kaidic/LDAM-DRW")
+  parser.add_argument("--data_dir", help="folder of the CIFAR-10 JPEG npz files")
   parser.add_argument("--workdir", required=True)
   parser.add_argument("--check_indices", action="store_true")
+  parser.add_argument("--summarize", metavar="OUT", help="write the runs' summaries to OUT")
   args, release_args = parser.parse_known_args()
+  if args.summarize:
+    summarize(args.workdir, args.summarize)
+    return
   release_args = [a for a in release_args if a != "--"]
+  if not (args.release and args.data_dir):
+    parser.error("--release and --data_dir are needed to run")
   os.makedirs(args.workdir, exist_ok=True)
   write_batches(args.data_dir, os.path.join(args.workdir, "data"))
   run_on_cpu()
