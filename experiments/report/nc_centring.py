@@ -54,7 +54,8 @@ def centring_markdown(table: dict[str, dict], class_counts: Sequence[int]) -> st
            f"{nc3_floor:.3f} under it (an exact simplex ETF of the class means, a classifier "
            "aligned with it): the convention's floor. Centred on the mean of the class means "
            "(class-balanced), that floor is 0 at any counts"
-           + ("; those values:" if recorded else "; these runs did not record them.")]
+           + (f"; those values ({reporting.spread([len(table[m]['seeds']) for m in recorded])}):"
+              if recorded else "; these runs did not record them.")]
   if recorded:
     lines.append("")
     rows = [[m] + [reporting.cell(*table[m]["neural_collapse_balanced"][k], fmt=".3g",
