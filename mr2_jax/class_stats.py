@@ -48,6 +48,15 @@ class ClassStats:
     return self.seen.shape[-1]
 
 
+def check_class_stats(stats, name: str = "stats") -> ClassStats:
+  """Returns `stats` if it is a `ClassStats`; a TypeError naming the argument otherwise (a tuple,
+  a dict of restored arrays, another state)."""
+  if not isinstance(stats, ClassStats):
+    raise TypeError(f"{name}: expected mr2_jax.ClassStats (from init_class_stats(K)), got "
+                    f"{type(stats).__name__}.")
+  return stats
+
+
 def init_class_stats(num_classes: int) -> ClassStats:
   """Empty statistics for K classes: A = V = 0, nothing seen.
 
@@ -385,6 +394,7 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
     >>> print(stats.sq_mean_norm)  # class 0: 0.5·4 + 0.5·16; class 1 absent, kept
     [10.  4.  0.]
   """
+  check_class_stats(stats)
   decay, decay_ok = checks.check_hyperparameter(decay, "decay", 0.0, 1.0, what="an EMA decay")
   if not p >= 1:
     raise ValueError(f"p: expected a norm order p >= 1, got {p}.")

@@ -9,6 +9,7 @@ from jax.typing import ArrayLike
 
 from mr2_reweight_core import checks
 from mr2_jax.class_stats import ClassStats
+from mr2_jax.class_stats import check_class_stats
 from mr2_reweight_core.cross_entropy import label_log_softmax
 
 
@@ -51,6 +52,7 @@ def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 
     >>> print(np.asarray(gamma, float).round(4))  # class 2 unseen: c̄; the seen ones average c̄
     [1.0372 0.9628 1.    ]
   """
+  check_class_stats(stats)
   c_bar, c_bar_ok = checks.check_hyperparameter(c_bar, "c_bar", 0.0, low_closed=False,
                                                  what="a positive mean margin")
   stats = jax.lax.stop_gradient(stats)

@@ -94,6 +94,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
   """
   logits = checks.check_floating(logits, 2, "logits")
   num_classes = logits.shape[1]
+  class_stats_lib.check_class_stats(stats)
   if stats.num_classes != num_classes:
     raise ValueError(
         f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")

@@ -438,7 +438,7 @@ def mean_class_deviation(stats: ClassStats) -> jax.Array:
     >>> print(mr2_jax.mean_class_deviation(stats))  # (1 + 0) / 2 seen classes
     0.5
   """
-  stats = jax.lax.stop_gradient(stats)
+  stats = jax.lax.stop_gradient(class_stats_lib.check_class_stats(stats))
   num_seen = jnp.sum(stats.seen)
   total = jnp.sum(jnp.where(stats.seen, stats.mean_sq_deviation, 0.0))
   return total / jnp.maximum(num_seen, 1).astype(total.dtype)

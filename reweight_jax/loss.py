@@ -73,10 +73,17 @@ def check_reweight_arguments(state: ReweightState, prior: ArrayLike, alpha: Arra
                              ) -> tuple[jax.Array, jax.Array]:
   """The checks every inverse-reweighted loss makes on its state and hyper-parameters; returns
   (the state's batch counts B [K], the prior [K])."""
+  if not isinstance(state, ReweightState):
+    raise TypeError(f"state: expected reweight_jax.ReweightState (from init_reweight_state(K)), "
+                    f"got {type(state).__name__}.")
   batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
   num_classes = batch_counts.shape[0]
   check_class_vector(state.beta, num_classes, "state.beta")
-  prior = check_class_vector(prior, num_classes, "prior")
+  prior = check_floating(prior, 1, "prior")
+  if prior.shape[0] != num_classes:  # which one is wrong is not known here: both are named
+    raise ValueError(f"state: built for {num_classes} classes (init_reweight_state({num_classes})), "
+                     f"but the prior has {prior.shape[0]} entries: build the state and the prior "
+                     f"for the same K.")
   check_alpha(alpha)
   check_gamma(gamma)
   if not eps > 0:
