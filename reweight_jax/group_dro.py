@@ -19,6 +19,7 @@ from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_class_vector
 from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
 from reweight_jax.inverse_weights import slot_class_losses
@@ -239,8 +240,7 @@ def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike,
   """
   q = check_floating(q, 1, "q")
   num_classes = q.shape[0]
-  if not eta >= 0:
-    raise ValueError(f"eta: expected a step size η ≥ 0, got {eta}.")
+  eta, eta_ok = check_hyperparameter(eta, "eta", 0.0, what="a step size η")
   batch = _batch_classes(per_example_loss, labels, num_classes, axis_name=axis_name, where=where)
   class_losses = batch.class_losses
   dtype = class_losses.dtype
@@ -250,6 +250,8 @@ def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike,
   if normalize:
     adjusted = adjusted / jnp.maximum(jnp.sum(adjusted), jnp.finfo(dtype).tiny)
   new_q = jax.nn.softmax(jnp.log(q.astype(dtype)) + eta * adjusted)
+  if eta_ok is not True:  # a traced η < 0: NaN, never mass moved towards the smallest losses
+    new_q = jnp.where(eta_ok, new_q, jnp.nan)
   loss = _weighted_share(new_q, batch, axis_name)
   new_q = new_q.astype(q.dtype)
   return loss, new_q, GroupDROAux(class_losses, batch.present, new_q)

@@ -31,6 +31,8 @@ from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_class_vector
 from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_hyperparameter
+from mr2_reweight_core.checks import is_concrete
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
 from reweight_jax.inverse_weights import check_alpha
@@ -63,6 +65,8 @@ class ReweightAux(NamedTuple):
 
 
 def _clip(weights: jax.Array, max_weight: float | None) -> jax.Array:
+  if max_weight is not None and not is_concrete(max_weight):  # a traced clip ≤ 0: NaN weights
+    return jnp.where(max_weight > 0, jnp.clip(weights, 0, max_weight), jnp.nan)
   if max_weight is None:
     return jnp.maximum(weights, 0)
   return jnp.clip(weights, 0, max_weight)
@@ -88,8 +92,9 @@ def check_reweight_arguments(state: ReweightState, prior: ArrayLike, alpha: Arra
   check_gamma(gamma)
   if not eps > 0:
     raise ValueError(f"eps: expected ε > 0 in the denominator of w*, got {eps}.")
-  if max_weight is not None and not max_weight > 0:
-    raise ValueError(f"max_weight: expected a positive clip value or None, got {max_weight}.")
+  if max_weight is not None:
+    check_hyperparameter(max_weight, "max_weight", 0.0, low_closed=False,
+                         what="a positive clip value (or None)")
   return batch_counts, prior
 
 

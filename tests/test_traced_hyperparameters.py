@@ -2,8 +2,8 @@
 works as a `jit` argument and under `jax.vmap` over a vector of values (a sweep in one program),
 equal to the eager calls; eagerly a bad value is a ValueError naming the argument; traced, it is a
 `checkify` error naming it inside `traced_checks()`, and a NaN result outside it (never used
-silently). One case per argument: MR2's `decay`, `c_bar` and `lam`; the reweighting's `alpha` and
-`gamma`."""
+silently). One case per argument: MR2's `decay`, `c_bar` and `lam`; the reweighting's `alpha`,
+`gamma` and `max_weight`; Group DRO's `eta`."""
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +56,21 @@ def _reweighted(name):
   return weights
 
 
+def _clipped(value):
+  """The weights ŵ clipped at `max_weight` (the losses spread so that w* exceeds the clips)."""
+  state = reweight_jax.init_reweight_state(K)
+  _, _, aux = reweight_jax.inverse_reweighted_loss(
+      PER_EXAMPLE * jnp.array([1, 1, 30, 1, 1, 1, 30, 1, 1, 1, 30, 1.0]), LABELS, state, alpha=0.0,
+      prior=jnp.ones(K), gamma=1.0, max_weight=value)
+  return aux.class_weights
+
+
+def _group_dro(value):
+  loss, q, _ = reweight_jax.group_dro_loss(PER_EXAMPLE, LABELS, reweight_jax.init_group_dro_q(K),
+                                           eta=value)
+  return jnp.concatenate([loss[None], q])
+
+
 # (name, function of the value, valid values, an invalid value)
 CASES = [
     ("decay", _update, [0.0, 0.5, 0.9, 0.999], 1.0),
@@ -65,6 +80,8 @@ CASES = [
     ("lam", _mr2("lam"), [0.05, 0.1, 1.0], -1.0),
     ("alpha", _reweighted("alpha"), [0.0, 0.5, 3.0], -1.0),
     ("gamma", _reweighted("gamma"), [0.0, 1.0, 2.0], -1.0),
+    ("max_weight", _clipped, [1.5, 2.0, 10.0], 0.0),
+    ("eta", _group_dro, [0.0, 0.5, 2.0], -0.5),
 ]
 IDS = [f"{name}-{fn.__qualname__.split('.')[0]}" for name, fn, _, _ in CASES]
 
