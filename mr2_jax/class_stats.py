@@ -335,7 +335,7 @@ def _per_device_moments(features, labels, valid, num_classes, p, axis_name):
 
 
 def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike, *,
-                       decay: float = 0.9, p: float = 2.0, axis_name: str | None = None,
+                       decay: ArrayLike = 0.9, p: float = 2.0, axis_name: str | None = None,
                        where: ArrayLike | None = None, reduction: str = "exact") -> ClassStats:
   """EMA update of the class statistics with one (global) batch.
 

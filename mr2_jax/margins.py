@@ -13,7 +13,8 @@ from mr2_jax.class_stats import check_class_stats
 from mr2_reweight_core.cross_entropy import label_log_softmax
 
 
-def class_margins(stats: ClassStats, c_bar: float = 1.0, *, min_margin: float = 1e-6) -> jax.Array:
+def class_margins(stats: ClassStats, c_bar: ArrayLike = 1.0, *,
+                  min_margin: float = 1e-6) -> jax.Array:
   """Per-class margins γ [K] from the class statistics.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205, Corollary 1 (the logit margin): the class-dependent

@@ -39,7 +39,7 @@ def _global_sum(x: ArrayLike, axis_name: str | None) -> jax.Array:
 
 
 def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: ClassStats, *,
-              lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, p: float = 2.0,
+              lam: ArrayLike = 0.1, c_bar: ArrayLike = 1.0, decay: ArrayLike = 0.9, p: float = 2.0,
               temperature: float = 1.0, uniform_margin: bool = False,
               stats_reduction: str = "exact", axis_name: str | None = None,
               where: ArrayLike | None = None
@@ -124,7 +124,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
   if uniform_margin:
     gamma = jnp.full_like(gamma, c_bar)
     if not checks.is_concrete(c_bar):  # a traced c̄ ≤ 0 is NaN here too (`class_margins`)
-      gamma = jnp.where(c_bar > 0, gamma, jnp.nan)
+      gamma = jnp.where(jnp.asarray(c_bar) > 0, gamma, jnp.nan)
   s_bar = rep_margin.mean_class_deviation(new_stats)
 
   # Padding rows' logits are replaced before the softmax, so they send no NaN into the gradient.
@@ -140,7 +140,8 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
 
 
 def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: ClassStats, *,
-             lam: float = 0.1, c_bar: float = 1.0, decay: float = 0.9, form: str = "paper",
+             lam: ArrayLike = 0.1, c_bar: ArrayLike = 1.0, decay: ArrayLike = 0.9,
+             form: str = "paper",
              uniform_margin: bool = False, stats_reduction: str = "exact",
              p: float | None = None, temperature: float | None = None,
              axis_name: str | None = None, where: ArrayLike | None = None
@@ -235,7 +236,7 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
   share = class_sums.num_devices(axis_name) / num_valid
   loss = share * (ce_sum + lam * rep_sum)
   if not checks.is_concrete(lam):  # a traced λ < 0 (checked in `mr2_terms`): NaN, never used
-    loss = jnp.where(lam >= 0, loss, jnp.nan)
+    loss = jnp.where(jnp.asarray(lam) >= 0, loss, jnp.nan)
   aux.update(
       margin_ce=jax.lax.stop_gradient(
           _global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name) / num_valid),

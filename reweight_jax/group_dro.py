@@ -181,7 +181,7 @@ def group_dro_adjustment(class_counts: ArrayLike, c: float) -> jax.Array:
 
 
 def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *,
-                   eta: float = 0.01, adjustment: ArrayLike | None = None, normalize: bool = False,
+                   eta: ArrayLike = 0.01, adjustment: ArrayLike | None = None, normalize: bool = False,
                    axis_name: str | None = None, where: ArrayLike | None = None
                    ) -> tuple[jax.Array, jax.Array, GroupDROAux]:
   """One Group DRO step with classes as groups; returns `(loss, new_q, aux)`.

@@ -140,7 +140,7 @@ def closed_form_weights(class_losses: jax.Array, present: jax.Array, prior: jax.
   solution = (target * safe_losses + alpha * prior) / (jnp.square(safe_losses) + alpha + eps)
   weights = jnp.where(present, solution, prior)
   if not is_concrete(alpha):  # a traced α < 0: NaN weights, never a silently negative strength
-    weights = jnp.where(alpha >= 0, weights, jnp.nan)
+    weights = jnp.where(jnp.asarray(alpha) >= 0, weights, jnp.nan)
   return weights
 
 

@@ -64,16 +64,16 @@ class ReweightAux(NamedTuple):
   example_weights: jax.Array
 
 
-def _clip(weights: jax.Array, max_weight: float | None) -> jax.Array:
+def _clip(weights: jax.Array, max_weight: ArrayLike | None) -> jax.Array:
   if max_weight is not None and not is_concrete(max_weight):  # a traced clip ≤ 0: NaN weights
-    return jnp.where(max_weight > 0, jnp.clip(weights, 0, max_weight), jnp.nan)
+    return jnp.where(jnp.asarray(max_weight) > 0, jnp.clip(weights, 0, max_weight), jnp.nan)
   if max_weight is None:
     return jnp.maximum(weights, 0)
   return jnp.clip(weights, 0, max_weight)
 
 
 def check_reweight_arguments(state: ReweightState, prior: ArrayLike, alpha: ArrayLike,
-                             gamma: ArrayLike, max_weight: float | None, eps: float
+                             gamma: ArrayLike, max_weight: ArrayLike | None, eps: float
                              ) -> tuple[jax.Array, jax.Array]:
   """The checks every inverse-reweighted loss makes on its state and hyper-parameters; returns
   (the state's batch counts B [K], the prior [K])."""
@@ -108,7 +108,7 @@ class SlotClassWeights(NamedTuple):
 
 def slot_class_weights(slot_losses: jax.Array, slot_present: jax.Array,
                        slots: class_sums.ClassSlots, state: ReweightState, prior: jax.Array, *,
-                       alpha: ArrayLike, gamma: ArrayLike, max_weight: float | None, macro: bool,
+                       alpha: ArrayLike, gamma: ArrayLike, max_weight: ArrayLike | None, macro: bool,
                        stop_gradient: bool, refresh_macro: ArrayLike, eps: float
                        ) -> SlotClassWeights:
   """Steps 1, 2 and 4 of a reweighted step from the batch's per-class losses L_c (in slots):
@@ -153,7 +153,7 @@ def inverse_reweighted_loss(
     alpha: ArrayLike,
     prior: ArrayLike,
     gamma: ArrayLike,
-    max_weight: float | None = 10.0,
+    max_weight: ArrayLike | None = 10.0,
     macro: bool = True,
     stop_gradient: bool = False,
     refresh_macro: ArrayLike = True,

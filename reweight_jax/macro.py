@@ -20,7 +20,7 @@ def macro_factor_unchecked(batch_counts: jax.Array, gamma: ArrayLike) -> jax.Arr
   """β_c = max(B_c, 1)^(−γ) / mean_k max(B_k, 1)^(−γ) without argument checks (traced callers)."""
   beta = mean_normalize(jnp.power(jnp.maximum(batch_counts, 1.0), -jnp.asarray(gamma)))
   if not is_concrete(gamma):  # a traced γ < 0: NaN, never β that favours the head classes
-    beta = jnp.where(gamma >= 0, beta, jnp.nan)
+    beta = jnp.where(jnp.asarray(gamma) >= 0, beta, jnp.nan)
   return beta
 
 

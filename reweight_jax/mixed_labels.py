@@ -86,7 +86,7 @@ def mixed_inverse_reweighted_loss(
     alpha: ArrayLike,
     prior: ArrayLike,
     gamma: ArrayLike,
-    max_weight: float | None = 10.0,
+    max_weight: ArrayLike | None = 10.0,
     macro: bool = True,
     stop_gradient: bool = False,
     refresh_macro: ArrayLike = True,
