@@ -14,11 +14,15 @@ largest difference over the nine runs between any two of the three). A behaviour
 smallest kind tried, the learning rate 1 % lower (`config.learning_rate *= 0.99`, recorded the same
 way), moves every run's logged losses by at least 9.1e-4 relative and its per-class training losses
 by at least 5.2e-4 relative (ETF-DR + reweighting, the least sensitive run; the others 2e-3 to 3e-2).
-The tolerances sit between: 200 and 330 times the measured spread, for CPUs that differ more than
-these three code generations (over the 40-step runs of `--against`, the CI machine's records and
-this machine's differed 4 times more than the three code generations in the losses), and 5 to 18
-times below the 1 % learning-rate change. Test accuracy did not move in any comparison; it may by
-one test image per class (the digits test set has 58 to 61 images per class, 599 in all).
+The tolerances sit between. The per-step losses are the sharp check: 200 times the measured
+spread and 18 times below the 1 % learning-rate change; over the 40-step runs of `--against`, the
+CI machine's records and this machine's differed 4 times more in the losses than the three code
+generations did. The per-class training losses of the final evaluation vary more between real CPUs
+(there, about 700 times more in one class of the mixup run: 6.9e-4 absolute), so their tolerance is
+3,300 times the measured spread and covers that; a 1 % learning-rate change still exceeds it in
+every run but ETF-DR + reweighting, whose losses it moves by 9.1e-4. Test accuracy did not move in
+any comparison; it may by one test image per class (the digits test set has 58 to 61 images per
+class, 599 in all).
 Regenerate the records (`python -m tests.harness_runs --short --out tests/fixtures/harness_runs`)
 only for an intended change of behaviour, and say so in the commit.
 """
@@ -36,7 +40,7 @@ pytestmark = pytest.mark.harness
 MEASURED = {"losses_rtol": 2.5e-07, "train_class_loss_rtol": 3.0e-07, "accuracy_abs": 0.0}
 # Tolerances (see the module docstring).
 LOSS_RTOL = 5e-5               # each step's training loss, relative
-CLASS_LOSS_RTOL = 1e-4         # each class's final training loss L_c, relative
+CLASS_LOSS_RTOL = 1e-3         # each class's final training loss L_c, relative
 CLASS_ACCURACY_ABS = 1 / 57    # a class's test accuracy: one image (≥ 58 per class)
 OVERALL_ACCURACY_ABS = 2 / 599  # overall test accuracy: two images
 
@@ -48,7 +52,7 @@ def records(tmp_path_factory):
 
 def test_tolerances_cover_what_was_measured_across_code_generations():
   assert LOSS_RTOL >= 100 * MEASURED["losses_rtol"]
-  assert CLASS_LOSS_RTOL >= 100 * MEASURED["train_class_loss_rtol"]
+  assert CLASS_LOSS_RTOL >= 1000 * MEASURED["train_class_loss_rtol"]
   assert min(CLASS_ACCURACY_ABS, OVERALL_ACCURACY_ABS) >= MEASURED["accuracy_abs"]
 
 
