@@ -25,6 +25,7 @@ from mr2_reweight_core import class_sums
 from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_floating
+from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_where
@@ -89,7 +90,7 @@ def init_lff_state(num_examples: int) -> LfFState:
                   jnp.zeros((num_examples,), bool))
 
 
-def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: float = 0.7,
+def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: ArrayLike = 0.7,
              where: ArrayLike | None = None) -> jax.Array:
   """Generalized cross-entropy as LfF codes it, per example [B].
 
@@ -126,11 +127,13 @@ def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: float = 0.7,
     >>> print(np.asarray(reweight_jax.gce_loss(logits, labels, q=0.7), float).round(4))
     [0.1056 0.2958 0.0622 0.2348]
   """
-  if not 0 < q <= 1:
-    raise ValueError(f"q: expected an exponent in (0, 1], got {q}.")
+  q, q_ok = check_hyperparameter(q, "q", 0.0, 1.0, low_closed=False, high_closed=True,
+                                 what="an exponent")
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
   log_prob = _label_log_prob(logits, labels, in_range)
-  weight = q * jnp.exp(q * jax.lax.stop_gradient(log_prob))
+  weight = jnp.multiply(q, jnp.exp(jnp.multiply(q, jax.lax.stop_gradient(log_prob))))
+  if q_ok is not True:  # a traced q outside (0, 1]: NaN, never used silently
+    weight = jnp.where(q_ok, weight, jnp.nan)
   return _finish(weight * -log_prob, labels, in_range, where, None, logits.shape[1])
 
 
@@ -174,7 +177,8 @@ def _check_indices(indices: ArrayLike, num_examples: int, where: jax.Array,
 
 
 def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
-                   loss_debiased: ArrayLike, *, alpha: float = 0.7, where: ArrayLike | None = None,
+                   loss_debiased: ArrayLike, *, alpha: ArrayLike = 0.7,
+                   where: ArrayLike | None = None,
                    axis_name: str | None = None) -> LfFState:
   """The loss EMAs after one (global) batch, at the batch's dataset positions.
 
@@ -226,8 +230,8 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
     >>> print(state.ema_biased, state.ema_debiased, state.seen)
     [0.  0.5 0.  2. ] [0.  1.  0.  0.5] [False  True False  True]
   """
-  if not 0 <= alpha <= 1:
-    raise ValueError(f"alpha: expected an EMA decay in [0, 1], got {alpha}.")
+  alpha, alpha_ok = check_hyperparameter(alpha, "alpha", 0.0, 1.0, high_closed=True,
+                                         what="an EMA decay")
   num_examples = _check_state(state)
   loss_biased = check_floating(loss_biased, 1, "loss_biased")
   loss_debiased = check_floating(loss_debiased, 1, "loss_debiased")
@@ -250,6 +254,8 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
   read = jnp.minimum(targets, num_examples - 1)
   old = jnp.stack([state.ema_biased, state.ema_debiased]).astype(jnp.float32)[:, read]
   new = jnp.where(state.seen[read], alpha * old + (1 - alpha) * losses, losses)
+  if alpha_ok is not True:  # a traced α outside [0, 1]: NaN EMAs, never a silent update
+    new = jnp.where(alpha_ok, new, jnp.nan)
   ema_biased = state.ema_biased.at[targets].set(new[0].astype(state.ema_biased.dtype), mode="drop")
   ema_debiased = state.ema_debiased.at[targets].set(new[1].astype(state.ema_debiased.dtype),
                                                     mode="drop")

@@ -80,8 +80,8 @@ def stack_views(views: ArrayLike, labels: ArrayLike, where: ArrayLike | None = N
   return projections, view_major(jnp.broadcast_to(labels, (num_views, batch))), where
 
 
-def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: float = 0.1,
-                base_temperature: float = 0.07, where: ArrayLike | None = None,
+def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: ArrayLike = 0.1,
+                base_temperature: ArrayLike = 0.07, where: ArrayLike | None = None,
                 axis_name: str | None = None, num_classes: int | None = None
                 ) -> tuple[jax.Array, SupConAux]:
   """SupCon loss of a batch of views; returns `(loss, aux)`.
@@ -155,10 +155,10 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: float
   projections = checks.check_floating(projections, 2, "projections")
   if jnp.finfo(projections.dtype).bits < 32:
     projections = projections.astype(jnp.float32)
-  if not temperature > 0:
-    raise ValueError(f"temperature: expected τ > 0, got {temperature}.")
-  if not base_temperature > 0:
-    raise ValueError(f"base_temperature: expected τ_b > 0, got {base_temperature}.")
+  temperature, temperature_ok = checks.check_hyperparameter(
+      temperature, "temperature", 0.0, low_closed=False, what="a temperature τ")
+  base_temperature, base_ok = checks.check_hyperparameter(
+      base_temperature, "base_temperature", 0.0, low_closed=False, what="a temperature τ_b")
   if num_classes is None:
     num_classes = int(jnp.iinfo(jnp.int32).max)
   labels = jnp.asarray(labels)
@@ -196,4 +196,6 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: float
     num_anchors = jax.lax.psum(num_anchors, axis_name)
   loss = class_sums.num_devices(axis_name) * jnp.sum(per_anchor) / jnp.maximum(
       num_anchors, 1).astype(per_anchor.dtype)
+  if temperature_ok is not True or base_ok is not True:  # a traced τ or τ_b ≤ 0: NaN, never used
+    loss = jnp.where(jnp.logical_and(temperature_ok, base_ok), loss, jnp.nan)
   return loss, SupConAux(per_anchor, num_positives, num_anchors)

@@ -3,7 +3,8 @@ works as a `jit` argument and under `jax.vmap` over a vector of values (a sweep 
 equal to the eager calls; eagerly a bad value is a ValueError naming the argument; traced, it is a
 `checkify` error naming it inside `traced_checks()`, and a NaN result outside it (never used
 silently). One case per argument: MR2's `decay`, `c_bar` and `lam`; the reweighting's `alpha`,
-`gamma` and `max_weight`; Group DRO's `eta`."""
+`gamma` and `max_weight`; Group DRO's `eta`; SupCon's `temperature` and `base_temperature`; LfF's
+`q` and `alpha`."""
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +72,28 @@ def _group_dro(value):
   return jnp.concatenate([loss[None], q])
 
 
+def _supcon(name):
+  projections = FEATURES / np.linalg.norm(FEATURES, axis=1, keepdims=True)
+
+  def loss(value):
+    kwargs = dict(temperature=0.1, base_temperature=0.07)
+    kwargs[name] = value
+    return reweight_jax.supcon_loss(projections, LABELS, **kwargs)[0]
+  return loss
+
+
+def _gce(value):
+  return reweight_jax.gce_loss(LOGITS, LABELS, q=value)
+
+
+def _lff_ema(value):
+  state = reweight_jax.init_lff_state(12)
+  for scale in (1.0, 2.0):  # the second update blends with the first by α
+    state = reweight_jax.lff_update_ema(state, jnp.arange(12), PER_EXAMPLE * scale,
+                                        PER_EXAMPLE / scale, alpha=value)
+  return jnp.concatenate([state.ema_biased, state.ema_debiased])
+
+
 # (name, function of the value, valid values, an invalid value)
 CASES = [
     ("decay", _update, [0.0, 0.5, 0.9, 0.999], 1.0),
@@ -82,6 +105,10 @@ CASES = [
     ("gamma", _reweighted("gamma"), [0.0, 1.0, 2.0], -1.0),
     ("max_weight", _clipped, [1.5, 2.0, 10.0], 0.0),
     ("eta", _group_dro, [0.0, 0.5, 2.0], -0.5),
+    ("temperature", _supcon("temperature"), [0.05, 0.1, 0.5], 0.0),
+    ("base_temperature", _supcon("base_temperature"), [0.05, 0.07, 0.5], -0.1),
+    ("q", _gce, [0.1, 0.7, 1.0], 1.5),
+    ("alpha", _lff_ema, [0.0, 0.7, 1.0], 1.5),
 ]
 IDS = [f"{name}-{fn.__qualname__.split('.')[0]}" for name, fn, _, _ in CASES]
 
