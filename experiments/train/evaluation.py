@@ -71,11 +71,9 @@ def evaluate_split(runner, state, split, batch_size: int, num_classes: int, *,
 
 def test_accuracy(sums: steps.EvalSums) -> tuple[float, list[float]]:
   """(overall accuracy, per-class accuracy [K] as a list, NaN for a class without examples) of a
-  pass over a split (the periodic test pass, `config.test_every_epochs`)."""
-  counts = np.asarray(sums.counts, np.float64)
-  correct = np.asarray(sums.correct, np.float64)
-  per_class = np.where(counts > 0, correct / np.maximum(counts, 1), np.nan)
-  return float(correct.sum() / max(counts.sum(), 1)), per_class.tolist()
+  pass over a split: what the final summary reports (`summarize`) and the periodic test pass
+  (`config.test_every_epochs`) logs."""
+  return float(sums.correct.sum() / sums.counts.sum()), sums.class_accuracy().tolist()
 
 
 def training_class_loss(sums: steps.EvalSums) -> tuple[list[float], float]:
@@ -118,9 +116,10 @@ def shot_accuracy(class_accuracy, shot_groups) -> dict[str, float | None]:
 def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str, Any]:
   """Overall / per-class / Many-Medium-Few / Easy-Medium-Hard test accuracy (fractions)."""
   accuracy = test.class_accuracy()
+  overall, per_class = test_accuracy(test)
   summary = {
-      "overall_accuracy": float(test.correct.sum() / test.counts.sum()),
-      "per_class_accuracy": accuracy.tolist(),
+      "overall_accuracy": overall,
+      "per_class_accuracy": per_class,
       "worst_class_accuracy": mr2_jax.worst_class_accuracy(accuracy),
       "class_accuracy_std": mr2_jax.class_accuracy_std(accuracy),
       "train_class_counts": train.class_counts.tolist(),
