@@ -9,6 +9,7 @@ classes absent from the batch keep their values. Computed without gradient.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING
 
@@ -38,10 +39,14 @@ class ClassStats:
     sq_mean_norm: float32 [K], A_k, EMA of ‖μ_k‖_p² (squared L_p norm of the class feature mean).
     mean_sq_deviation: float32 [K], V_k, EMA of mean ‖φ − μ_k‖_p² (trace of the class covariance, p = 2).
     seen: bool [K], whether class k has been seen since initialisation.
+    skipped_rows: int32 scalar, the real rows (inside `where`) left out of the statistics since
+      initialisation: a label outside [0, K) or a non-finite feature (docs: "Failure modes").
+      0 when not given (statistics built before the field existed).
   """
   sq_mean_norm: jax.Array
   mean_sq_deviation: jax.Array
   seen: jax.Array
+  skipped_rows: jax.Array = dataclasses.field(default_factory=lambda: jnp.zeros((), jnp.int32))
 
   @property
   def num_classes(self) -> int:
@@ -67,7 +72,7 @@ def init_class_stats(num_classes: int) -> ClassStats:
     num_classes: K, a positive Python int.
 
   Returns:
-    `ClassStats` with float32 [K] zeros and ``seen`` bool [K] False.
+    `ClassStats` with float32 [K] zeros, ``seen`` bool [K] False and ``skipped_rows`` 0.
 
   Raises:
     TypeError: `num_classes` is not an int.
@@ -85,7 +90,8 @@ def init_class_stats(num_classes: int) -> ClassStats:
   # Separate buffers, so that a train state holding them can be donated to a jitted step.
   return ClassStats(sq_mean_norm=jnp.zeros((num_classes,), jnp.float32),
                     mean_sq_deviation=jnp.zeros((num_classes,), jnp.float32),
-                    seen=jnp.zeros((num_classes,), bool))
+                    seen=jnp.zeros((num_classes,), bool),
+                    skipped_rows=jnp.zeros((), jnp.int32))
 
 
 def abs_pow(x: ArrayLike, p: float) -> jax.Array:
@@ -157,7 +163,8 @@ def lp_sq_norm(x: ArrayLike, p: float, where: ArrayLike | None = None) -> jax.Ar
 
 def check_stats_inputs(features: ArrayLike, labels: ArrayLike, num_classes: int,
                        where: ArrayLike | None) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels, valid).
+  """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels,
+  valid), `valid` the rows inside `where` whose label lies in [0, K).
 
   Features narrower than float32 (bfloat16, float16) are returned as float32: the class statistics'
   sums and the representation margin accumulate in float32 (a bf16 sum of n rows is off by ~n·2⁻⁸
@@ -357,7 +364,9 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
       the result equals one device seeing the global batch (typed replicated under `shard_map`'s
       `check_vma=True`: return it with `out_specs=P()`). Without it, `jax.jit` over features laid
       out with `NamedSharding` gives the same statistics, replicated.
-    where: optional bool [B]; False rows (padding) are ignored.
+    where: optional bool [B]; False rows (padding) are ignored. A row inside `where` with a label
+      outside [0, K) (possible only traced) or a non-finite feature is left out of every statistic
+      and counted in `skipped_rows`: the statistics equal those of the other rows alone.
     reduction: with `axis_name`, 'exact' (default) reduces per-class feature sums, min(K, B_global)·d
       floats per step, twice (each class's reference row, then the sums of rows shifted by it; see
       `batch_class_moments`), and equals one device on the global batch. 'per_device' computes a_k
@@ -400,8 +409,13 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
     raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
   if reduction not in REDUCTIONS:
     raise ValueError(f"reduction: expected one of {REDUCTIONS}, got {reduction!r}.")
-  features, labels, valid = check_stats_inputs(features, labels, stats.num_classes, where)
+  features, labels, in_range = check_stats_inputs(features, labels, stats.num_classes, where)
+  real = checks.check_where(where, labels.shape[0])
   features = jax.lax.stop_gradient(features)
+  valid = in_range & checks.check_finite_rows(features, real, "features")
+  # A bad row is zeroed as well as masked: the sums below multiply masked rows by 0 in places, and
+  # 0 · NaN would still be NaN.
+  features = jnp.where(valid[:, None], features, 0.0)
   if reduction == "per_device" and axis_name is not None:
     slots, batch_a, batch_v = _per_device_moments(features, labels, valid, stats.num_classes, p,
                                                   axis_name)
@@ -422,4 +436,5 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
   return ClassStats(
       sq_mean_norm=ema(stats.sq_mean_norm, batch_a),
       mean_sq_deviation=ema(stats.mean_sq_deviation, batch_v),
-      seen=class_sums.scatter_to_classes(stats.seen, present, slots, present))
+      seen=class_sums.scatter_to_classes(stats.seen, present, slots, present),
+      skipped_rows=stats.skipped_rows + checks.count_skipped(real, valid, axis_name))

@@ -98,7 +98,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
   if stats.num_classes != num_classes:
     raise ValueError(
         f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")
-  features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
+  features, labels, _ = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
   checks.check_batch_dim(logits, labels.shape[0], "logits")
 
   if not p >= 1:
@@ -113,7 +113,8 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
     # which saves the min(K, B_global)·d all-reduce (XLA merges the two identical gathers). The
     # result is the single-device computation on the global batch, the same on every device (typed
     # so under shard_map's check_vma: `replicated_batch`).
-    gathered, _ = class_sums.replicated_batch(axis_name, features, labels, valid)
+    real = checks.check_where(where, labels.shape[0])
+    gathered, _ = class_sums.replicated_batch(axis_name, features, labels, real)
     new_stats = class_stats_lib.update_class_stats(
         stats, gathered[0], gathered[1], decay=decay, p=p, where=gathered[2])
   else:
@@ -186,7 +187,10 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
     p: norm order of the statistics (default 2 for 'paper', 5 for 'released').
     temperature: τ (default 1 for 'paper', 10·d for 'released').
     axis_name: data-parallel axis name, or None.
-    where: optional bool [B] mask of real (non-padding) examples.
+    where: optional bool [B] mask of real (non-padding) examples. A real row with a label outside
+      [0, K) (possible only traced) or a non-finite logit or feature makes the loss and its
+      gradient NaN; the statistics leave it out and count it in `new_stats.skipped_rows`
+      (docs: "Failure modes").
 
   Returns:
     (loss, new_stats, aux) with aux = {'gamma' [K], 's_bar', 'margin_ce', 'representation_margin'};
@@ -237,6 +241,11 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
   loss = share * (ce_sum + lam * rep_sum)
   if not checks.is_concrete(lam):  # a traced λ < 0 (checked in `mr2_terms`): NaN, never used
     loss = jnp.where(jnp.asarray(lam) >= 0, loss, jnp.nan)
+  # A real row with a label outside [0, K) or a non-finite logit or feature: the loss and its
+  # gradient are NaN (the statistics left the row out and counted it).
+  clean = ((labels >= 0) & (labels < num_classes) & checks.finite_rows(logits)
+           & checks.finite_rows(features))
+  loss = checks.poison_unless(loss, jnp.all(clean | (mask == 0)))
   aux.update(
       margin_ce=jax.lax.stop_gradient(
           _global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name) / num_valid),

@@ -110,6 +110,50 @@ def check_labels(labels: ArrayLike, num_classes: int, name: str = "labels") -> j
   return (labels >= 0) & (labels < num_classes)
 
 
+def finite_rows(x: jax.Array) -> jax.Array:
+  """bool [B]: the rows of `x` [B, ...] whose every entry is finite (no NaN, no ±inf)."""
+  x = jnp.asarray(x)
+  return jnp.all(jnp.isfinite(x).reshape(x.shape[0], -1), axis=1)
+
+
+def check_finite_rows(x: jax.Array, real: jax.Array, name: str) -> jax.Array:
+  """bool [B]: `finite_rows(x)`, the rows a function that carries state may use.
+
+  The bad-row policy of both libraries (docs: "Failure modes"): a real row (inside `where`) with a
+  non-finite value in an input that a carried state reads is left out of that state and counted in
+  its `skipped_rows`; the loss of the batch is NaN. Nothing raises, eagerly or traced (a NaN is a
+  value, not a shape); inside `traced_checks()` a traced call also emits a
+  `checkify.check(..., debug=True)` naming `name` and the number of such rows.
+  """
+  finite = finite_rows(x)
+  if not is_concrete(x) and traced_checks_enabled():
+    checkify.check(jnp.all(finite | ~real),
+                   f"{name}: {{bad}} real rows hold a non-finite value (NaN or ±inf); they are left "
+                   f"out of the carried state and counted in its skipped_rows.",
+                   bad=jnp.sum(real & ~finite), debug=True)
+  return finite
+
+
+def count_skipped(real: jax.Array, kept: jax.Array, axis_name: str | None = None) -> jax.Array:
+  """int32 scalar: the real rows (inside `where`) of the global batch that a state leaves out (an
+  out-of-range label or a non-finite value), summed over `axis_name` (the same on every device)."""
+  skipped = jnp.sum(real & ~kept, dtype=jnp.int32)
+  if axis_name is not None:
+    skipped = jax.lax.psum(skipped, axis_name)
+  return skipped
+
+
+def poison_unless(value: jax.Array, ok: jax.Array) -> jax.Array:
+  """`value` where `ok`, NaN otherwise, and so is its gradient: `value · (1 if ok else NaN)`.
+
+  The loss of a batch with a bad real row (see `check_finite_rows`): NaN, with a NaN gradient, so
+  that `optax.apply_if_finite` (or the user's own check) skips the step; `jnp.where(ok, value,
+  nan)` would give a zero gradient that an optimiser with momentum or weight decay still applies.
+  For `ok` True the value and its gradient are unchanged bit for bit (a product with 1).
+  """
+  return value * jnp.where(ok, 1.0, jnp.nan).astype(value.dtype)
+
+
 def check_floating(x: ArrayLike, rank: int, name: str) -> jax.Array:
   """Checks that `x` is a floating-point array of the given rank; returns it as a jax array."""
   x = jnp.asarray(x)

@@ -269,8 +269,9 @@ def fairdro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *
     where: optional bool [B]; False marks padding, which counts nowhere.
 
   Returns:
-    (loss, ClassWeightedAux(class_losses g [K], present [K])); an out-of-range label of a real row
-    makes the loss NaN.
+    (loss, ClassWeightedAux(class_losses g [K], present [K], skipped_rows)); a real row with an
+    out-of-range label or a non-finite loss is left out of g_c (counted in `aux.skipped_rows`) and
+    makes the loss and its gradient NaN.
 
   Raises:
     ValueError: losses not [B] like the labels, q not rank 1, a `where` of another shape, or

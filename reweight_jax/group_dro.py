@@ -18,24 +18,32 @@ from jax.typing import ArrayLike
 from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
 from mr2_reweight_core.checks import check_class_vector
+from mr2_reweight_core.checks import check_finite_rows
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import count_skipped
+from mr2_reweight_core.checks import poison_unless
 from reweight_jax.inverse_weights import slot_class_losses
 
 
 class GroupDROAux(NamedTuple):
-  """class_losses [K]: g_c of this (global) batch (0 if absent); present bool [K]; q [K] updated."""
+  """class_losses [K]: g_c of this (global) batch (0 if absent); present bool [K]; q [K] updated;
+  skipped_rows: int32 scalar, the real rows of the (global) batch left out of g_c and of the update
+  of q (a label outside [0, K) or a non-finite loss; docs: "Failure modes")."""
   class_losses: jax.Array
   present: jax.Array
   q: jax.Array
+  skipped_rows: jax.Array
 
 
 class ClassWeightedAux(NamedTuple):
-  """class_losses [K]: g_c of this (global) batch (0 if absent); present bool [K]."""
+  """class_losses [K]: g_c of this (global) batch (0 if absent); present bool [K]; skipped_rows:
+  int32 scalar, the real rows left out of g_c (a label outside [0, K) or a non-finite loss)."""
   class_losses: jax.Array
   present: jax.Array
+  skipped_rows: jax.Array
 
 
 class _BatchClasses(NamedTuple):
@@ -43,10 +51,11 @@ class _BatchClasses(NamedTuple):
   per_example_loss: jax.Array  # [B], promoted to at least float32
   real: jax.Array  # bool [B], not padding
   in_range: jax.Array  # bool [B], label in [0, K)
-  valid: jax.Array  # real & in_range
+  valid: jax.Array  # real & in_range & finite loss
   slots: class_sums.ClassSlots
   class_losses: jax.Array  # [K] g_c, 0 if absent
   present: jax.Array  # bool [K]
+  skipped_rows: jax.Array  # int32 scalar: real rows that are not valid, over the global batch
 
 
 def _batch_classes(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: int, *,
@@ -58,20 +67,21 @@ def _batch_classes(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: 
   dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
   per_example_loss = per_example_loss.astype(dtype)
   real = check_where(where, labels.shape[0])
-  valid = real & in_range
+  valid = real & in_range & check_finite_rows(per_example_loss, real, "per_example_loss")
   slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
   slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots, axis_name=axis_name)
   class_losses = class_sums.scatter_to_classes(jnp.zeros((num_classes,), dtype), slot_losses, slots,
                                                slot_present)
   present = class_sums.scatter_to_classes(jnp.zeros((num_classes,), bool), slot_present, slots,
                                           slot_present)
-  return _BatchClasses(per_example_loss, real, in_range, valid, slots, class_losses, present)
+  return _BatchClasses(per_example_loss, real, in_range, valid, slots, class_losses, present,
+                       count_skipped(real, valid, axis_name))
 
 
 def _weighted_share(q: jax.Array, batch: _BatchClasses, axis_name: str | None) -> jax.Array:
   """This device's share of Σ_c q_c g_c with q constant:
-  N_devices · Σ_{local i} q_{y_i} ℓ_i / n_{y_i} (n global); NaN if a real row has an out-of-range
-  label."""
+  N_devices · Σ_{local i} q_{y_i} ℓ_i / n_{y_i} (n global); it and its gradient are NaN if a real
+  row has an out-of-range label or a non-finite loss."""
   dtype = batch.per_example_loss.dtype
   slot_weights = class_sums.gather_from_classes(
       jax.lax.stop_gradient(q).astype(dtype), batch.slots) / jnp.maximum(
@@ -79,7 +89,7 @@ def _weighted_share(q: jax.Array, batch: _BatchClasses, axis_name: str | None) -
   example_weights = jnp.where(batch.valid, class_sums.at_rows(slot_weights, batch.slots), 0.0)
   loss = class_sums.num_devices(axis_name) * jnp.sum(
       example_weights * jnp.where(batch.valid, batch.per_example_loss, 0.0))
-  return jnp.where(jnp.all(batch.in_range | ~batch.real), loss, jnp.nan)
+  return poison_unless(loss, jnp.all(batch.valid | ~batch.real))
 
 
 def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *,
@@ -112,7 +122,8 @@ def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: Array
     where: optional bool [B]; False marks padding, which counts nowhere.
 
   Returns:
-    (loss, ClassWeightedAux); an out-of-range label of a real row makes the loss NaN.
+    (loss, ClassWeightedAux); a real row with an out-of-range label or a non-finite loss is left
+    out of g_c (counted in `aux.skipped_rows`) and makes the loss and its gradient NaN.
 
   Raises:
     ValueError: losses not [B] like the labels, q not rank 1, a `where` of another shape, or
@@ -131,7 +142,7 @@ def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: Array
   q = check_floating(q, 1, "q")
   batch = _batch_classes(per_example_loss, labels, q.shape[0], axis_name=axis_name, where=where)
   loss = _weighted_share(q, batch, axis_name)
-  return loss, ClassWeightedAux(batch.class_losses, batch.present)
+  return loss, ClassWeightedAux(batch.class_losses, batch.present, batch.skipped_rows)
 
 
 def init_group_dro_q(num_classes: int) -> jax.Array:
@@ -221,7 +232,9 @@ def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike,
     where: optional bool [B]; False marks padding, which counts nowhere.
 
   Returns:
-    (loss, new_q, GroupDROAux); an out-of-range label of a real row makes the loss NaN.
+    (loss, new_q, GroupDROAux); a real row with an out-of-range label or a non-finite loss is
+    left out of g_c and of the update of q (counted in `aux.skipped_rows`) and makes the loss and
+    its gradient NaN.
 
   Raises:
     ValueError: η < 0, an `adjustment` that is not [K], losses not [B] like the labels, or (eagerly)
@@ -254,4 +267,4 @@ def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike,
     new_q = jnp.where(eta_ok, new_q, jnp.nan)
   loss = _weighted_share(new_q, batch, axis_name)
   new_q = new_q.astype(q.dtype)
-  return loss, new_q, GroupDROAux(class_losses, batch.present, new_q)
+  return loss, new_q, GroupDROAux(class_losses, batch.present, new_q, batch.skipped_rows)

@@ -24,13 +24,17 @@ from jax.typing import ArrayLike
 from mr2_reweight_core import class_sums
 from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_finite_rows
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import count_skipped
+from mr2_reweight_core.checks import finite_rows
 from mr2_reweight_core.checks import index_labels
 from mr2_reweight_core.checks import is_concrete
+from mr2_reweight_core.checks import poison_unless
 from mr2_reweight_core.checks import take_class_values
 from mr2_reweight_core.checks import traced_checks_enabled
 from mr2_reweight_core.cross_entropy import check_logits_and_labels as _check_logits_and_labels
@@ -46,10 +50,13 @@ class LfFState(NamedTuple):
     ema_biased: float32 [N], e_B (0 where unvisited).
     ema_debiased: float32 [N], e_D (0 where unvisited).
     seen: bool [N], whether example i has been visited (its first visit sets e ← ℓ).
+    skipped_rows: int32 scalar, the real rows (inside `where`) that wrote nothing: an index outside
+      [0, N) or a non-finite loss (docs: "Failure modes").
   """
   ema_biased: jax.Array
   ema_debiased: jax.Array
   seen: jax.Array
+  skipped_rows: jax.Array = np.int32(0)  # 0 when not given (built before the field existed)
 
 
 class LfFAux(NamedTuple):
@@ -70,7 +77,7 @@ def init_lff_state(num_examples: int) -> LfFState:
     num_examples: N, a positive Python int.
 
   Returns:
-    `LfFState` with float32 [N] zeros and ``seen`` bool [N] False.
+    `LfFState` with float32 [N] zeros, ``seen`` bool [N] False and ``skipped_rows`` 0.
 
   Raises:
     TypeError: `num_examples` is not an int.
@@ -87,7 +94,7 @@ def init_lff_state(num_examples: int) -> LfFState:
   if num_examples < 1:
     raise ValueError(f"num_examples: expected a positive training-set size, got {num_examples}.")
   return LfFState(jnp.zeros((num_examples,), jnp.float32), jnp.zeros((num_examples,), jnp.float32),
-                  jnp.zeros((num_examples,), bool))
+                  jnp.zeros((num_examples,), bool), jnp.zeros((), jnp.int32))
 
 
 def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: ArrayLike = 0.7,
@@ -211,7 +218,8 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
 
   Returns:
     The new `LfFState`. A real row with an out-of-range index raises eagerly; under `jit` it writes
-    nothing (never a clipped position) and `lff_weights` / `lff_loss` give it NaN.
+    nothing (never a clipped position) and `lff_weights` / `lff_loss` give it NaN. A real row with a
+    non-finite loss writes nothing either; both are counted in `skipped_rows`.
 
   Raises:
     ValueError: α outside [0, 1], a state whose fields differ in shape, losses or indices not [B],
@@ -239,7 +247,9 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
   real = check_where(where, loss_biased.shape[0])
   indices = jnp.asarray(indices)
   in_range = _check_indices(indices, num_examples, real, "loss_biased")
-  writes = real & in_range
+  writes = (real & in_range & check_finite_rows(loss_biased, real, "loss_biased")
+            & check_finite_rows(loss_debiased, real, "loss_debiased"))
+  skipped = count_skipped(real, writes, axis_name)
   positions = jnp.where(writes, indices, num_examples).astype(jnp.int32)
   # The global batch's positions and losses on every device (also when the batch is laid out over
   # Explicit mesh axes without `axis_name`): the update reads and writes the N-sized state there.
@@ -260,7 +270,7 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
   ema_debiased = state.ema_debiased.at[targets].set(new[1].astype(state.ema_debiased.dtype),
                                                     mode="drop")
   seen = state.seen.at[targets].set(True, mode="drop")
-  return LfFState(ema_biased, ema_debiased, seen)
+  return LfFState(ema_biased, ema_debiased, seen, state.skipped_rows + skipped)
 
 
 def lff_weights(state: LfFState, indices: ArrayLike, labels: ArrayLike, dataset_labels: ArrayLike,
@@ -412,10 +422,13 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
   ce_biased = cross_entropy_loss(logits_biased, labels, where=where)
   ce_debiased = cross_entropy_loss(logits_debiased, labels, where=where)
   gce_biased = gce_loss(logits_biased, labels, q=q, where=where)
-  # Rows with a bad label or index write nothing (their loss is NaN below).
-  new_state = lff_update_ema(state, indices, jax.lax.stop_gradient(ce_biased),
-                             jax.lax.stop_gradient(ce_debiased), alpha=alpha,
-                             where=real & label_ok & index_ok, axis_name=axis_name)
+  # Rows with a bad label (NaN cross-entropies), index or logit write nothing and are counted in
+  # the state's `skipped_rows`; the loss and its gradient are NaN below.
+  finite_logits = finite_rows(logits_biased) & finite_rows(logits_debiased)
+  written = jax.lax.stop_gradient(
+      jnp.where(finite_logits, jnp.stack([ce_biased, ce_debiased]), jnp.nan))
+  new_state = lff_update_ema(state, indices, written[0], written[1], alpha=alpha, where=real,
+                             axis_name=axis_name)
   weights = jax.lax.stop_gradient(lff_weights(
       new_state, jnp.where(real, indices, 0), index_labels(labels, real), dataset_labels,
       num_classes, where=real))
@@ -426,5 +439,7 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
   if axis_name is not None:
     count = jax.lax.psum(count, axis_name)
   loss = class_sums.num_devices(axis_name) * jnp.sum(per_example) / jnp.maximum(count, 1.0)
+  clean = label_ok & index_ok & finite_logits
+  loss = poison_unless(loss, jnp.all(clean | ~real))
   return loss, new_state, LfFAux(weights, ce_biased, ce_debiased, gce_biased)
 

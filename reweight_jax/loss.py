@@ -29,12 +29,15 @@ from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_finite_rows
 from mr2_reweight_core.checks import check_class_vector
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import is_concrete
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import count_skipped
+from mr2_reweight_core.checks import poison_unless
 from reweight_jax.inverse_weights import check_alpha
 from reweight_jax.inverse_weights import closed_form_weights
 from reweight_jax.inverse_weights import mean_class_loss
@@ -83,6 +86,10 @@ def check_reweight_arguments(state: ReweightState, prior: ArrayLike, alpha: Arra
   batch_counts = check_floating(state.batch_counts, 1, "state.batch_counts")
   num_classes = batch_counts.shape[0]
   check_class_vector(state.beta, num_classes, "state.beta")
+  skipped = jnp.asarray(state.skipped_rows)
+  if skipped.shape != () or not jnp.issubdtype(skipped.dtype, jnp.integer):
+    raise ValueError(f"state.skipped_rows: expected an integer scalar, got {skipped.dtype} of shape "
+                     f"{skipped.shape}.")
   prior = check_floating(prior, 1, "prior")
   if prior.shape[0] != num_classes:  # which one is wrong is not known here: both are named
     raise ValueError(f"state: built for {num_classes} classes (init_reweight_state({num_classes})), "
@@ -109,15 +116,15 @@ class SlotClassWeights(NamedTuple):
 def slot_class_weights(slot_losses: jax.Array, slot_present: jax.Array,
                        slots: class_sums.ClassSlots, state: ReweightState, prior: jax.Array, *,
                        alpha: ArrayLike, gamma: ArrayLike, max_weight: ArrayLike | None, macro: bool,
-                       stop_gradient: bool, refresh_macro: ArrayLike, eps: float
-                       ) -> SlotClassWeights:
+                       stop_gradient: bool, refresh_macro: ArrayLike, eps: float,
+                       skipped: jax.Array) -> SlotClassWeights:
   """Steps 1, 2 and 4 of a reweighted step from the batch's per-class losses L_c (in slots):
 
       β ← macro_factor(B, γ) if refresh_macro else the state's β     (counts before this batch)
       w* = closed-form Tikhonov weights of L_c (prior w⁰, α, ε)
       ŵ_c = clip(β_c·w*_c, 0, max_weight)     (β ≡ 1 when `macro` is False; constant under
                                                `stop_gradient`)
-      B_c += 1 for every present class
+      B_c += 1 for every present class;  skipped_rows += `skipped` (the batch's bad real rows)
 
   Shared by `inverse_reweighted_loss` and `mixed_inverse_reweighted_loss`, whose L_c differ (one
   label per row, or the class masses of mixed labels). `class_weights` [K] is ŵ for present classes
@@ -142,7 +149,8 @@ def slot_class_weights(slot_losses: jax.Array, slot_present: jax.Array,
   new_counts = class_sums.scatter_to_classes(
       batch_counts, class_sums.gather_from_classes(batch_counts, slots) + 1, slots, slot_present)
   return SlotClassWeights(slot_inverse, slot_weights, class_weights,
-                          ReweightState(batch_counts=new_counts, beta=beta))
+                          ReweightState(batch_counts=new_counts, beta=beta,
+                                        skipped_rows=state.skipped_rows + skipped))
 
 
 def inverse_reweighted_loss(
@@ -191,9 +199,11 @@ def inverse_reweighted_loss(
   sees the global batch: the loss is the global value, state and per-class aux replicated, example
   weights laid out like the rows.
 
-  Invalid labels (possible only under tracing, where `check_labels` cannot raise) are excluded from
-  every class statistic and from the counts, and make the loss NaN — unless `where` marks the row as
-  padding, which counts nowhere whatever its label (as in `mr2_loss` and `cross_entropy_loss`).
+  Bad rows (docs: "Failure modes"): a row inside `where` with a label outside [0, K) (possible only
+  under tracing, where `check_labels` cannot raise) or a non-finite loss is left out of every class
+  statistic, the weights and the counts B_c, and counted in `new_state.skipped_rows`; the loss of
+  such a batch and its gradient are NaN. A padding row (`where` False) counts nowhere whatever its
+  label or loss (as in `mr2_loss` and `cross_entropy_loss`).
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).
@@ -243,7 +253,7 @@ def inverse_reweighted_loss(
   per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
   check_batch_dim(per_example_loss, batch, "per_example_loss")
   real = check_where(where, batch)
-  valid = real & in_range
+  valid = real & in_range & check_finite_rows(per_example_loss, real, "per_example_loss")
 
   dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
   per_example_loss = per_example_loss.astype(dtype)
@@ -252,15 +262,16 @@ def inverse_reweighted_loss(
                                                 axis_name=axis_name)
   weights = slot_class_weights(slot_losses, slot_present, slots, state, prior, alpha=alpha,
                               gamma=gamma, max_weight=max_weight, macro=macro,
-                              stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps)
+                              stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps,
+                              skipped=count_skipped(real, valid, axis_name))
   slot_weights = weights.weights
 
   example_weights = jnp.where(valid, class_sums.at_rows(slot_weights, slots), 0)
   weighted_sum = jnp.sum(example_weights * jnp.where(valid, per_example_loss, 0))
   global_valid = jnp.sum(slots.counts).astype(dtype)
   loss = class_sums.num_devices(axis_name) * weighted_sum / jnp.maximum(global_valid, 1)
-  # An out-of-range label of a real row makes the loss NaN; a padding row's label counts nowhere.
-  loss = jnp.where(jnp.all(in_range | ~real), loss, jnp.nan)
+  # A bad real row makes the loss and its gradient NaN; a padding row counts nowhere.
+  loss = poison_unless(loss, jnp.all(valid | ~real))
 
   def to_classes(default, slot_values):
     return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)

@@ -38,11 +38,14 @@ from jax.typing import ArrayLike
 from mr2_reweight_core import class_sums
 from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_finite_rows
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import index_labels
 from mr2_reweight_core.checks import check_unit_scalar
 from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import count_skipped
+from mr2_reweight_core.checks import poison_unless
 from reweight_jax.inverse_weights import mean_class_loss
 from reweight_jax.loss import check_reweight_arguments
 from reweight_jax.loss import slot_class_weights
@@ -114,10 +117,11 @@ def mixed_inverse_reweighted_loss(
   λ is a constant for back-propagation (the caller's draw) and must be the same on every device. A
   label part with weight 0 contributes nothing, even if its loss is NaN or infinite.
 
-  Invalid labels: eagerly an out-of-range `labels_a` or `labels_b` raises (naming it); under tracing
-  the label is left out of every class statistic and of the counts (never a clipped class) and the
-  loss is NaN — unless `where` marks the row as padding. A traced λ outside [0, 1] also makes the
-  loss NaN.
+  Bad rows (docs: "Failure modes"): eagerly an out-of-range `labels_a` or `labels_b` raises (naming
+  it); under tracing a real row with an out-of-range label, or with a non-finite loss in a part of
+  non-zero weight, is left out whole (both parts) of every class statistic and of the counts (never a
+  clipped class) and counted in `new_state.skipped_rows`, and the loss and its gradient are NaN —
+  unless `where` marks the row as padding. A traced λ outside [0, 1] also makes the loss NaN.
 
   Args:
     loss_a: [B] per-example losses ℓ^a against `labels_a`.
@@ -181,7 +185,12 @@ def mixed_inverse_reweighted_loss(
   labels = jnp.concatenate([labels_a.astype(jnp.int32), labels_b.astype(jnp.int32)])
   part_weights = jnp.concatenate([jnp.full((batch,), lam, dtype),
                                   jnp.full((batch,), 1 - lam, dtype)])
-  labelled = jnp.concatenate([real & in_range_a, real & in_range_b])
+  # A bad row (an out-of-range label, or a non-finite loss of a part that counts) is left out
+  # whole, both parts, and counted in the state's `skipped_rows`.
+  finite_a = check_finite_rows(loss_a, real & (lam > 0), "loss_a") | (lam <= 0)
+  finite_b = check_finite_rows(loss_b, real & (lam < 1), "loss_b") | (lam >= 1)
+  kept = real & in_range_a & in_range_b & finite_a & finite_b
+  labelled = jnp.concatenate([kept, kept])
   counted = labelled & (part_weights > 0)
   part_losses = jnp.concatenate([loss_a.astype(dtype), loss_b.astype(dtype)])
   # u·ℓ per part, 0 where the part does not count (its loss may be NaN: padding, weight 0).
@@ -196,7 +205,8 @@ def mixed_inverse_reweighted_loss(
   # From here on as in `inverse_reweighted_loss` (steps 1–2 and 4 of its docstring).
   weights = slot_class_weights(slot_losses, slot_present, slots, state, prior, alpha=alpha,
                                gamma=gamma, max_weight=max_weight, macro=macro,
-                               stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps)
+                               stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps,
+                               skipped=count_skipped(real, kept, axis_name))
   slot_weights, class_weights = weights.weights, weights.class_weights
 
   # ŵ of every labelled part: its class has a slot (counted) or, with weight 0, reads the class
@@ -213,9 +223,8 @@ def mixed_inverse_reweighted_loss(
   if axis_name is not None:
     global_rows = jax.lax.psum(global_rows, axis_name)
   loss = class_sums.num_devices(axis_name) * weighted_sum / jnp.maximum(global_rows, 1)
-  # An out-of-range label of a real row makes the loss NaN; a padding row's labels count nowhere.
-  labels_ok = jnp.all((in_range_a & in_range_b) | ~real)
-  loss = jnp.where(labels_ok & (lam >= 0) & (lam <= 1), loss, jnp.nan)
+  # A bad real row makes the loss and its gradient NaN; a padding row counts nowhere.
+  loss = poison_unless(loss, jnp.all(kept | ~real) & (lam >= 0) & (lam <= 1))
 
   aux = MixedReweightAux(
       class_losses=to_classes(jnp.zeros((num_classes,), dtype), slot_losses),

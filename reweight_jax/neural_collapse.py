@@ -47,15 +47,18 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
 from mr2_reweight_core import explicit_mesh
 from mr2_reweight_core.checks import check_batch_dim
+from mr2_reweight_core.checks import check_finite_rows
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import check_where
+from mr2_reweight_core.checks import count_skipped
 from mr2_reweight_core.metrics import rho
 
 
@@ -112,6 +115,8 @@ class NCAccumulator(NamedTuple):
     loss_counts: float32 [K], number of losses summed per class.
     ncc_mismatches: float32 scalar, examples whose classifier and nearest-class-mean decisions differ.
     ncc_examples: float32 scalar, examples seen by `update_ncc`.
+    skipped_rows: int32 scalar, the real rows (inside `where`) that `update` left out: a label
+      outside [0, K), a non-finite feature or a non-finite loss (docs: "Failure modes").
   """
   counts: jax.Array
   class_means: jax.Array
@@ -120,6 +125,7 @@ class NCAccumulator(NamedTuple):
   loss_counts: jax.Array
   ncc_mismatches: jax.Array
   ncc_examples: jax.Array
+  skipped_rows: jax.Array = np.int32(0)  # 0 when not given (built before the field existed)
 
   @classmethod
   def init(cls, num_classes: int, feature_dim: int) -> "NCAccumulator":
@@ -130,7 +136,8 @@ class NCAccumulator(NamedTuple):
     return cls(counts=zeros_k, class_means=jnp.zeros((num_classes, feature_dim), jnp.float32),
                within_scatter=jnp.zeros((feature_dim, feature_dim), jnp.float32),
                loss_sums=zeros_k, loss_counts=zeros_k,
-               ncc_mismatches=jnp.zeros((), jnp.float32), ncc_examples=jnp.zeros((), jnp.float32))
+               ncc_mismatches=jnp.zeros((), jnp.float32), ncc_examples=jnp.zeros((), jnp.float32),
+               skipped_rows=jnp.zeros((), jnp.int32))
 
   @property
   def num_classes(self) -> int:
@@ -152,12 +159,20 @@ class NCAccumulator(NamedTuple):
   def update(self, features: ArrayLike, labels: ArrayLike, *,
              per_example_loss: ArrayLike | None = None, where: ArrayLike | None = None,
              axis_name: str | None = None) -> "NCAccumulator":
-    """Pass 1: merges a batch of features [B, d] (and optionally losses [B]) into the statistics."""
+    """Pass 1: merges a batch of features [B, d] (and optionally losses [B]) into the statistics.
+
+    A real row (inside `where`) with a label outside [0, K) (possible only traced), a non-finite
+    feature or a non-finite loss is left out of every statistic and counted in `skipped_rows`."""
     labels = jnp.asarray(labels)
     in_range = check_labels(labels, self.num_classes)
     batch = labels.shape[0]
     features = self._check_features(features, batch)
-    valid = check_where(where, batch) & in_range
+    real = check_where(where, batch)
+    valid = real & in_range & check_finite_rows(features, real, "features")
+    if per_example_loss is not None:
+      per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
+      check_batch_dim(per_example_loss, batch, "per_example_loss")
+      valid = valid & check_finite_rows(per_example_loss, real, "per_example_loss")
     slots = class_sums.class_slots(labels, valid, self.num_classes, axis_name=axis_name)
     batch_counts = slots.counts
     safe_features = jnp.where(valid[:, None], features, 0)
@@ -180,8 +195,6 @@ class NCAccumulator(NamedTuple):
 
     loss_sums, loss_counts = self.loss_sums, self.loss_counts
     if per_example_loss is not None:
-      per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
-      check_batch_dim(per_example_loss, batch, "per_example_loss")
       batch_loss_sums = class_sums.slot_sum(
           jnp.where(valid, per_example_loss.astype(jnp.float32), 0), slots, axis_name=axis_name)
       loss_sums = class_sums.scatter_to_classes(
@@ -194,14 +207,18 @@ class NCAccumulator(NamedTuple):
     return self._replace(
         counts=class_sums.scatter_to_classes(self.counts, total_counts, slots, present),
         class_means=class_sums.scatter_to_classes(self.class_means, merged_means, slots, present),
-        within_scatter=within_scatter, loss_sums=loss_sums, loss_counts=loss_counts)
+        within_scatter=within_scatter, loss_sums=loss_sums, loss_counts=loss_counts,
+        skipped_rows=self.skipped_rows + count_skipped(real, valid, axis_name))
 
   def update_ncc(self, features: ArrayLike, classifier: ArrayLike, *, bias: ArrayLike | None = None,
                  where: ArrayLike | None = None, axis_name: str | None = None) -> "NCAccumulator":
-    """Pass 2 (after all of pass 1): counts NC4 mismatches of a batch against the final means."""
+    """Pass 2 (after all of pass 1): counts NC4 mismatches of a batch against the final means.
+
+    Rows with a non-finite feature are left out (pass 1 counted them in `skipped_rows`)."""
     features = self._check_features(features)
     classifier, bias = _check_classifier(classifier, self.num_classes, self.feature_dim, bias)
-    valid = check_where(where, features.shape[0])
+    real = check_where(where, features.shape[0])
+    valid = real & check_finite_rows(features, real, "features")
     predictions = jnp.argmax(features @ classifier.T + bias, axis=-1)
     # argmin_c ‖h − μ_c‖² = argmin_c (‖μ_c‖² − 2 hᵀμ_c); absent classes are never nearest.
     distances = jnp.sum(jnp.square(self.class_means), axis=-1) - 2 * features @ self.class_means.T
@@ -276,7 +293,10 @@ def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
       present classes' means); see the module docstring. A static Python string.
 
   Returns:
-    `NCMetrics` (a single `NCAccumulator` update and NCC pass, then `finalize`).
+    `NCMetrics` (a single `NCAccumulator` update and NCC pass, then `finalize`); every metric is
+    NaN when a real row has a label outside [0, K) (possible only traced), a non-finite feature or
+    a non-finite loss (docs: "Failure modes"; the streaming `NCAccumulator` instead leaves such
+    rows out and counts them).
 
   Raises:
     ValueError: features not [N, d], a classifier not [K, d], labels or losses not [N], an unknown
@@ -298,4 +318,6 @@ def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
   accumulator = NCAccumulator.init(classifier.shape[0], features.shape[1])
   accumulator = accumulator.update(features, labels, per_example_loss=per_example_loss, where=where)
   accumulator = accumulator.update_ncc(features, classifier, bias=bias, where=where)
-  return accumulator.finalize(classifier, centring=centring)
+  metrics = accumulator.finalize(classifier, centring=centring)
+  clean = accumulator.skipped_rows == 0
+  return NCMetrics(*(jnp.where(clean, value, jnp.nan) for value in metrics))

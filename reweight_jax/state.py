@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mr2_reweight_core.checks import check_num_classes
 
@@ -21,9 +22,12 @@ class ReweightState(NamedTuple):
       reweighting started. Exact as float32 up to 2^24 batches.
     beta: float32 [K], the macro factor β in use, recomputed from `batch_counts` whenever the loss is
       called with `refresh_macro=True`.
+    skipped_rows: int32 scalar, the real rows (inside `where`) left out since reweighting started:
+      a label outside [0, K) or a non-finite loss (docs: "Failure modes").
   """
   batch_counts: jax.Array
   beta: jax.Array
+  skipped_rows: jax.Array = np.int32(0)  # 0 when not given (built before the field existed)
 
 
 def init_reweight_state(num_classes: int) -> ReweightState:
@@ -37,7 +41,7 @@ def init_reweight_state(num_classes: int) -> ReweightState:
     num_classes: K, a positive Python int.
 
   Returns:
-    `ReweightState` with float32 [K] counts 0 and β 1.
+    `ReweightState` with float32 [K] counts 0, β 1 and `skipped_rows` 0.
 
   Raises:
     TypeError: `num_classes` is not an int.
@@ -53,4 +57,5 @@ def init_reweight_state(num_classes: int) -> ReweightState:
   """
   num_classes = check_num_classes(num_classes)
   return ReweightState(batch_counts=jnp.zeros((num_classes,), jnp.float32),
-                       beta=jnp.ones((num_classes,), jnp.float32))
+                       beta=jnp.ones((num_classes,), jnp.float32),
+                       skipped_rows=jnp.zeros((), jnp.int32))

@@ -74,15 +74,16 @@ class UpdateClassStatsTest(chex.TestCase):
 
     np.testing.assert_array_equal(jax.grad(total)(features), np.zeros_like(features))
 
-  def test_nan_row_leaves_other_classes_unchanged(self):
+  def test_nan_row_is_left_out_and_counted(self):
     features, labels, _ = cases.make_case(5, 12, 4, 3, "random")
     labels[:4] = [0, 1, 2, 3]
-    clean = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels)
+    others = np.arange(12) != 0
+    clean = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels, where=others)
     features[0] = np.nan  # a class-0 row
     dirty = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels)
-    np.testing.assert_array_equal(dirty.sq_mean_norm[1:], clean.sq_mean_norm[1:])
-    np.testing.assert_array_equal(dirty.mean_sq_deviation[1:], clean.mean_sq_deviation[1:])
-    self.assertTrue(np.isnan(dirty.sq_mean_norm[0]))
+    chex.assert_trees_all_equal(dirty.replace(skipped_rows=0), clean.replace(skipped_rows=0))
+    self.assertEqual(int(dirty.skipped_rows), 1)
+    self.assertEqual(int(clean.skipped_rows), 0)
 
   def test_large_norm_features_stay_accurate(self):
     features, labels, _ = cases.make_case(6, 32, 4, 8, "random", scale=1e3)

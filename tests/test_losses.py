@@ -341,7 +341,16 @@ def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
     return
   _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state,
                               step_info(0, 0, rows=B - 1, name=name))
-  chex.assert_trees_all_close(new_state, clean_state, rtol=1e-5, atol=1e-6)
+  # Every carried state counts the bad row in its `skipped_rows` and is otherwise the clean one.
+  skipped = {jax.tree_util.keystr(path): int(leaf) for path, leaf
+             in jax.tree_util.tree_leaves_with_path(new_state) if "skipped_rows" in str(path)}
+  assert set(skipped.values()) <= {1}, skipped
+  assert bool(skipped) == any(key in state for key in ("class_stats", "reweight", "lff")), skipped
+  counted = jax.tree_util.tree_map_with_path(
+      lambda path, leaf: 0 if "skipped_rows" in str(path) else leaf, new_state)
+  uncounted = jax.tree_util.tree_map_with_path(
+      lambda path, leaf: 0 if "skipped_rows" in str(path) else leaf, clean_state)
+  chex.assert_trees_all_close(counted, uncounted, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("schedule, clip", [("linear", False), ("cos", True)])

@@ -665,10 +665,11 @@ def lff_fn(q, alpha, devices):
   if devices == 1:
     return jax.jit(run)
   rows = P(AXIS)
-  state_specs = reweight_jax.LfFState(P(), P(), P())
+  state_specs = reweight_jax.LfFState(P(), P(), P(), P())
   return jax.jit(jax.shard_map(
       run, mesh=_mesh(devices), in_specs=(P(), P(), rows, rows, rows, state_specs, P()),
-      out_specs=(P(), reweight_jax.LfFState(rows, rows, rows), reweight_jax.LfFAux(*[rows] * 4),
+      out_specs=(P(), reweight_jax.LfFState(rows, rows, rows, rows),
+                 reweight_jax.LfFAux(*[rows] * 4),
                  P()), check_vma=False))
 
 

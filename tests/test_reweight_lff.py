@@ -159,8 +159,10 @@ class LfFTest(chex.TestCase):
                               lff.init_lff_state(N), DATASET_LABELS)
       self.assertTrue(np.isnan(loss))  # never a clipped class or position
       self.assertTrue(np.all(np.isnan(np.asarray(aux.weights)[~keep])))
+      self.assertEqual(int(state.skipped_rows), int(np.sum(~keep)))  # counted, never written
       if not keep[0] and not keep[1]:  # both bad rows dropped: the state of the good rows
-        chex.assert_trees_all_equal(state, good_state)
+        chex.assert_trees_all_equal(state._replace(skipped_rows=good_state.skipped_rows),
+                                    good_state)
       else:
         self.assertEqual(int(np.sum(state.seen)), int(np.sum(keep)))
     weights = jax.jit(lff.lff_weights, static_argnums=4)(

@@ -276,12 +276,16 @@ class BadInputTest(chex.TestCase):
     labels[which][3] = bad
     loss, new_state, aux = _jitted_bad_call(*map(jnp.asarray, labels))
     self.assertTrue(np.isnan(loss))
-    # The bad label counts nowhere (never clipped into class 0 or K − 1); the other parts do.
+    # The bad row counts nowhere, both its parts (never clipped into class 0 or K − 1), and is
+    # counted in skipped_rows; the other rows count as they would alone.
     loss_a = np.linspace(0.5, 2.0, 5)
     loss_b = np.linspace(2.0, 0.7, 5)
-    class_losses, present, mass, _ = ref.mixed_class_losses(loss_a, loss_b, *labels, 0.4, 4)
+    others = np.arange(5) != 3
+    class_losses, present, mass, _ = ref.mixed_class_losses(loss_a, loss_b, *labels, 0.4, 4,
+                                                            where=others)
     np.testing.assert_array_equal(new_state.batch_counts, np.array([1, 0, 2, 5]) + present)
     np.testing.assert_array_equal(new_state.batch_counts[3], 5)
+    self.assertEqual(int(new_state.skipped_rows), 1)
     np.testing.assert_allclose(aux.class_losses, class_losses, rtol=RTOL)
     np.testing.assert_allclose(aux.class_mass, mass, rtol=RTOL)
     # Padding rows count nowhere whatever their labels.

@@ -81,9 +81,10 @@ class StateTest(chex.TestCase):
   def test_init(self):
     state = rw.init_reweight_state(5)
     chex.assert_trees_all_equal(state, rw.ReweightState(np.zeros(5, np.float32),
-                                                        np.ones(5, np.float32)))
+                                                        np.ones(5, np.float32),
+                                                        np.zeros((), np.int32)))
     chex.assert_tree_all_finite(state)
-    self.assertLen(jax.tree_util.tree_leaves(state), 2)
+    self.assertLen(jax.tree_util.tree_leaves(state), 3)
 
   def test_bad_num_classes(self):
     with self.assertRaisesRegex(ValueError, "num_classes"):
