@@ -5,7 +5,10 @@ Shapes, ranks and dtypes are checked at trace time and raise an error that names
 `pmap` the functions exclude out-of-range labels from every class statistic and give those examples a
 NaN loss, so a bad label is never silently clipped into a valid class (plain JAX indexing would clip
 it); for the error itself, trace the step inside `traced_checks()` and wrap it with
-`jax.experimental.checkify.checkify`.
+`jax.experimental.checkify.checkify`. A real row with a non-finite value in what a carried state
+reads is left out of that state and counted in its `skipped_rows` (`check_finite_rows`), and the
+batch's loss and its gradient are NaN (`poison_unless`). The whole policy is one page of the docs,
+"Failure modes".
 
 Why opt-in: a `checkify.check` is an effect even when nothing checkifies it, and a jitted function
 with an effect loses JAX's C++ dispatch fast path (about 45 µs more per call on the development CPU,

@@ -39,7 +39,8 @@ def inverse_frequency_weights(class_counts: ArrayLike) -> jax.Array:
   weights of the IB loss, Park et al., ICCV 2021, arXiv 2110.02444).
 
   Args:
-    class_counts: [K] non-negative training-set class counts n_c (integer or floating).
+    class_counts: [K] non-negative training-set class counts n_c (integer or floating); a class
+      with no example (n_c = 0) gets the weight of a one-example class (the module's convention).
 
   Returns:
     float32 [K] weights with mean 1.
@@ -59,14 +60,15 @@ def inverse_frequency_weights(class_counts: ArrayLike) -> jax.Array:
 
 
 def class_balanced_weights(class_counts: ArrayLike, beta: float = 0.9999) -> jax.Array:
-  """Effective-number weights w_c ∝ (1 − β) / (1 − β^{n_c}), normalised to mean 1.
+  """Effective-number weights w_c ∝ (1 − β) / (1 − β^{max(n_c, 1)}), normalised to mean 1.
 
   Cui et al., "Class-Balanced Loss Based on Effective Number of Samples", CVPR 2019, arXiv
   1901.05555 (β = 0.9999 for CIFAR-LT). 1 − β^n is evaluated as −expm1(n·log β) with log β taken in
   double precision, because 1 − β is not representable to float32 accuracy for β close to 1.
 
   Args:
-    class_counts: [K] non-negative training-set class counts n_c.
+    class_counts: [K] non-negative training-set class counts n_c; a class with no example
+      (n_c = 0) gets the weight of a one-example class, as in every weight of this module.
     beta: Python float β in [0, 1). β = 0 gives uniform weights.
 
   Returns:
@@ -176,7 +178,8 @@ def ldam_margins(class_counts: ArrayLike, max_margin: float = 0.5) -> jax.Array:
   Cao et al., NeurIPS 2019, arXiv 1906.07413 (the largest margin 0.5 in their CIFAR code).
 
   Args:
-    class_counts: [K] non-negative training-set class counts n_c.
+    class_counts: [K] non-negative training-set class counts n_c; a class with no example
+      (n_c = 0) gets the margin of a one-example class, `max_margin` (the module's convention).
     max_margin: the rarest class's margin.
 
   Returns:

@@ -44,3 +44,21 @@ def test_a_reweighting_state_of_another_type_is_a_type_error_naming_state():
   with pytest.raises(TypeError, match=r"^state: expected reweight_jax.ReweightState"):
     reweight_jax.inverse_reweighted_loss(PER_EXAMPLE, LABELS, mr2_jax.init_class_stats(K),
                                          alpha=0.0, prior=jnp.ones(K), gamma=1.0)
+
+
+@pytest.mark.parametrize("weights", [
+    reweight_jax.inverse_frequency_weights,
+    lambda counts: reweight_jax.class_balanced_weights(counts, 0.99),
+    lambda counts: reweight_jax.ldam_margins(counts, 0.5),
+    lambda counts: reweight_jax.class_prior(counts, "inv_sqrt_freq")])
+def test_a_class_with_no_example_gets_the_documented_one_example_value(weights):
+  """The documented convention (each docstring states it): n_c = 0 is read as one example, so a
+  class without training data gets the rarest possible weight or margin, finite, never NaN; a
+  negative count is an error eagerly and NaN traced."""
+  with_zero = np.asarray(weights(jnp.array([50, 0, 7, 1])), np.float64)
+  with_one = np.asarray(weights(jnp.array([50, 1, 7, 1])), np.float64)
+  np.testing.assert_allclose(with_zero, with_one, rtol=1e-6)
+  assert with_zero[1] == with_zero[3] and np.all(np.isfinite(with_zero))
+  with pytest.raises(ValueError, match=r"counts must be non-negative"):
+    weights(jnp.array([50, -1, 7, 1]))
+  assert np.all(np.isnan(jax.jit(weights)(jnp.array([50, -1, 7, 1]))))
