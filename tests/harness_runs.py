@@ -93,13 +93,26 @@ def final_digest(workdir: pathlib.Path) -> str:
   return json.loads(next(f for f in integrity.iterdir() if f.is_file()).read_text())["sha256"]
 
 
+def leaf_digests(workdir: pathlib.Path) -> dict[str, str]:
+  """SHA-256 of each leaf of the final checkpoint's state (path → digest of shape and float64
+  values, as `checkpoints.digest`): what tells a state that gained a leaf (a new counter) from one
+  whose numbers moved."""
+  import jax
+  from experiments.train import checkpoints
+  from tests import checkpoints as checkpoint_files
+  _, state = checkpoint_files.restore_latest(workdir)
+  return {jax.tree_util.keystr(path): checkpoints.digest(leaf)
+          for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]}
+
+
 def record(name: str, workdirs: pathlib.Path, short: bool = False) -> dict:
   """Trains run `name` (`config_of`) in workdirs/name and returns its record."""
   from experiments.train import loop
   workdir = workdirs / name
   summary = loop.train_and_evaluate(config_of(name, workdirs, short), workdir)
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-  return {"state_sha256": final_digest(workdir), "losses": [r["loss"] for r in rows if "loss" in r],
+  return {"state_sha256": final_digest(workdir), "state_leaves": leaf_digests(workdir),
+          "losses": [r["loss"] for r in rows if "loss" in r],
           "overall_accuracy": summary["overall_accuracy"],
           "per_class_accuracy": summary["per_class_accuracy"],
           "train_class_loss": summary["train_class_loss"]}
@@ -122,8 +135,20 @@ def write_records(out: pathlib.Path, names=NAMES, short: bool = False) -> None:
 
 def differences(base: dict, head: dict) -> list[str]:
   """The fields of one run's record that are not bit-identical (floats compared as JSON writes
-  them: Python's shortest repr, which round-trips float64 exactly)."""
-  return [key for key in sorted(set(base) | set(head)) if base.get(key) != head.get(key)]
+  them: Python's shortest repr, which round-trips float64 exactly). With per-leaf digests on both
+  sides, the state is compared leaf by leaf: a leaf whose numbers differ is named, and leaves that
+  only one side has are listed as added or removed (the whole-state SHA-256 then differs by
+  construction and is not listed again)."""
+  fields = [key for key in sorted(set(base) | set(head)) if key != "state_leaves"
+            and base.get(key) != head.get(key)]
+  if "state_leaves" not in base or "state_leaves" not in head:
+    return fields
+  old, new = base["state_leaves"], head["state_leaves"]
+  fields = [f for f in fields if f != "state_sha256"]
+  fields += [f"state leaf {k}" for k in sorted(set(old) & set(new)) if old[k] != new[k]]
+  fields += [f"added leaf {k}" for k in sorted(set(new) - set(old))]
+  fields += [f"removed leaf {k}" for k in sorted(set(old) - set(new))]
+  return fields
 
 
 def spread(folders) -> dict[str, float]:
@@ -175,7 +200,7 @@ def _imports_from(checkout: pathlib.Path, env: dict) -> None:
 
 
 def _record_in(checkout: pathlib.Path, out: pathlib.Path, names) -> dict[str, dict]:
-  """The records of `names` made by `checkout`'s own tests/harness_runs.py, in a fresh process."""
+  """The records of `names` made by `checkout`'s tests/harness_runs.py, in a fresh process."""
   env = {**os.environ, "PYTHONPATH": str(checkout)}
   _imports_from(checkout, env)
   script = (checkout / "tests" / "harness_runs.py").read_text()
@@ -188,8 +213,12 @@ def _record_in(checkout: pathlib.Path, out: pathlib.Path, names) -> dict[str, di
   return {name: json.loads((out / f"{name}.json").read_text()) for name in names}
 
 
-def against(commit: str, names=NAMES) -> int:
-  """Records `names` at `commit` (a clean clone) and at the working tree; prints the comparison."""
+def against(commit: str, names=NAMES, recorder: str = "own") -> int:
+  """Records `names` at `commit` (a clean clone) and at the working tree; prints the comparison.
+
+  `recorder='head'` records the base with the working tree's recorder (this file and
+  tests/checkpoints.py copied into the clone; the code under test stays the base's), so that both
+  sides have the per-leaf digests of `leaf_digests`."""
   with tempfile.TemporaryDirectory() as tmp:
     tmp = pathlib.Path(tmp)
     base_dir = tmp / "base"
@@ -198,6 +227,9 @@ def against(commit: str, names=NAMES) -> int:
     subprocess.run(["git", "-C", str(base_dir), "checkout", "--quiet", commit], check=True)
     sha = subprocess.run(["git", "-C", str(base_dir), "rev-parse", "--short", "HEAD"], check=True,
                          capture_output=True, text=True).stdout.strip()
+    if recorder == "head":
+      for helper in ("harness_runs.py", "checkpoints.py"):
+        (base_dir / "tests" / helper).write_text((REPO / "tests" / helper).read_text())
     print(f"== base {sha}: {base_dir}", flush=True)
     base = _record_in(base_dir, tmp / "base_records", names)
     print(f"== head: the working tree {REPO}", flush=True)
@@ -216,6 +248,10 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m tests.harness_runs", description=__doc__)
   parser.add_argument("--against", metavar="COMMIT",
                       help="compare the working tree with COMMIT, bit for bit")
+  parser.add_argument("--recorder", choices=("own", "head"), default="own",
+                      help="with --against: record the base with its own tests/harness_runs.py "
+                           "(default) or with the working tree's (per-leaf state digests on both "
+                           "sides: a state that only gained a leaf shows as such)")
   parser.add_argument("--out", type=pathlib.Path, help="write the records to this folder")
   parser.add_argument("--short", action="store_true",
                       help="the default test's short runs (2 epochs of 5 steps), with --out")
@@ -231,7 +267,7 @@ def main(argv=None) -> int:
     print(json.dumps(spread(args.spread), indent=1))
     return 0
   if args.against:
-    return against(args.against, names)
+    return against(args.against, names, args.recorder)
   if args.out is not None:
     write_records(args.out, names, args.short)
     return 0
