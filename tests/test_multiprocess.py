@@ -69,3 +69,20 @@ def test_two_processes_equal_one_process_and_checkpoints_move_across_device_coun
   run_main(moved, 8, "--config.parallel=pmap", "--max_steps=14")
   run_main(moved, 1, "--config.parallel=none")
   assert_same(final_state(moved), reference)
+
+
+@pytest.mark.slow  # ≈ 3 min on 2 cores: one device, then two processes × 4 devices over gloo
+def test_two_processes_under_jit_equal_one_device_on_the_global_batch(tmp_path):
+  """`config.parallel='jit'`: automatic partitioning over every device of every process (the
+  global batch laid out over a mesh of 2 × 4 devices, no `axis_name`) trains what one device
+  trains on the same global batch."""
+  os.chdir(REPO)
+  one_device = tmp_path / "one_device"
+  run_main(one_device, 1, "--config.parallel=none")
+  reference = final_state(one_device)
+
+  two_processes = tmp_path / "two_processes_jit"
+  status = launch.launch(2, 4, [*RUN, "--config.parallel=jit", f"--workdir={two_processes}"],
+                         timeout=600)
+  assert status == 0
+  assert_same(final_state(two_processes), reference)
