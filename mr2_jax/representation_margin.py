@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from mr2_jax import class_stats as class_stats_lib
@@ -466,7 +467,10 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
     features: float [B, d] features φ (local batch).
     labels: int [B] labels in [0, K).
     s_bar: scalar s̄ (treated as a constant), e.g. `mean_class_deviation(stats)`.
-    temperature: τ > 0 (1 in the paper form; 10·d in the released-code form).
+    temperature: τ > 0 (1 in the paper form; 10·d in the released-code form); may be traced (a
+      `jit` argument, a schedule, a `vmap`ped sweep): then computed as the τ = 1 form on φ/√τ and
+      s̄/τ, equal up to rounding; a traced τ ≤ 0 gives NaN (and a `checkify` error inside
+      `traced_checks()`).
     axis_name: data-parallel axis; positives come from the features all-gathered over it (gradients
       flow back to the device that owns each feature). The losses are the local anchors', whatever
       `check_vma`. Without it, `jax.jit` over features laid out with `NamedSharding` gathers the
@@ -509,8 +513,8 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
     [3.0486 3.0486 0.3133 0.3133]
   """
   features = checks.check_floating(features, 2, "features")
-  if not temperature > 0:
-    raise ValueError(f"temperature: expected τ > 0, got {temperature}.")
+  temperature, temperature_ok = checks.check_hyperparameter(
+      temperature, "temperature", 0.0, low_closed=False, what="a temperature τ")
   if num_classes is None:
     num_classes = int(jnp.iinfo(jnp.int32).max)
   features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
@@ -518,6 +522,13 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
   if s_bar.ndim != 0:
     raise ValueError(f"s_bar: expected a scalar, got shape {s_bar.shape}.")
   s_bar = jax.lax.stop_gradient(s_bar)
+  if checks.is_concrete(temperature):
+    temperature = float(np.asarray(temperature))
+  else:
+    # A traced τ (a `jit` argument, a schedule, a sweep): (‖φ_i − φ_j‖² − 2s̄)/τ is the τ = 1 form on
+    # φ/√τ and s̄/τ (the gradient reaches φ through the scaling), so the branches stay static.
+    scale = jax.lax.rsqrt(jnp.asarray(temperature, features.dtype))
+    features, s_bar, temperature = features * scale, s_bar * jnp.square(scale), 1.0
 
   batch = labels.shape[0]
   # Positives come from the global batch. Only this all-gather crosses devices: the reference rows
@@ -538,4 +549,7 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
   loss = explicit_mesh.laid_out_like(loss, labels)
   # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
   out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
-  return jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))
+  loss = jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))
+  if temperature_ok is not True:  # a traced τ ≤ 0: NaN, never a silently flipped margin
+    loss = jnp.where(temperature_ok, loss, jnp.nan)
+  return loss

@@ -4,7 +4,7 @@ equal to the eager calls; eagerly a bad value is a ValueError naming the argumen
 `checkify` error naming it inside `traced_checks()`, and a NaN result outside it (never used
 silently). One case per argument: MR2's `decay`, `c_bar` and `lam`; the reweighting's `alpha`,
 `gamma` and `max_weight`; Group DRO's `eta`; SupCon's `temperature` and `base_temperature`; LfF's
-`q` and `alpha`."""
+`q` and `alpha`; the representation margin's (and `mr2_loss`'s) `temperature`."""
 
 import jax
 import jax.numpy as jnp
@@ -82,6 +82,11 @@ def _supcon(name):
   return loss
 
 
+def _representation_margin(value):
+  """ℓ_s̄ per anchor at τ = `value` (classes of 3–4 rows: every anchor has positives)."""
+  return mr2_jax.representation_margin_loss(FEATURES, LABELS, 0.3, temperature=value)
+
+
 def _gce(value):
   return reweight_jax.gce_loss(LOGITS, LABELS, q=value)
 
@@ -107,6 +112,8 @@ CASES = [
     ("eta", _group_dro, [0.0, 0.5, 2.0], -0.5),
     ("temperature", _supcon("temperature"), [0.05, 0.1, 0.5], 0.0),
     ("base_temperature", _supcon("base_temperature"), [0.05, 0.07, 0.5], -0.1),
+    ("temperature", _representation_margin, [0.5, 1.0, 4.0], 0.0),
+    ("temperature", _mr2("temperature"), [0.5, 1.0, 50.0], -1.0),
     ("q", _gce, [0.1, 0.7, 1.0], 1.5),
     ("alpha", _lff_ema, [0.0, 0.7, 1.0], 1.5),
 ]
