@@ -26,6 +26,8 @@ from mr2_reweight_core.metrics import worst_class_accuracy
 from mr2_jax.heads import l2_normalize
 from mr2_jax.margins import class_margins
 from mr2_jax.margins import margin_cross_entropy
+from mr2_jax.objective import MR2Aux
+from mr2_jax.objective import MR2Margins
 from mr2_jax.objective import mr2_loss
 from mr2_jax.objective import mr2_terms
 from mr2_jax.representation_margin import mean_class_deviation
@@ -70,6 +72,8 @@ __all__ = [
     "GROUP_NAMES",
     "ClassStats",
     "CosineClassifier",
+    "MR2Aux",
+    "MR2Margins",
     "SupConProjection",
     "accuracy_from_counts",
     "class_accuracy_std",

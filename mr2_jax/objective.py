@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -15,6 +18,49 @@ from mr2_reweight_core import checks
 from mr2_jax.class_stats import ClassStats
 
 FORMS = ("paper", "released")
+
+
+def _read_by_name(self, key):
+  """`aux['gamma']` as before 0.2.0 (when the aux was a dict): warns, reads the field; goes in
+  0.3.0. Integer indices and slices are the tuple's."""
+  if isinstance(key, str):
+    warnings.warn(f"aux[{key!r}]: MR2's aux is a NamedTuple since 0.2.0; read aux.{key} "
+                  f"(dict-style access goes in 0.3.0).", DeprecationWarning, stacklevel=2)
+    return getattr(self, key)
+  return tuple.__getitem__(self, key)
+
+
+class MR2Margins(NamedTuple):
+  """What `mr2_terms` read from the updated statistics (Zhu et al., ICLR 2026, arXiv 2602.00205),
+  global-batch values, the same on every device under `axis_name`.
+
+  Attributes:
+    gamma: float32 [K], γ = class_margins(new_stats, c̄) (γ ≡ c̄ under `uniform_margin`).
+    s_bar: float32 scalar, s̄ = mean over seen classes of V_k.
+  """
+  gamma: jax.Array
+  s_bar: jax.Array
+
+  __getitem__ = _read_by_name
+
+
+class MR2Aux(NamedTuple):
+  """Diagnostics of one `mr2_loss` step (Zhu et al., ICLR 2026, arXiv 2602.00205), global-batch
+  values, the same on every device under `axis_name`, all constants for back-propagation.
+
+  Attributes:
+    gamma: float32 [K], the class margins γ the step used.
+    s_bar: float32 scalar, s̄.
+    margin_ce: scalar, the mean over the valid examples of ℓ_γ,ce.
+    representation_margin: scalar, the mean over the valid examples of the representation-margin
+      term as weighted in the loss (the paper form: ℓ_s̄; the released form: its per-class weighting).
+  """
+  gamma: jax.Array
+  s_bar: jax.Array
+  margin_ce: jax.Array
+  representation_margin: jax.Array
+
+  __getitem__ = _read_by_name
 
 
 def form_defaults(form: str, feature_dim: int, *, p: float | None = None,
@@ -43,7 +89,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
               temperature: float = 1.0, uniform_margin: bool = False,
               stats_reduction: str = "exact", axis_name: str | None = None,
               where: ArrayLike | None = None
-              ) -> tuple[jax.Array, jax.Array, ClassStats, dict[str, jax.Array]]:
+              ) -> tuple[jax.Array, jax.Array, ClassStats, MR2Margins]:
   """Per-example MR2 terms, before any reduction.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205: the logit margin and the representation margin.
@@ -73,7 +119,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
     where: optional bool [B] mask of real (non-padding) examples.
 
   Returns:
-    (margin_ce [B], representation [B], new_stats, {'gamma' [K], 's_bar'}).
+    (margin_ce [B], representation [B], new_stats, `MR2Margins` (γ [K], s̄)).
 
   Raises:
     ValueError: `stats` with another K than the logits, `p` < 1, a negative Python `lam`, shapes
@@ -89,7 +135,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
     >>> labels = jnp.array([0, 0, 1, 1])
     >>> margin_ce, representation, stats, aux = mr2_jax.mr2_terms(
     ...     logits, features, labels, mr2_jax.init_class_stats(3))
-    >>> print(margin_ce.shape, representation.shape, np.asarray(aux['gamma'], float).round(3))
+    >>> print(margin_ce.shape, representation.shape, np.asarray(aux.gamma, float).round(3))
     (4,) (4,) [1.037 0.963 1.   ]
   """
   logits = checks.check_floating(logits, 2, "logits")
@@ -137,7 +183,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
         num_classes=num_classes)
   else:
     representation = jnp.zeros(labels.shape, features.dtype)
-  return margin_ce, representation, new_stats, {"gamma": gamma, "s_bar": s_bar}
+  return margin_ce, representation, new_stats, MR2Margins(gamma=gamma, s_bar=s_bar)
 
 
 def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: ClassStats, *,
@@ -146,7 +192,7 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
              uniform_margin: bool = False, stats_reduction: str = "exact",
              p: float | None = None, temperature: float | None = None,
              axis_name: str | None = None, where: ArrayLike | None = None
-             ) -> tuple[jax.Array, ClassStats, dict[str, jax.Array]]:
+             ) -> tuple[jax.Array, ClassStats, MR2Aux]:
   """MR2 objective: statistics update, margins, and both loss terms.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205: the training objective; the released form is the
@@ -193,8 +239,8 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
       (docs: "Failure modes").
 
   Returns:
-    (loss, new_stats, aux) with aux = {'gamma' [K], 's_bar', 'margin_ce', 'representation_margin'};
-    the aux losses are global-batch means (the same on every device).
+    (loss, new_stats, aux): aux an `MR2Aux` (γ [K], s̄, and the two terms' global-batch means, the
+    same on every device).
 
   Raises:
     ValueError: an unknown `form`, `stats` with another K than the logits, `p` < 1, a negative
@@ -210,7 +256,7 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
     >>> labels = jnp.array([0, 0, 1, 1])
     >>> stats = mr2_jax.init_class_stats(3)
     >>> loss, stats, aux = mr2_jax.mr2_loss(logits, features, labels, stats, lam=0.1)
-    >>> print(f"{loss:.4f}", np.asarray(aux['gamma'], float).round(3), f"{aux['s_bar']:.2f}")
+    >>> print(f"{loss:.4f}", np.asarray(aux.gamma, float).round(3), f"{aux.s_bar:.2f}")
     0.6097 [1.037 0.963 1.   ] 0.50
     >>> print(stats.seen)
     [ True  True False]
@@ -246,9 +292,9 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
   clean = ((labels >= 0) & (labels < num_classes) & checks.finite_rows(logits)
            & checks.finite_rows(features))
   loss = checks.poison_unless(loss, jnp.all(clean | (mask == 0)))
-  aux.update(
+  return loss, new_stats, MR2Aux(
+      gamma=aux.gamma, s_bar=aux.s_bar,
       margin_ce=jax.lax.stop_gradient(
           _global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name) / num_valid),
       representation_margin=jax.lax.stop_gradient(
           _global_sum(rep_weight * rep, axis_name) / num_valid))
-  return loss, new_stats, aux

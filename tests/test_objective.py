@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 import mr2_jax
@@ -34,9 +35,9 @@ class Mr2LossTest(chex.TestCase):
       np.testing.assert_allclose(stats.sq_mean_norm, r_a, rtol=RTOL, atol=1e-6)
       np.testing.assert_allclose(stats.mean_sq_deviation, r_v, rtol=RTOL, atol=1e-6)
       np.testing.assert_array_equal(stats.seen, r_seen)
-      np.testing.assert_allclose(aux["gamma"], r_gamma, rtol=RTOL)
-      np.testing.assert_allclose(aux["s_bar"], r_sbar, rtol=RTOL)
-      np.testing.assert_allclose(aux["margin_ce"] + 0.3 * aux["representation_margin"], r_loss,
+      np.testing.assert_allclose(aux.gamma, r_gamma, rtol=RTOL)
+      np.testing.assert_allclose(aux.s_bar, r_sbar, rtol=RTOL)
+      np.testing.assert_allclose(aux.margin_ce + 0.3 * aux.representation_margin, r_loss,
                                  rtol=RTOL)
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -48,7 +49,7 @@ class Mr2LossTest(chex.TestCase):
                                                  cases.class_stats(a, v, seen))
     a_ref, v_ref, seen_ref = ref.update_class_stats(a, v, seen, features, labels, 0.8, 2.0)
     gamma_ref = ref.class_margins(a_ref, v_ref, seen_ref)
-    np.testing.assert_allclose(aux["gamma"], gamma_ref, rtol=RTOL)
+    np.testing.assert_allclose(aux.gamma, gamma_ref, rtol=RTOL)
     np.testing.assert_allclose(margin_ce, ref.margin_cross_entropy(logits, labels, gamma_ref),
                                rtol=RTOL)
     np.testing.assert_allclose(
@@ -61,16 +62,16 @@ class Mr2LossTest(chex.TestCase):
     features, labels, logits = cases.make_case(1, 12, 5, 4, "one_class")
     loss, _, aux = mr2_jax.mr2_loss(logits, features, labels, mr2_jax.init_class_stats(5), lam=0.0)
     ce = -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1)[:, 0]
-    np.testing.assert_array_equal(aux["gamma"], np.ones(5, np.float32))
+    np.testing.assert_array_equal(aux.gamma, np.ones(5, np.float32))
     np.testing.assert_allclose(loss, jnp.mean(ce), rtol=1e-7)
 
   def test_uniform_margin_ablation_uses_c_bar(self):
     features, labels, logits = cases.make_case(3, 12, 4, 3, "random")
     stats = mr2_jax.init_class_stats(4)
     loss, _, aux = mr2_jax.mr2_loss(logits, features, labels, stats, c_bar=2.0, uniform_margin=True)
-    np.testing.assert_array_equal(aux["gamma"], np.full(4, 2.0, np.float32))
+    np.testing.assert_array_equal(aux.gamma, np.full(4, 2.0, np.float32))
     ce = ref.margin_cross_entropy(logits, labels, np.full(4, 2.0)).mean()
-    rep = ref.representation_margin_loss(features, labels, float(aux["s_bar"]), 1.0).mean()
+    rep = ref.representation_margin_loss(features, labels, float(aux.s_bar), 1.0).mean()
     np.testing.assert_allclose(loss, ce + 0.1 * rep, rtol=RTOL)
 
   def test_bad_input(self):
@@ -222,9 +223,9 @@ class CollapsedClassesAtLargeScaleTest(parameterized.TestCase):
         np.zeros(2, bool))
     self.assertEqual(r_sbar, 0.0)
     np.testing.assert_array_equal(new_stats.mean_sq_deviation, r_v)  # exactly 0
-    self.assertEqual(float(aux["s_bar"]), 0.0)
+    self.assertEqual(float(aux.s_bar), 0.0)
     np.testing.assert_allclose(new_stats.sq_mean_norm, r_a, rtol=1e-6)
-    np.testing.assert_allclose(aux["gamma"], r_gamma, rtol=1e-6)
+    np.testing.assert_allclose(aux.gamma, r_gamma, rtol=1e-6)
     # Was 1.79e-5 off (the property test's bound C·ε·S = 1.31e-5); float32 rounding now.
     self.assertLess(abs(float(loss) - r_loss), 1e-6)
 
@@ -240,8 +241,8 @@ class CollapsedClassesAtLargeScaleTest(parameterized.TestCase):
     self.assertEqual(float(new_stats.mean_sq_deviation[0]), 0.0)
     np.testing.assert_allclose(new_stats.mean_sq_deviation, r_v, rtol=1e-5)
     np.testing.assert_allclose(new_stats.sq_mean_norm, r_a, rtol=1e-6)
-    np.testing.assert_allclose(aux["s_bar"], r_sbar, rtol=1e-5)
-    np.testing.assert_allclose(aux["gamma"], r_gamma, rtol=1e-6)
+    np.testing.assert_allclose(aux.s_bar, r_sbar, rtol=1e-5)
+    np.testing.assert_allclose(aux.gamma, r_gamma, rtol=1e-6)
     self.assertLess(abs(float(loss) - r_loss), 1e-5 * abs(r_loss))
     for p in (2.0, 5.0):  # the released form's p = 5 too
       _, r_v_p, _ = ref.batch_class_moments(features, labels, 3, p)
@@ -267,3 +268,24 @@ class CollapsedClassesAtLargeScaleTest(parameterized.TestCase):
       np.testing.assert_allclose(parallel.mean_sq_deviation[device], r_v, rtol=1e-5)
       chex.assert_trees_all_close(jax.tree.map(lambda x: x[device], parallel), single,
                                   rtol=1e-5, atol=0.0)
+
+
+def test_aux_is_a_typed_structure_and_dict_style_access_warns():
+  """`mr2_loss` returns an `MR2Aux`, `mr2_terms` an `MR2Margins` (NamedTuples: pytrees with
+  documented fields); `aux['gamma']`, the dict access of before 0.2.0, still reads the field with a
+  DeprecationWarning; integer indexing is the tuple's."""
+  logits = np.array([[2.0, 0.0, -1.0], [1.0, 0.5, 0.0], [0.0, 1.0, 0.5], [0.0, 2.0, 0.0]],
+                    np.float32)
+  features = np.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]], np.float32)
+  labels = np.array([0, 0, 1, 1], np.int32)
+  _, _, aux = mr2_jax.mr2_loss(logits, features, labels, mr2_jax.init_class_stats(3))
+  assert isinstance(aux, mr2_jax.MR2Aux)
+  assert aux._fields == ("gamma", "s_bar", "margin_ce", "representation_margin")
+  with pytest.warns(DeprecationWarning, match=r"read aux\.gamma"):
+    gamma = aux["gamma"]
+  np.testing.assert_array_equal(gamma, aux.gamma)
+  assert aux[1] is aux.s_bar
+  *_, margins = mr2_jax.mr2_terms(logits, features, labels, mr2_jax.init_class_stats(3))
+  assert isinstance(margins, mr2_jax.MR2Margins)
+  np.testing.assert_array_equal(margins.gamma, aux.gamma)
+  assert len(jax.tree.leaves(aux)) == 4

@@ -780,8 +780,8 @@ def mr2_padded_fn(form, devices):
         _mr2_objective(config, stats, where, AXIS if devices > 1 else None, rows),
         argnums=(0, 1), has_aux=True)(logits, features, labels, where)
     if devices == 1:
-      return loss, new_stats, aux["gamma"], grads
-    return (jax.lax.pmean(loss, AXIS), jax.tree.map(lambda x: x[None], new_stats), aux["gamma"],
+      return loss, new_stats, aux.gamma, grads
+    return (jax.lax.pmean(loss, AXIS), jax.tree.map(lambda x: x[None], new_stats), aux.gamma,
             jax.tree.map(lambda g: jax.lax.pmean(g, AXIS), grads))
 
   if devices == 1:

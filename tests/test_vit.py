@@ -157,13 +157,13 @@ def test_mr2_lp_path_runs_with_the_cosine_head(mr2_kwargs, p):
       loss, new_stats, aux = mr2_jax.mr2_loss(logits, mr2_jax.l2_normalize(features), labels,
                                               stats, **mr2_kwargs)
       p2_gamma = mr2_jax.mr2_loss(logits, mr2_jax.l2_normalize(features), labels, stats,
-                                  form="paper")[2]["gamma"]
+                                  form="paper")[2].gamma
       return loss, (new_stats, aux, p2_gamma)
     return jax.value_and_grad(loss_fn, has_aux=True)(params)
 
   (loss, (new_stats, aux, paper_p2_gamma)), grads = loss_and_grad(
       params, mr2_jax.init_class_stats(num_classes))
-  assert np.isfinite(loss) and np.all(np.isfinite(aux["gamma"]))
+  assert np.isfinite(loss) and np.all(np.isfinite(aux.gamma))
   assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
   assert np.abs(grads["block1"]["attn"]["query"]["kernel"]).max() > 0
   assert np.abs(grads["head"]["kernel"]).max() > 0
@@ -171,4 +171,4 @@ def test_mr2_lp_path_runs_with_the_cosine_head(mr2_kwargs, p):
   # Why p ≠ 2 here: on unit vectors ‖μ_k‖₂² + v_k = 1 for every class, so p = 2 gives γ ≡ c̄;
   # the L_p statistics tell the classes apart.
   np.testing.assert_allclose(paper_p2_gamma, 1.0, atol=1e-5)
-  assert np.ptp(np.asarray(aux["gamma"])) > 1e-4
+  assert np.ptp(np.asarray(aux.gamma)) > 1e-4

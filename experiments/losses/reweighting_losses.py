@@ -36,7 +36,7 @@ def mr2_kwargs(mr2: ml_collections.ConfigDict) -> dict[str, Any]:
 def _mr2(config, logits, features, labels, state, info):
   loss, class_stats, aux = mr2_jax.mr2_loss(logits, features, labels, state["class_stats"],
                                             **mr2_kwargs(config.mr2), axis_name=info.axis_name)
-  return loss, {**state, "class_stats": class_stats}, aux
+  return loss, {**state, "class_stats": class_stats}, aux._asdict()
 
 
 def _reweighted(config, per_example, labels, state, info, mix=None, per_example_b=None):
@@ -82,7 +82,7 @@ def _mr2_inverse_reweight(config, logits, features, labels, state, info):
       stats_reduction=mr2.stats_reduction, axis_name=info.axis_name)
   loss, state, metrics = _reweighted(config, margin_ce + mr2.lam * representation, labels,
                                      {**state, "class_stats": class_stats}, info)
-  return loss, state, {**aux, **metrics}
+  return loss, state, {**aux._asdict(), **metrics}
 
 
 def _check_paper_form(config):
