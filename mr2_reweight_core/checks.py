@@ -18,6 +18,8 @@ emits no check at all.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -155,6 +157,21 @@ def poison_unless(value: jax.Array, ok: jax.Array) -> jax.Array:
   For `ok` True the value and its gradient are unchanged bit for bit (a product with 1).
   """
   return value * jnp.where(ok, 1.0, jnp.nan).astype(value.dtype)
+
+
+def keyword_only_where(positional: tuple, where: ArrayLike | None, function: str
+                       ) -> ArrayLike | None:
+  """`where` of a function whose `where` became keyword-only in 0.2.0 (as optax's losses take it):
+  given positionally (`positional`, the function's extra positional arguments), it still works
+  with a DeprecationWarning until 0.3.0; more than one extra argument, or both forms, is a
+  TypeError naming the function."""
+  if not positional:
+    return where
+  if len(positional) > 1 or where is not None:
+    raise TypeError(f"{function}: takes `where` as a keyword argument only (where=...).")
+  warnings.warn(f"{function}: pass `where` as a keyword (where=...); positional `where` goes in "
+                f"0.3.0.", DeprecationWarning, stacklevel=3)
+  return positional[0]
 
 
 def check_floating(x: ArrayLike, rank: int, name: str) -> jax.Array:

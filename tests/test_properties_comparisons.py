@@ -285,7 +285,7 @@ def supcon_fn(tau, tau_b, num_classes, devices):
     def objective(views):
       if devices > 1:
         views = jax.lax.dynamic_slice_in_dim(views, jax.lax.axis_index(AXIS) * images, images)
-      z, y, w = reweight_jax.stack_views(views, labels, image_where)
+      z, y, w = reweight_jax.stack_views(views, labels, where=image_where)
       w = w & jnp.swapaxes(view_keep, 0, 1).reshape(-1)
       return reweight_jax.supcon_loss(z, y, temperature=tau, base_temperature=tau_b, where=w,
                                  axis_name=AXIS if devices > 1 else None,

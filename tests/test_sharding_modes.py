@@ -288,7 +288,7 @@ def _supcon_views_case(rng):
     del state
     z = batch["x"] @ params["v"]
     views = mr2_jax.l2_normalize(jnp.stack([z, jnp.tanh(z)], axis=1))
-    projections, labels, where = rw.stack_views(views, batch["labels"], batch["where"])
+    projections, labels, where = rw.stack_views(views, batch["labels"], where=batch["where"])
     loss, aux = rw.supcon_loss(projections, labels, where=where, axis_name=axis_name,
                                     num_classes=NUM_CLASSES)
     return (loss,), aux.num_anchors, ()

@@ -200,10 +200,17 @@ class SupConTest(chex.TestCase):
   def test_stack_views_is_view_major(self):
     views = np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4)
     z, labels, where = reweight_jax.stack_views(views, np.array([5, 6, 7]),
-                                           np.array([True, False, True]))
+                                                where=np.array([True, False, True]))
     np.testing.assert_array_equal(z, np.concatenate([views[:, 0], views[:, 1]]))
     np.testing.assert_array_equal(labels, [5, 6, 7, 5, 6, 7])
     np.testing.assert_array_equal(where, [True, False, True, True, False, True])
+    # Positional `where` (before 0.2.0) still works, with a DeprecationWarning until 0.3.0.
+    with self.assertWarnsRegex(DeprecationWarning, "stack_views: pass `where` as a keyword"):
+      _, _, old = reweight_jax.stack_views(views, np.array([5, 6, 7]),
+                                           np.array([True, False, True]))
+    np.testing.assert_array_equal(old, where)
+    with self.assertRaisesRegex(TypeError, "keyword argument only"):
+      reweight_jax.stack_views(views, np.array([5, 6, 7]), np.ones(3, bool), where=np.ones(3, bool))
     self.assertIsNone(reweight_jax.stack_views(views, np.array([5, 6, 7]))[2])
     with self.assertRaisesRegex(ValueError, "views"):
       reweight_jax.stack_views(views[:2], np.array([5, 6, 7]))
