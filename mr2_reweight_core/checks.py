@@ -18,6 +18,7 @@ emits no check at all.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import jax
@@ -234,6 +235,32 @@ def check_unit_scalar(value: ArrayLike, name: str, what: str) -> jax.Array:
   if is_concrete(value) and not 0 <= float(value) <= 1:
     raise ValueError(f"{name}: expected {what} in [0, 1], got {float(value)}.")
   return value
+
+
+def check_exponent(value, name: str) -> float:
+  """A host-side real exponent ≥ 0 (a Python or NumPy scalar); returns it as a float."""
+  if isinstance(value, bool) or np.ndim(value) != 0:
+    raise TypeError(f"{name}: expected a real scalar exponent, got {type(value).__name__}.")
+  value = float(value)
+  if not (math.isfinite(value) and value >= 0):
+    raise ValueError(f"{name}: expected a finite exponent ≥ 0, got {value}.")
+  return value
+
+
+def check_positive_int(value, name: str) -> int:
+  """A positive Python (or NumPy) int; returns it as an int."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise TypeError(f"{name}: expected a Python int, got {type(value).__name__}.")
+  if value < 1:
+    raise ValueError(f"{name}: expected a positive integer, got {value}.")
+  return int(value)
+
+
+def unit_scalar_or_nan(value: ArrayLike, name: str, what: str) -> jax.Array:
+  """`check_unit_scalar` as a float array (at least float32); under `jit` NaN when outside [0, 1]."""
+  value = check_unit_scalar(value, name, what)
+  value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
+  return jnp.where((value >= 0) & (value <= 1), value, jnp.nan)
 
 
 def check_hyperparameter(value: ArrayLike, name: str, low: float, high: float = float("inf"), *,

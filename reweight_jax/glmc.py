@@ -23,15 +23,20 @@ released code's actual draw (its `--beta 0.5` never reaches `GLMC_mixed`, a defe
 there is no β option here). The CutMix targets use λ, not the fraction of the image the clipped box
 actually replaces: that is the method's definition (as released), kept and not corrected.
 
-Host-side (NumPy, once per step or epoch): the re-balanced sampling and the CutMix box. On the
-device (jax, jittable): the mixtures, targets, the consistency term and the loss. Inference uses the
-re-balanced head fc_cb.
+This module holds GLMC's own terms: the re-balanced head's class weights, the consistency term, the
+α schedule and the loss. The pieces it shares with other methods live in modules named for what
+they are: the host-side re-balanced sampler in `reweight_jax.rebalanced_sampling`, the mixup and
+CutMix image ops in `reweight_jax.image_mixing`, the soft-target cross-entropy and the mixed targets
+in `reweight_jax.soft_labels` (reading them from `reweight_jax.glmc` warns until 0.3.0; the
+top-level `reweight_jax.<name>` is unchanged). Inference uses the re-balanced head fc_cb.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from typing import Any, NamedTuple
+import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,17 +45,16 @@ from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_sums
 from mr2_reweight_core.checks import check_batch_dim
-from mr2_reweight_core.checks import check_class_vector
 from mr2_reweight_core.checks import check_counts
+from mr2_reweight_core.checks import check_exponent
 from mr2_reweight_core.checks import check_floating
-from mr2_reweight_core.checks import check_labels
-from mr2_reweight_core.checks import check_num_classes
-from mr2_reweight_core.checks import check_unit_scalar
+from mr2_reweight_core.checks import check_positive_int
 from mr2_reweight_core.checks import check_where
-from mr2_reweight_core.checks import index_labels
 from mr2_reweight_core.checks import is_concrete
 from mr2_reweight_core.checks import nan_where_negative
-from mr2_reweight_core.checks import take_class_values
+from mr2_reweight_core.checks import unit_scalar_or_nan
+from reweight_jax.soft_labels import mixed_targets
+from reweight_jax.soft_labels import soft_cross_entropy
 
 # ε of the cosine's norms, as torch's F.cosine_similarity (the reference's SimSiam loss).
 _COSINE_EPS = 1e-8
@@ -70,350 +74,19 @@ class GLMCAux(NamedTuple):
   consistency: jax.Array
 
 
-# ------------------------------------------------------------------------------------------------
-# Host side: re-balanced sampling and the CutMix box (NumPy)
-# ------------------------------------------------------------------------------------------------
-
-def _check_exponent(value: Any, name: str) -> float:
-  if isinstance(value, bool) or np.ndim(value) != 0:
-    raise TypeError(f"{name}: expected a real scalar exponent, got {type(value).__name__}.")
-  value = float(value)
-  if not (math.isfinite(value) and value >= 0):
-    raise ValueError(f"{name}: expected a finite exponent ≥ 0, got {value}.")
-  return value
+# Names that lived here before 0.2.0 (module → new home); `reweight_jax.glmc.<name>` warns.
+_MOVED = {"glmc_rebalanced_probabilities": "rebalanced_sampling",
+          "glmc_rebalanced_indices": "rebalanced_sampling",
+          "cutmix_box": "image_mixing", "mix_images": "image_mixing", "cutmix": "image_mixing"}
 
 
-def _check_positive_int(value: Any, name: str) -> int:
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise TypeError(f"{name}: expected a Python int, got {type(value).__name__}.")
-  if value < 1:
-    raise ValueError(f"{name}: expected a positive integer, got {value}.")
-  return int(value)
-
-
-def _check_host_labels(labels: ArrayLike, class_counts: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-  labels = np.asarray(labels)
-  if labels.ndim != 1 or labels.size < 1:
-    raise ValueError(f"labels: expected a non-empty rank-1 [N] array, got shape {labels.shape}.")
-  if not np.issubdtype(labels.dtype, np.integer):
-    raise TypeError(f"labels: expected an integer dtype, got {labels.dtype}.")
-  counts = np.asarray(class_counts)
-  if counts.ndim != 1 or counts.size < 1:
-    raise ValueError(f"class_counts: expected a non-empty rank-1 [K] array, got shape "
-                     f"{counts.shape}.")
-  if not (np.issubdtype(counts.dtype, np.integer) or np.issubdtype(counts.dtype, np.floating)):
-    raise TypeError(f"class_counts: expected an integer or floating dtype, got {counts.dtype}.")
-  counts = counts.astype(np.float64)
-  if not np.all(np.isfinite(counts) & (counts >= 0)):
-    raise ValueError("class_counts: counts must be finite and non-negative.")
-  num_classes = counts.size
-  if labels.min() < 0 or labels.max() >= num_classes:
-    raise ValueError(f"labels: class labels must lie in [0, {num_classes}); got values from "
-                     f"{labels.min()} to {labels.max()}.")
-  empty = np.unique(labels[counts[labels] == 0])
-  if empty.size:
-    raise ValueError(f"class_counts: classes {empty.tolist()} occur in labels but have n_c = 0.")
-  return labels, counts
-
-
-def glmc_rebalanced_probabilities(labels: ArrayLike, class_counts: ArrayLike, r: float
-                                  ) -> np.ndarray:
-  """The re-balanced sampler's probability of each training row (host-side NumPy, float64 [N]).
-
-  Du et al., CVPR 2023, arXiv 2305.08661 (the re-balanced branch's sampler):
-
-      P(i) = n_{y_i}^(−r) / Σ_j n_{y_j}^(−r)
-
-  (`main.py`'s `WeightedRandomSampler` weights; their per-class normalisation cancels here). The
-  probability of class c is n_c^(1−r) / Σ_k n_k^(1−r): r = 0 is plain uniform sampling of rows (the
-  reference's setting for CIFAR-100-LT IF 100, as released: the second loader is then no
-  re-balancing at all), r = 1 samples classes uniformly. Computed in log space, so large counts and
-  exponents neither overflow nor underflow.
-
-  Args:
-    labels: int [N] training labels in [0, K).
-    class_counts: [K] training counts n_c (normally `np.bincount(labels, minlength=K)`); every class
-      that occurs in `labels` needs n_c > 0.
-    r: the exponent, finite and ≥ 0 (`--resample_weighting`: 0 or 0.2 in the recipes).
-
-  Returns:
-    float64 [N], non-negative, summing to 1.
-
-  Raises:
-    ValueError: labels not a non-empty [N] in [0, K), counts not a non-empty [K] of finite
-      non-negative values, a class of `labels` with n_c = 0, r negative or not finite.
-    TypeError: non-integer labels, counts neither integer nor floating, r not a real scalar.
-
-  Examples:
-    >>> import numpy as np
-    >>> import reweight_jax
-    >>> labels = np.array([0, 0, 0, 1])
-    >>> print(reweight_jax.glmc_rebalanced_probabilities(labels, np.bincount(labels), r=1.0))
-    [0.16666667 0.16666667 0.16666667 0.5       ]
-  """
-  labels, counts = _check_host_labels(labels, class_counts)
-  r = _check_exponent(r, "r")
-  log_weights = -r * np.log(counts[labels])
-  weights = np.exp(log_weights - log_weights.max())
-  return weights / weights.sum()
-
-
-def glmc_rebalanced_indices(labels: ArrayLike, class_counts: ArrayLike, r: float, size: int,
-                            rng: np.random.Generator) -> np.ndarray:
-  """`size` training-row indices drawn independently with replacement from
-  `glmc_rebalanced_probabilities(labels, class_counts, r)` (host-side NumPy; Du et al., CVPR 2023,
-  arXiv 2305.08661).
-
-  The reference's re-balanced loader draws N rows with replacement per pass and restarts it when it
-  runs out; since the draws are independent, drawing each step's B rows afresh is the same
-  distribution. For batches that are a pure function of (seed, epoch, step), pass
-  `rng = np.random.default_rng((seed, epoch, step))`. Each call costs O(N) (the probabilities and
-  `choice`'s cumulative sum): negligible next to a training step at CIFAR or ImageNet-LT sizes.
-
-  Args:
-    labels: int [N] training labels in [0, K).
-    class_counts: [K] training counts n_c.
-    r: the exponent, finite and ≥ 0.
-    size: number of draws, a positive int (the batch size B).
-    rng: the `np.random.Generator` to draw from (advanced by one `choice`).
-
-  Returns:
-    int64 [size] row indices in [0, N).
-
-  Raises:
-    ValueError: as `glmc_rebalanced_probabilities`, or a non-positive `size`.
-    TypeError: a non-int `size`, an `rng` that is not a Generator.
-
-  Examples:
-    >>> import numpy as np
-    >>> import reweight_jax
-    >>> labels = np.array([0, 0, 0, 1])
-    >>> rows = reweight_jax.glmc_rebalanced_indices(labels, np.bincount(labels), 1.0, size=6,
-    ...                                             rng=np.random.default_rng(0))
-    >>> print(rows.shape, rows.dtype)
-    (6,) int64
-  """
-  probabilities = glmc_rebalanced_probabilities(labels, class_counts, r)
-  size = _check_positive_int(size, "size")
-  if not isinstance(rng, np.random.Generator):
-    raise TypeError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}.")
-  return rng.choice(probabilities.size, size=size, replace=True,
-                    p=probabilities).astype(np.int64)
-
-
-def _check_host_lam(lam: Any) -> float:
-  if isinstance(lam, bool) or np.ndim(lam) != 0:
-    raise ValueError(f"lam: expected a real scalar λ, got {type(lam).__name__} of shape "
-                     f"{np.shape(lam)}.")
-  lam = float(lam)
-  if not 0 <= lam <= 1:
-    raise ValueError(f"lam: expected a mixing weight λ in [0, 1], got {lam}.")
-  return lam
-
-
-def cutmix_box(lam: float, height: int, width: int,
-               rng: np.random.Generator) -> tuple[int, int, int, int]:
-  """The CutMix box of one step (host-side; `utils/util.py`, `rand_bbox`), (y0, y1, x0, x1).
-
-  Yun et al., "CutMix", ICCV 2019, arXiv 1905.04899, as Du et al., CVPR 2023, arXiv 2305.08661 draw
-  it:
-
-      h = ⌊⌈H·√(1 − λ)⌉ / 2⌋,  w = ⌊⌈W·√(1 − λ)⌉ / 2⌋
-      c_y ~ U{0, …, H − 1},  c_x ~ U{0, …, W − 1}          (drawn in this order from `rng`)
-      rows [c_y − h, c_y + h) ∩ [0, H),  columns [c_x − w, c_x + w) ∩ [0, W)
-
-  λ = 1 gives h = w = 0, an empty box; λ = 0 with even H, W and the centre at (H/2, W/2) covers the
-  whole image. Near the border the box is clipped, so the fraction of the image it replaces,
-  (y1 − y0)(x1 − x0)/(HW), is in general not 1 − λ; GLMC's targets use λ regardless (as released,
-  kept: it is the method's definition).
-
-  Args:
-    lam: the step's λ in [0, 1].
-    height: image height H, a positive int.
-    width: image width W, a positive int.
-    rng: `np.random.Generator` for the centre (two `integers` draws).
-
-  Returns:
-    Python ints 0 ≤ y0 ≤ y1 ≤ H, 0 ≤ x0 ≤ x1 ≤ W, for `cutmix`.
-
-  Raises:
-    ValueError: λ not a scalar in [0, 1], a non-positive height or width.
-    TypeError: a non-int height or width, an `rng` that is not a Generator.
-
-  Examples:
-    >>> import numpy as np
-    >>> import reweight_jax
-    >>> print(reweight_jax.cutmix_box(0.75, 8, 8, np.random.default_rng(0)))
-    (4, 8, 3, 7)
-  """
-  lam = _check_host_lam(lam)
-  height = _check_positive_int(height, "height")
-  width = _check_positive_int(width, "width")
-  if not isinstance(rng, np.random.Generator):
-    raise TypeError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}.")
-  cut = math.sqrt(1.0 - lam)
-  half_h = math.ceil(height * cut) // 2
-  half_w = math.ceil(width * cut) // 2
-  centre_y = int(rng.integers(height))
-  centre_x = int(rng.integers(width))
-  return (max(centre_y - half_h, 0), min(centre_y + half_h, height),
-          max(centre_x - half_w, 0), min(centre_x + half_w, width))
-
-
-# ------------------------------------------------------------------------------------------------
-# Device side: mixtures, targets, losses (jax)
-# ------------------------------------------------------------------------------------------------
-
-def _check_images(images_a: ArrayLike, images_b: ArrayLike) -> tuple[jax.Array, jax.Array]:
-  images_a = jnp.asarray(images_a)
-  images_b = jnp.asarray(images_b)
-  if images_b.shape != images_a.shape:
-    raise ValueError(f"images_b: expected the shape {images_a.shape} of images_a, got "
-                     f"{images_b.shape}.")
-  if images_b.dtype != images_a.dtype:
-    raise TypeError(f"images_b: expected the dtype {images_a.dtype} of images_a, got "
-                    f"{images_b.dtype}.")
-  return images_a, images_b
-
-
-def _check_unit_scalar(value: ArrayLike, name: str, what: str) -> jax.Array:
-  """`checks.check_unit_scalar` as a float array; under `jit` NaN when outside [0, 1]."""
-  value = check_unit_scalar(value, name, what)
-  value = value.astype(jnp.promote_types(value.dtype, jnp.float32))
-  return jnp.where((value >= 0) & (value <= 1), value, jnp.nan)
-
-
-def mix_images(images_a: ArrayLike, images_b: ArrayLike, lam: ArrayLike) -> jax.Array:
-  """The global (mixup) mixture x_g = λ·a + (1 − λ)·b, in the images' dtype.
-
-  Zhang et al., "mixup", ICLR 2018, arXiv 1710.09412; the global mixture of Du et al., CVPR 2023,
-  arXiv 2305.08661.
-
-  Args:
-    images_a: floating images (e.g. [B, H, W, C]).
-    images_b: images of the same shape and dtype.
-    lam: scalar λ in [0, 1] (eagerly checked; NaN images under `jit` when outside).
-
-  Returns:
-    λ·a + (1 − λ)·b, shape and dtype of the images.
-
-  Raises:
-    ValueError: images of different shapes, λ not a scalar or (eagerly) outside [0, 1].
-    TypeError: images of different or non-floating dtypes.
-
-  Examples:
-    >>> import jax.numpy as jnp
-    >>> import numpy as np
-    >>> import reweight_jax
-    >>> print(reweight_jax.mix_images(jnp.zeros((1, 2)), jnp.ones((1, 2)), 0.75))
-    [[0.25 0.25]]
-  """
-  images_a, images_b = _check_images(images_a, images_b)
-  if not jnp.issubdtype(images_a.dtype, jnp.floating):
-    raise TypeError(f"images_a: expected a floating dtype, got {images_a.dtype}.")
-  lam = _check_unit_scalar(lam, "lam", "mixing weight λ").astype(images_a.dtype)
-  return lam * images_a + (1 - lam) * images_b
-
-
-def cutmix(images_a: ArrayLike, images_b: ArrayLike, box: ArrayLike) -> jax.Array:
-  """The local (CutMix) mixture: `images_a` with rows [y0, y1) × columns [x0, x1) of every image
-  taken from `images_b`; one box for the whole batch (`cutmix_box`). The local mixture of
-  Du et al., CVPR 2023, arXiv 2305.08661.
-
-  The box is applied as a mask, so it may be traced (one compile for every box); under `jit` a box
-  reaching outside the image acts as its intersection with the image.
-
-  Args:
-    images_a: [B, H, W, C] images.
-    images_b: [B, H, W, C] images of the same dtype, the box's source.
-    box: (y0, y1, x0, x1) integers with 0 ≤ y0 ≤ y1 ≤ H and 0 ≤ x0 ≤ x1 ≤ W (checked when
-      concrete).
-
-  Returns:
-    [B, H, W, C] in the images' dtype.
-
-  Raises:
-    ValueError: images not of rank 4 or of different shapes, a box that is not 4 integers or (when
-      concrete) outside the image.
-    TypeError: images of different dtypes.
-
-  Examples:
-    >>> import jax.numpy as jnp
-    >>> import numpy as np
-    >>> import reweight_jax
-    >>> a, b = jnp.zeros((1, 4, 4, 1)), jnp.ones((1, 4, 4, 1))
-    >>> print(reweight_jax.cutmix(a, b, (1, 3, 0, 2))[0, :, :, 0])
-    [[0. 0. 0. 0.]
-     [1. 1. 0. 0.]
-     [1. 1. 0. 0.]
-     [0. 0. 0. 0.]]
-  """
-  images_a, images_b = _check_images(images_a, images_b)
-  if images_a.ndim != 4:
-    raise ValueError(f"images_a: expected rank 4 [batch, height, width, channels], got shape "
-                     f"{images_a.shape}.")
-  height, width = images_a.shape[1:3]
-  box = jnp.asarray(box)
-  if box.shape != (4,) or not jnp.issubdtype(box.dtype, jnp.integer):
-    raise ValueError(f"box: expected 4 integers (y0, y1, x0, x1), got {box.dtype} of shape "
-                     f"{box.shape}.")
-  if is_concrete(box):
-    y0, y1, x0, x1 = (int(v) for v in np.asarray(box))
-    if not (0 <= y0 <= y1 <= height and 0 <= x0 <= x1 <= width):
-      raise ValueError(f"box: expected 0 ≤ y0 ≤ y1 ≤ {height} and 0 ≤ x0 ≤ x1 ≤ {width}, got "
-                       f"{(y0, y1, x0, x1)}.")
-  rows = jnp.arange(height)
-  cols = jnp.arange(width)
-  inside = (((rows >= box[0]) & (rows < box[1]))[:, None]
-            & ((cols >= box[2]) & (cols < box[3]))[None, :])
-  return jnp.where(inside[None, :, :, None], images_b, images_a)
-
-
-def soft_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, where: ArrayLike | None = None
-                       ) -> jax.Array:
-  """Per-example cross-entropy against soft targets [B].
-
-  The ce of Du et al., CVPR 2023, arXiv 2305.08661, against mixed (and weighted) targets:
-
-      ce(z_i, t_i) = −Σ_k t_ik · log softmax(z_i)_k
-
-  with the stable log-softmax (`jax.nn.log_softmax`); a term with t_ik = 0 is 0 even where
-  z_ik = −inf. Targets need not sum to 1 (GLMC's y^w does not). Computed in at least float32.
-
-  Args:
-    logits: [B, K] floating.
-    targets: [B, K] floating (e.g. `mixed_targets`).
-    where: optional bool [B]; False marks padding, which gives 0 and no gradient (its logits and
-      targets may be anything, NaN included).
-
-  Returns:
-    float [B]; NaN for a row whose targets hold NaN (a bad label under `jit`).
-
-  Raises:
-    ValueError: logits not rank 2, targets of another shape, a `where` of another shape.
-    TypeError: non-floating logits or targets.
-
-  Examples:
-    >>> import jax.numpy as jnp
-    >>> import numpy as np
-    >>> import reweight_jax
-    >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
-    >>> targets = jnp.array([[0.7, 0.3, 0.0], [0.0, 0.0, 1.0]])
-    >>> print(np.asarray(reweight_jax.soft_cross_entropy(logits, targets), float).round(4))
-    [0.7698 1.0986]
-  """
-  logits = check_floating(logits, 2, "logits")
-  targets = check_floating(targets, 2, "targets")
-  if targets.shape != logits.shape:
-    raise ValueError(f"targets: expected the shape {logits.shape} of logits, got "
-                     f"{targets.shape}.")
-  real = check_where(where, logits.shape[0])
-  dtype = jnp.promote_types(jnp.promote_types(logits.dtype, targets.dtype), jnp.float32)
-  logits = jnp.where(real[:, None], logits, 0).astype(dtype)
-  targets = jnp.where(real[:, None], targets, 0).astype(dtype)
-  log_probs = jax.nn.log_softmax(logits, axis=-1)
-  terms = jnp.where(targets == 0, 0, targets * log_probs)
-  return jnp.where(real, -jnp.sum(terms, axis=-1), 0)
+def __getattr__(name: str):
+  if name in _MOVED:
+    home = f"reweight_jax.{_MOVED[name]}"
+    warnings.warn(f"reweight_jax.glmc.{name} moved to {home}.{name} (and is reweight_jax.{name}); "
+                  f"the old path goes in 0.3.0.", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)
+  raise AttributeError(f"module 'reweight_jax.glmc' has no attribute {name!r}")
 
 
 def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
@@ -447,7 +120,7 @@ def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
     [0.1818 1.8182 0.    ]
   """
   counts = check_counts(class_counts, "class_counts")
-  exponent = _check_exponent(exponent, "exponent")
+  exponent = check_exponent(exponent, "exponent")
   if is_concrete(counts) and not np.any(np.asarray(counts) > 0):
     raise ValueError("class_counts: expected at least one class with n_c > 0.")
   present = counts > 0
@@ -456,64 +129,6 @@ def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
   weights = jnp.where(present, jnp.exp(log_weights), 0.0)
   weights = weights * jnp.sum(present) / jnp.sum(weights)
   return nan_where_negative(weights, counts)
-
-
-def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_classes: int,
-                  class_weights: ArrayLike | None = None) -> jax.Array:
-  """GLMC's mixed targets [B, K] (Du et al., CVPR 2023, arXiv 2305.08661):
-
-      y_i   = λ e_{a_i} + (1 − λ) e_{b_i}                      (class_weights None)
-      y^w_i = λ v_{a_i} e_{a_i} + (1 − λ) v_{b_i} e_{b_i}      (class_weights v)
-
-  used for both the mixup and the CutMix pass (GLMC's CutMix targets use λ, not the clipped box's
-  area). Without weights each row sums to 1. `class_weights` enter as given, so a caller passing
-  weights that carry a gradient (the inverse reweighting's ŵ under gradient flow,
-  `mixed_inverse_reweighted_loss`) keeps it.
-
-  Args:
-    labels_a: int [B] labels of the instance-balanced rows, in [0, K).
-    labels_b: int [B] labels of the paired re-balanced rows, in [0, K).
-    lam: scalar λ in [0, 1] (eagerly checked; NaN targets under `jit` when outside).
-    num_classes: K, the number of classes.
-    class_weights: optional [K] v (e.g. `glmc_class_weights`).
-
-  Returns:
-    float [B, K] (float32, or the weights' dtype if wider). A row with an out-of-range label a_i or
-    b_i is NaN under `jit` (never a clipped class); eagerly it raises `ValueError`.
-
-  Raises:
-    ValueError: labels not [B] of one length, λ not a scalar or (eagerly) outside [0, 1],
-      `class_weights` not [K], or (eagerly) a label outside [0, K).
-    TypeError: non-integer labels, non-floating weights.
-
-  Examples:
-    >>> import jax.numpy as jnp
-    >>> import numpy as np
-    >>> import reweight_jax
-    >>> print(reweight_jax.mixed_targets(jnp.array([0, 1]), jnp.array([2, 1]), 0.75, 3))
-    [[0.75 0.   0.25]
-     [0.   1.   0.  ]]
-  """
-  num_classes = check_num_classes(num_classes)
-  labels_a = jnp.asarray(labels_a)
-  ok_a = check_labels(labels_a, num_classes, "labels_a")
-  labels_b = jnp.asarray(labels_b)
-  ok_b = check_labels(labels_b, num_classes, "labels_b")
-  check_batch_dim(labels_b, labels_a.shape[0], "labels_b", "labels_a")
-  lam = _check_unit_scalar(lam, "lam", "mixing weight λ")
-  dtype = lam.dtype
-  if class_weights is None:
-    weight_a = weight_b = jnp.ones(labels_a.shape, dtype)
-  else:
-    class_weights = check_class_vector(class_weights, num_classes, "class_weights")
-    dtype = jnp.promote_types(dtype, class_weights.dtype)
-    weight_a = take_class_values(class_weights, labels_a, ok_a).astype(dtype)
-    weight_b = take_class_values(class_weights, labels_b, ok_b).astype(dtype)
-  lam = lam.astype(dtype)
-  onehot_a = jax.nn.one_hot(index_labels(labels_a, ok_a), num_classes, dtype=dtype)
-  onehot_b = jax.nn.one_hot(index_labels(labels_b, ok_b), num_classes, dtype=dtype)
-  targets = (lam * weight_a)[:, None] * onehot_a + ((1 - lam) * weight_b)[:, None] * onehot_b
-  return jnp.where((ok_a & ok_b)[:, None], targets, jnp.nan)
 
 
 def _safe_norm(x: jax.Array) -> jax.Array:
@@ -606,7 +221,7 @@ def glmc_alpha(epoch: ArrayLike, num_epochs: int) -> jax.Array:
     >>> print(reweight_jax.glmc_alpha(0, 200), reweight_jax.glmc_alpha(100, 200))
     1.0 0.75
   """
-  num_epochs = _check_positive_int(num_epochs, "num_epochs")
+  num_epochs = check_positive_int(num_epochs, "num_epochs")
   epoch = jnp.asarray(epoch)
   if epoch.ndim != 0 or not (jnp.issubdtype(epoch.dtype, jnp.integer)
                              or jnp.issubdtype(epoch.dtype, jnp.floating)):
@@ -710,7 +325,7 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
   pred_g = check_floating(pred_g, 2, "pred_g")
   check_batch_dim(pred_g, batch, "pred_g", "labels_a")
   real = check_where(where, batch)
-  alpha = _check_unit_scalar(alpha, "alpha", "branch weight α")
+  alpha = unit_scalar_or_nan(alpha, "alpha", "branch weight α")
   w_con = jnp.asarray(w_con)
   if w_con.ndim != 0 or not (jnp.issubdtype(w_con.dtype, jnp.floating)
                              or jnp.issubdtype(w_con.dtype, jnp.integer)):

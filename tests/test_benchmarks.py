@@ -109,8 +109,8 @@ def test_released_form_variants_are_each_a_different_program_with_the_same_resul
   and compute the same loss, statistics and gradients. K > B and ℓ_s̄ tiled (its work threshold
   lowered), so that every patched path — the class-sorted statistics, the prefix — is taken."""
   from unittest import mock
-  from mr2_jax import representation_margin
-  with mock.patch.object(representation_margin, "TILED_MIN_WORK", 0):
+  from mr2_jax import representation_margin_forms
+  with mock.patch.object(representation_margin_forms, "TILED_MIN_WORK", 0):
     variants = released_form.released_form_variants(64, 24, 200)
   _, current, args = variants["mr2_released"]
   expected = jax.tree.leaves(current(*args))

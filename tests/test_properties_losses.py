@@ -51,7 +51,7 @@ import reweight_jax
 from experiments.losses import registry as losses
 from experiments.train import recipes
 from experiments.configs import default
-from mr2_jax import representation_margin
+from mr2_jax import representation_margin_forms
 from tests import strategies as S
 from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_fairdro as ref_fairdro
@@ -133,9 +133,9 @@ def test_every_loss_is_tested():
 def patched(variant):
   """The tiled representation margin forced (TILED_MIN_WORK = 0) while tracing `variant`."""
   if variant in TILED:
-    return mock.patch.object(representation_margin, "TILED_MIN_WORK", 0)
-  return mock.patch.object(representation_margin, "TILED_MIN_WORK",
-                           representation_margin.TILED_MIN_WORK)
+    return mock.patch.object(representation_margin_forms, "TILED_MIN_WORK", 0)
+  return mock.patch.object(representation_margin_forms, "TILED_MIN_WORK",
+                           representation_margin_forms.TILED_MIN_WORK)
 
 
 # ------------------------------------------------------------------------------------------------

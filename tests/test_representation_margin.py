@@ -10,6 +10,7 @@ import numpy as np
 from absl.testing import parameterized
 
 import mr2_jax
+from mr2_jax import representation_margin_forms as rm_forms
 from mr2_reweight_core import class_order
 from tests import cases
 from tests.reference import numpy_mr2 as ref
@@ -107,7 +108,7 @@ class RepresentationMarginTest(chex.TestCase):
     order = [18, 4, 21, 10, 11, 2, 22, 6, 23, 3, 20, 8, 0, 16, 12, 19, 13, 7, 5, 17, 14, 9, 1, 15]
     labels, features = labels[order], features[order]  # the permuted batch that failed
     s_bar = np.float32(75972432.0)
-    with mock.patch.object(rm, "TILED_MIN_WORK", 0 if tiled else rm.TILED_MIN_WORK):
+    with mock.patch.object(rm_forms, "TILED_MIN_WORK", 0 if tiled else rm.TILED_MIN_WORK):
       out = jax.jit(lambda f, y, s: mr2_jax.representation_margin_loss(f, y, s, num_classes=2))(
           features, labels, s_bar)
     expected = ref.representation_margin_loss(features, labels, s_bar, 1.0)
@@ -159,7 +160,7 @@ class TiledTest(chex.TestCase):
   def setUp(self):
     super().setUp()
     from mr2_jax import representation_margin as rm
-    self.enter_context(mock.patch.object(rm, "TILED_MIN_WORK", 0))
+    self.enter_context(mock.patch.object(rm_forms, "TILED_MIN_WORK", 0))
 
   # jit only (suite time): the eager path runs the same compiled switch branch by branch.
   @chex.variants(with_jit=True)
@@ -293,7 +294,7 @@ class TiledTest(chex.TestCase):
     # of 1e4 (reference-row centring keeps the Gram form exact) and a fifth of the rows are masked.
     from mr2_jax import representation_margin as rm
     if small_work:  # the dense form below TILED_MIN_WORK (the setUp lowered it to 0)
-      self.enter_context(mock.patch.object(rm, "TILED_MIN_WORK", 1 << 40))
+      self.enter_context(mock.patch.object(rm_forms, "TILED_MIN_WORK", 1 << 40))
     labels = _labels_with_counts(counts, seed=6)
     num_classes = len(counts)
     rng = np.random.default_rng(6)

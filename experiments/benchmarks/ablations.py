@@ -13,7 +13,7 @@ from jax.experimental import checkify
 
 from experiments.benchmarks.loss_scaling import _loss_fns
 from experiments.benchmarks.timing import interleaved, summarize_times
-from mr2_jax import representation_margin
+from mr2_jax import representation_margin_forms
 
 
 def bench_ablations(quick: bool) -> dict:
@@ -36,7 +36,7 @@ def bench_ablations(quick: bool) -> dict:
     fns = {}
     tiled_fn, args, _ = _loss_fns(batch, dim, classes, 1)[0]["mr2"]
     fns["tiled"] = lambda f=tiled_fn, a=args: f(*a)
-    with unittest.mock.patch.object(representation_margin, "TILED_MIN_WORK", float("inf")):
+    with unittest.mock.patch.object(representation_margin_forms, "TILED_MIN_WORK", float("inf")):
       dense_fn, dense_args, _ = _loss_fns(batch, dim, classes, 1)[0]["mr2"]
       jax.block_until_ready(dense_fn(*dense_args))  # traced and compiled with the dense form
     fns["dense"] = lambda f=dense_fn, a=dense_args: f(*a)
