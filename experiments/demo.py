@@ -50,11 +50,13 @@ def main(argv):
   seeds = [int(s) for s in _SEEDS.value]
   workdir = pathlib.Path(_WORKDIR.value)
   tables = []
+  counter = comparison.RunCounter(sum(len(methods) for *_, methods, _ in SETTINGS) * len(seeds))
+  print(f"{counter.total} runs (the first compiles the step: it takes longest)", flush=True)
   with cli_errors.one_line_errors():
     for name, title, get_config, methods, look_at in SETTINGS:
       print(f"== {title}: {', '.join(methods)}, seeds {seeds}", flush=True)
       markdown = comparison.compare(get_config(), list(methods), seeds, workdir / name,
-                                 workdir / name / "report")
+                                    workdir / name / "report", counter=counter)
       # The summary table and the paired Δ table (the per-class table stays in the report).
       head = markdown.split("\nPer-class test accuracy")[0].strip()
       tables.append(f"## {title} (seeds {seeds})\n\n{head}\n\n{look_at}\n\n"

@@ -76,3 +76,19 @@ def test_a_deferred_method_starts_from_the_first_earlier_run_it_equals():
   assert source("etf_dr") is None                                   # not deferred
   assert source("rw=inverse_reweight" + views) == "released"
   assert compare.deferred_source(compare.method_config(base, "inverse_reweight", 0)[1], []) is None
+
+
+def test_run_counter_says_which_run_and_about_how_long_is_left(monkeypatch):
+  """The main job's progress line: run i of n, then (from the second run on) the time elapsed and
+  the mean time per finished run times the runs left."""
+  from experiments.studies import method_comparison
+  clock = iter([100.0, 100.0, 130.0, 160.0])
+  monkeypatch.setattr(method_comparison.time, "perf_counter", lambda: next(clock))
+  counter = method_comparison.RunCounter(4)
+  assert counter.starting("ce, seed 0") == "run 1 of 4: ce, seed 0"
+  counter.finished()
+  assert counter.starting("ce, seed 1") == ("run 2 of 4: ce, seed 1  (30 s elapsed, about 90 s "
+                                            "left)")
+  counter.finished()
+  assert counter.starting("mr2, seed 0") == ("run 3 of 4: mr2, seed 0  (60 s elapsed, about 60 s "
+                                             "left)")

@@ -61,15 +61,39 @@ def run_dir(workdir: pathlib.Path, method: str, seed: int) -> pathlib.Path:
   return workdir / method.replace("+", "_") / f"seed{seed}"
 
 
+class RunCounter:
+  """Counts the runs of one or more `compare` calls and says where they stand: "run 3 of 12",
+  the time since the first run began and, from the mean time of the runs finished so far, about how
+  long the rest will take."""
+
+  def __init__(self, total: int):
+    self.total, self.done, self.began = total, 0, time.perf_counter()
+
+  def starting(self, what: str) -> str:
+    line = f"run {self.done + 1} of {self.total}: {what}"
+    elapsed = time.perf_counter() - self.began
+    if self.done:
+      left = elapsed / self.done * (self.total - self.done)
+      line += f"  ({elapsed:.0f} s elapsed, about {left:.0f} s left)"
+    return line
+
+  def finished(self) -> None:
+    self.done += 1
+
+
 def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path, *,
-            start_deferred_from_reference: bool = True) -> str:
+            start_deferred_from_reference: bool = True, counter: RunCounter | None = None) -> str:
   """Trains every (method, seed) in `workdir` (resuming finished or partial runs) and writes the
   report; returns its Markdown. The first method is the reference (ERM).
 
   With `start_deferred_from_reference`, a deferred method starts at its start epoch from the first
   earlier method of the list (same seed) whose run it equals until then (`shares_reference`: its
   `before` loss, the same config but for the loss): the reference for reweighting after CE, a
-  pipeline's own run for the reweighting inside it (ETF-DR, GLMC, the released recipe's views)."""
+  pipeline's own run for the reweighting inside it (ETF-DR, GLMC, the released recipe's views).
+
+  Before each run it prints "run i of n" with the time elapsed and about how long is left
+  (`RunCounter`; pass one `counter` to count over several calls)."""
+  counter = counter or RunCounter(len(specs) * len(seeds))
   reference_name = parse_method(specs[0])[0]
   runs, earlier = {}, []   # earlier: (method, loss, {seed: config JSON}) in list order
   for spec in specs:
@@ -85,8 +109,10 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
                                         for name, loss, before in earlier])
       if start_deferred_from_reference and source is not None:
         config.init_from = f"{run_dir(workdir, source, seed).resolve()}:{start}"
+      print(counter.starting(f"{method}, seed {seed}"), flush=True)
       began = time.perf_counter()
       summary = train.train_and_evaluate(config, run_dir(workdir, method, seed))
+      counter.finished()
       shared = f", epochs 0-{start} from {source}" if config.init_from else ""
       print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
             f"  ({time.perf_counter() - began:.0f} s, {summary['steps']} steps{shared})",
