@@ -126,7 +126,7 @@ def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequenc
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # optional: plots only
   order = np.argsort(-np.asarray(summary["erm_class_accuracy_mean"]), kind="stable")
-  fig, ax = plt.subplots(figsize=(8, 4))
+  fig, ax = plt.subplots(figsize=(9, 4))
   methods = summary["methods"]
   width = 0.8 / len(methods)
   for i, (method, row) in enumerate(methods.items()):
@@ -141,7 +141,8 @@ def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequenc
   ax.set_ylim(max(0, lowest - 10), 100)
   ax.set_title(f"{title}, {setting}: per-class accuracy, sorted by ERM\n"
                f"(bars: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
-  ax.legend(fontsize=8)
+  # Beside the axes, not on them: inside, the legend of ten methods covered the first classes' bars.
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
