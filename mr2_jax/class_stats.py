@@ -369,7 +369,9 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
       out with `NamedSharding` gives the same statistics, replicated.
     where: optional bool [B]; False rows (padding) are ignored. A row inside `where` with a label
       outside [0, K) (possible only traced) or a non-finite feature is left out of every statistic
-      and counted in `skipped_rows`: the statistics equal those of the other rows alone.
+      and counted in `skipped_rows`: the statistics equal those of the other rows alone. A class
+      whose batch moments overflow float32 (finite features of ~1e19 or more) keeps its
+      statistics for this batch, its rows counted in `skipped_rows` too.
     reduction: with `axis_name`, 'exact' (default) reduces per-class feature sums, min(K, B_global)·d
       floats per step, twice (each class's reference row, then the sums of rows shifted by it; see
       `batch_class_moments`), and equals one device on the global batch. 'per_device' computes a_k
@@ -425,7 +427,11 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
   else:
     slots, batch_a, batch_v = batch_class_moments(
         features, labels, valid, stats.num_classes, p=p, axis_name=axis_name)
-  present = slots.counts > 0
+  # A class whose batch moments overflow (finite features of ~1e19 and more: ‖·‖² beyond float32)
+  # is left out like a non-finite row, its rows counted (the slots' counts are already global).
+  overflow = (slots.counts > 0) & ~(jnp.isfinite(batch_a) & jnp.isfinite(batch_v))
+  present = (slots.counts > 0) & ~overflow
+  overflow_rows = jnp.sum(jnp.where(overflow, slots.counts, 0.0)).astype(jnp.int32)
   seen_before = class_sums.gather_from_classes(stats.seen, slots)
 
   def ema(old_per_class, batch_value):
@@ -440,4 +446,5 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
       sq_mean_norm=ema(stats.sq_mean_norm, batch_a),
       mean_sq_deviation=ema(stats.mean_sq_deviation, batch_v),
       seen=class_sums.scatter_to_classes(stats.seen, present, slots, present),
-      skipped_rows=stats.skipped_rows + checks.count_skipped(real, valid, axis_name))
+      skipped_rows=stats.skipped_rows + checks.count_skipped(real, valid, axis_name)
+      + overflow_rows)

@@ -289,9 +289,10 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
     loss = jnp.where(jnp.asarray(lam) >= 0, loss, jnp.nan)
   # A real row with a label outside [0, K) or a non-finite logit or feature: the loss and its
   # gradient are NaN (the statistics left the row out and counted it).
-  clean = ((labels >= 0) & (labels < num_classes) & checks.finite_rows(logits)
-           & checks.finite_rows(features))
-  loss = checks.poison_unless(loss, jnp.all(clean | (mask == 0)))
+  real = mask > 0
+  clean = ((labels >= 0) & (labels < num_classes) & checks.check_finite_rows(logits, real, "logits")
+           & checks.finite_rows(features))  # features: flagged by the statistics' update
+  loss = checks.poison_unless(loss, jnp.all(clean | ~real))
   return loss, new_stats, MR2Aux(
       gamma=aux.gamma, s_bar=aux.s_bar,
       margin_ce=jax.lax.stop_gradient(

@@ -22,7 +22,8 @@ from mr2_reweight_core import class_order as class_order_lib
 from mr2_reweight_core import class_sums
 from mr2_reweight_core import explicit_mesh
 
-__all__ = ["TILED_MIN_WORK", "mean_class_deviation", "representation_margin_loss"]
+__all__ = ["mean_class_deviation", "representation_margin_loss"]
+# TILED_MIN_WORK is read by `_branches` in `representation_margin_forms`: patch it there.
 
 
 def mean_class_deviation(stats: ClassStats) -> jax.Array:
@@ -78,7 +79,7 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
     temperature: τ > 0 (1 in the paper form; 10·d in the released-code form); may be traced (a
       `jit` argument, a schedule, a `vmap`ped sweep): then computed as the τ = 1 form on φ/√τ and
       s̄/τ, equal up to rounding; a traced τ ≤ 0 gives NaN (and a `checkify` error inside
-      `traced_checks()`).
+      `traced_checks()`). τ is a constant for back-propagation (no gradient flows to it).
     axis_name: data-parallel axis; positives come from the features all-gathered over it (gradients
       flow back to the device that owns each feature). The losses are the local anchors', whatever
       `check_vma`. Without it, `jax.jit` over features laid out with `NamedSharding` gathers the
@@ -134,8 +135,9 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
     temperature = float(np.asarray(temperature))
   else:
     # A traced τ (a `jit` argument, a schedule, a sweep): (‖φ_i − φ_j‖² − 2s̄)/τ is the τ = 1 form on
-    # φ/√τ and s̄/τ (the gradient reaches φ through the scaling), so the branches stay static.
-    scale = jax.lax.rsqrt(jnp.asarray(temperature, features.dtype))
+    # φ/√τ and s̄/τ (the gradient reaches φ through the scaling), so the branches stay static. τ is
+    # a constant for back-propagation, as s̄ is (and as a Python τ is).
+    scale = jax.lax.stop_gradient(jax.lax.rsqrt(jnp.asarray(temperature, features.dtype)))
     features, s_bar, temperature = features * scale, s_bar * jnp.square(scale), 1.0
 
   batch = labels.shape[0]

@@ -119,7 +119,7 @@ def check_labels(labels: ArrayLike, num_classes: int, name: str = "labels") -> j
 def finite_rows(x: jax.Array) -> jax.Array:
   """bool [B]: the rows of `x` [B, ...] whose every entry is finite (no NaN, no ±inf)."""
   x = jnp.asarray(x)
-  return jnp.all(jnp.isfinite(x).reshape(x.shape[0], -1), axis=1)
+  return jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim)))  # also for B = 0
 
 
 def check_finite_rows(x: jax.Array, real: jax.Array, name: str) -> jax.Array:

@@ -27,8 +27,9 @@ This module holds GLMC's own terms: the re-balanced head's class weights, the co
 α schedule and the loss. The pieces it shares with other methods live in modules named for what
 they are: the host-side re-balanced sampler in `reweight_jax.rebalanced_sampling`, the mixup and
 CutMix image ops in `reweight_jax.image_mixing`, the soft-target cross-entropy and the mixed targets
-in `reweight_jax.soft_labels` (reading them from `reweight_jax.glmc` warns until 0.3.0; the
-top-level `reweight_jax.<name>` is unchanged). Inference uses the re-balanced head fc_cb.
+in `reweight_jax.soft_labels` (reading the sampler's and the image ops' names from
+`reweight_jax.glmc` warns until 0.3.0; the soft-label functions are still imported here, for
+`glmc_loss`; the top-level `reweight_jax.<name>` is unchanged). Inference uses the re-balanced head fc_cb.
 """
 
 from __future__ import annotations

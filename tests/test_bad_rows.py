@@ -236,8 +236,9 @@ def _lff(arrays, state, axis_name):
 
 def _lff_reference(batch, clean):
   reference = ref_lff.LfFReference(DATASET_LABELS, K)
-  reference.step(batch.values[clean], batch.other[clean], batch.labels[clean],
-                 batch.indices[clean])
+  if clean.any():  # the reference's step divides by the batch size
+    reference.step(batch.values[clean], batch.other[clean], batch.labels[clean],
+                   batch.indices[clean])
   return {"ema_biased": reference.ema_biased, "ema_debiased": reference.ema_debiased,
           "seen": reference.seen}
 
@@ -418,3 +419,94 @@ def test_checkify_flags_both_faults(name, kind):
   # Outside traced_checks() nothing is emitted (the fast path).
   err, _ = checkify.checkify(step, errors=checkify.user_checks)(_arrays(batch), spec.state())
   assert err.get() is None
+
+
+def test_an_empty_batch_changes_no_state():
+  """B = 0 (the last shard of an evaluation pass): every state is returned unchanged, nothing
+  skipped, and the losses are 0. (`mr2_loss` is left out: its representation margin has needed a
+  row since before the bad-row policy; the statistics' update alone is covered.)"""
+  empty = {"values": np.zeros((0, DIM), np.float32), "other": np.zeros((0, K), np.float32),
+           "labels": np.zeros((0,), np.int32), "labels_b": np.zeros((0,), np.int32),
+           "indices": np.zeros((0,), np.int32), "where": np.zeros((0,), bool)}
+  for name, spec in FUNCTIONS.items():
+    if name == "mr2_loss":
+      continue
+    arrays = {**empty, "values": np.zeros((0, *spec.value_shape), np.float32),
+              "other": np.zeros((0, *spec.other_shape), np.float32)}
+    loss, new, skipped = spec.fn(arrays, spec.state(), None)
+    nothing = Batch(arrays["values"], arrays["other"], arrays["labels"], arrays["indices"],
+                    arrays["where"], np.zeros((0,), bool))
+    _assert_state(new, spec.reference(nothing, nothing.where), f"{name} [B = 0]")
+    assert int(skipped) == 0, name
+    if spec.has_loss:
+      assert float(loss) == 0.0, (name, loss)
+
+
+@pytest.mark.parametrize("mode", ["jit", "pmap"])
+@pytest.mark.parametrize("variant", ["k>b", "per_device", "lam=0"])
+def test_mr2_paths_beyond_the_default_leave_bad_rows_out(variant, mode):
+  """The sorted path (K > B), `stats_reduction='per_device'` and λ = 0 (the statistics' own psum,
+  no gathered rows): the state after a batch with bad rows equals the state of the clean rows (the
+  same call with them outside `where`), and the count is the bad rows'."""
+  many = 40
+  rng = np.random.default_rng(11)
+  features = rng.normal(size=(BATCH, DIM)).astype(np.float32)
+  num_classes = many if variant == "k>b" else K
+  labels = rng.integers(0, num_classes // 2, BATCH).astype(np.int32)
+  bad = np.zeros(BATCH, bool)
+  bad[[1, 6, 11]] = True
+  features[1, 0], features[6, 2] = np.nan, np.inf
+  labels[11] = num_classes + 5
+  logits = rng.normal(size=(BATCH, num_classes)).astype(np.float32)
+  kwargs = dict(lam=0.0 if variant == "lam=0" else 0.5,
+                stats_reduction="per_device" if variant == "per_device" else "exact")
+
+  def run(features, labels, where, axis_name):
+    _, new, _ = mr2_jax.mr2_loss(logits_of(features), features, labels,
+                                 mr2_jax.init_class_stats(num_classes), where=where,
+                                 axis_name=axis_name, **kwargs)
+    return new
+
+  def logits_of(features):
+    return features @ jnp.ones((DIM, num_classes)) * 0.1
+
+  clean_labels = np.where(bad, 0, labels).astype(np.int32)
+  clean_features = np.where(bad[:, None], 0.0, features).astype(np.float32)
+  if mode == "jit":
+    dirty = jax.jit(lambda f, y, w: run(f, y, w, None))(features, labels, np.ones(BATCH, bool))
+    clean = jax.jit(lambda f, y, w: run(f, y, w, None))(clean_features, clean_labels, ~bad)
+  else:
+    step = jax.pmap(lambda f, y, w: run(f, y, w, AXIS), axis_name=AXIS)
+
+    def split(x):
+      return x.reshape(DEVICES, -1, *x.shape[1:])
+    dirty = jax.tree.map(lambda x: x[0], step(split(features), split(labels),
+                                              split(np.ones(BATCH, bool))))
+    clean = jax.tree.map(lambda x: x[0], step(split(clean_features), split(clean_labels),
+                                              split(~bad)))
+  assert int(dirty.skipped_rows) == 3 and int(clean.skipped_rows) == 0
+  chex.assert_trees_all_close(dirty.replace(skipped_rows=0), clean.replace(skipped_rows=0),
+                              rtol=1e-6, atol=1e-7)
+
+
+def test_overflowing_features_leave_their_class_out_of_the_statistics():
+  """Finite features whose squared norm overflows float32 would make A_k, V_k inf for good: the
+  class keeps its statistics for that batch and its rows are counted."""
+  stats = _stats0()
+  features = np.ones((4, DIM), np.float32)
+  features[0] = 3e19
+  new = mr2_jax.update_class_stats(stats, features, np.array([0, 0, 2, 2], np.int32))
+  chex.assert_tree_all_finite((new.sq_mean_norm, new.mean_sq_deviation))
+  np.testing.assert_array_equal(new.sq_mean_norm[0], stats.sq_mean_norm[0])
+  assert int(new.skipped_rows) == 2 and bool(new.seen[2])
+
+
+def test_checkify_flags_non_finite_logits_of_mr2_loss():
+  batch = make_batch(7, [], [], (DIM,), (K,))
+  logits = batch.other.copy()
+  logits[3, 1] = np.nan
+  step = jax.jit(lambda z, f, y: mr2_jax.mr2_loss(z, f, y, _stats0())[0])
+  with mr2_jax.traced_checks():
+    err, loss = checkify.checkify(step, errors=checkify.user_checks)(logits, batch.values,
+                                                                     batch.labels)
+  assert np.isnan(loss) and err.get() is not None and err.get().startswith("logits: 1 real rows")

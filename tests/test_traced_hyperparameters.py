@@ -151,3 +151,17 @@ def test_a_valid_traced_value_raises_nothing_under_checkify():
     err, out = checkify.checkify(jax.jit(_mr2("decay")), errors=checkify.user_checks)(
         jnp.float32(0.9))
   assert err.get() is None and np.isfinite(out)
+
+
+def test_a_traced_temperature_is_a_constant_with_the_static_gradient_for_the_features():
+  """A traced τ computes ℓ_s̄ as the τ = 1 form on φ/√τ and s̄/τ: the value and the gradient with
+  respect to φ equal the static τ's, and no gradient flows to τ (as to s̄)."""
+  def loss(features, temperature):
+    return jnp.sum(mr2_jax.representation_margin_loss(features, LABELS, 0.3,
+                                                      temperature=temperature))
+  for tau in (0.5, 4.0):
+    value, grad = jax.value_and_grad(loss)(FEATURES, tau)
+    traced_value, traced_grad = jax.jit(jax.value_and_grad(loss))(FEATURES, jnp.float32(tau))
+    np.testing.assert_allclose(traced_value, value, rtol=1e-6)
+    np.testing.assert_allclose(traced_grad, grad, rtol=1e-5, atol=1e-6)
+    assert float(jax.grad(loss, argnums=1)(FEATURES, jnp.float32(tau))) == 0.0
