@@ -110,22 +110,8 @@ def predict(run: dict, inputs) -> np.ndarray:
 def main(num_steps: int = NUM_STEPS, reweight_start: int = REWEIGHT_START, seed: int = 0) -> dict:
   """Trains every run of both settings; returns {'runs': {setting: {method: run}}, 'tables':
   {setting: toy_comparison.Table}}, the settings 'balanced' and 'long_tailed'."""
-  balanced, long_tailed = toy.balanced_split(seed), toy.long_tailed_split(seed)
   fit = functools.partial(train, num_steps=num_steps, reweight_start=reweight_start, seed=seed)
-  runs = {"balanced": {"CE": fit(balanced, "ce"), "MR2 λ=0.1": fit(balanced, "mr2", lam=0.1),
-                       "MR2 λ=0": fit(balanced, "mr2", lam=0.0)},
-          "long_tailed": {"CE": fit(long_tailed, "ce"),
-                          "reweighting": fit(long_tailed, "reweighting")}}
-  tables = {
-      "balanced": toy.difficulty_table(
-          "Balanced toy set, held-out accuracy (%); Easy/Medium/Hard from CE:",
-          {m: predict(run, balanced.test_inputs) for m, run in runs["balanced"].items()},
-          balanced.test_labels),
-      "long_tailed": toy.shot_table(
-          "Long-tailed toy set, held-out accuracy (%); Many/Medium/Few by training count:",
-          {m: predict(run, long_tailed.test_inputs) for m, run in runs["long_tailed"].items()},
-          long_tailed.test_labels, toy.LONG_TAILED_COUNTS)}
-  return {"runs": runs, "tables": tables}
+  return toy.compare(fit, predict, seed)
 
 
 if __name__ == "__main__":

@@ -135,3 +135,25 @@ def _format(title, columns, rows, groups, group_names, gains) -> str:
                  f"on this toy data {method} {verdict} the {group_names[-1]} classes over "
                  f"{BASELINE}.")
   return "\n".join(lines)
+
+
+def compare(fit, predict, seed: int = 0) -> dict:
+  """Every run of both settings and their tables, for an example's `fit(split, method, lam=...)`
+  (its training, on the shared batches) and `predict(run, inputs)`: CE, MR2 λ = 0.1 and MR2 λ = 0
+  on the balanced set, CE and the reweighting on the long-tailed one. Returns {'runs': {setting:
+  {method: run}}, 'tables': {setting: Table}}, the settings 'balanced' and 'long_tailed'."""
+  balanced, long_tailed = balanced_split(seed), long_tailed_split(seed)
+  runs = {"balanced": {"CE": fit(balanced, "ce"), "MR2 λ=0.1": fit(balanced, "mr2", lam=0.1),
+                       "MR2 λ=0": fit(balanced, "mr2", lam=0.0)},
+          "long_tailed": {"CE": fit(long_tailed, "ce"),
+                          "reweighting": fit(long_tailed, "reweighting")}}
+  tables = {
+      "balanced": difficulty_table(
+          "Balanced toy set, held-out accuracy (%); Easy/Medium/Hard from CE:",
+          {m: predict(run, balanced.test_inputs) for m, run in runs["balanced"].items()},
+          balanced.test_labels),
+      "long_tailed": shot_table(
+          "Long-tailed toy set, held-out accuracy (%); Many/Medium/Few by training count:",
+          {m: predict(run, long_tailed.test_inputs) for m, run in runs["long_tailed"].items()},
+          long_tailed.test_labels, LONG_TAILED_COUNTS)}
+  return {"runs": runs, "tables": tables}

@@ -51,18 +51,24 @@ def assert_same(state, reference):
   assert float(np.sum(reference["loss_state"]["reweight"]["batch_counts"])) > 0
 
 
-@pytest.mark.slow  # ≈ 155 s on 2 cores: two processes × 4 devices over gloo
-def test_two_processes_equal_one_process_and_checkpoints_move_across_device_counts(tmp_path):
+def two_processes_equal(tmp_path, reference_devices, reference_parallel, parallel):
+  """Trains RUN on one process of `reference_devices` devices and on 2 processes × 4 devices
+  (`parallel` mode), asserts they agree (`assert_same`) and returns the reference's final state."""
   os.chdir(REPO)
-  one_process = tmp_path / "one_process"
-  run_main(one_process, 8, "--config.parallel=shard_map")
+  one_process = tmp_path / f"one_process_{reference_parallel}"
+  run_main(one_process, reference_devices, f"--config.parallel={reference_parallel}")
   reference = final_state(one_process)
-
-  two_processes = tmp_path / "two_processes"
-  status = launch.launch(2, 4, [*RUN, "--config.parallel=shard_map", f"--workdir={two_processes}"],
-                         timeout=600)
+  two_processes = tmp_path / f"two_processes_{parallel}"
+  status = launch.launch(2, 4, [*RUN, f"--config.parallel={parallel}",
+                                f"--workdir={two_processes}"], timeout=600)
   assert status == 0
   assert_same(final_state(two_processes), reference)
+  return reference
+
+
+@pytest.mark.slow  # ≈ 155 s on 2 cores: two processes × 4 devices over gloo
+def test_two_processes_equal_one_process_and_checkpoints_move_across_device_counts(tmp_path):
+  reference = two_processes_equal(tmp_path, 8, "shard_map", "shard_map")
 
   # 8-device pmap run stopped at step 14, then continued on 1 device from its checkpoint.
   moved = tmp_path / "moved"
@@ -76,13 +82,4 @@ def test_two_processes_under_jit_equal_one_device_on_the_global_batch(tmp_path):
   """`config.parallel='jit'`: automatic partitioning over every device of every process (the
   global batch laid out over a mesh of 2 × 4 devices, no `axis_name`) trains what one device
   trains on the same global batch."""
-  os.chdir(REPO)
-  one_device = tmp_path / "one_device"
-  run_main(one_device, 1, "--config.parallel=none")
-  reference = final_state(one_device)
-
-  two_processes = tmp_path / "two_processes_jit"
-  status = launch.launch(2, 4, [*RUN, "--config.parallel=jit", f"--workdir={two_processes}"],
-                         timeout=600)
-  assert status == 0
-  assert_same(final_state(two_processes), reference)
+  two_processes_equal(tmp_path, 1, "none", "jit")
