@@ -55,7 +55,7 @@ def mean_class_deviation(stats: ClassStats) -> jax.Array:
 
 
 def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: ArrayLike, *,
-                               temperature: float = 1.0, axis_name: str | None = None,
+                               temperature: ArrayLike = 1.0, axis_name: str | None = None,
                                where: ArrayLike | None = None, num_classes: int | None = None
                                ) -> jax.Array:
   """Per-anchor representation margin.
@@ -132,13 +132,13 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
     raise ValueError(f"s_bar: expected a scalar, got shape {s_bar.shape}.")
   s_bar = jax.lax.stop_gradient(s_bar)
   if checks.is_concrete(temperature):
-    temperature = float(np.asarray(temperature))
+    static_temperature = float(np.asarray(temperature))
   else:
     # A traced τ (a `jit` argument, a schedule, a sweep): (‖φ_i − φ_j‖² − 2s̄)/τ is the τ = 1 form on
     # φ/√τ and s̄/τ (the gradient reaches φ through the scaling), so the branches stay static. τ is
     # a constant for back-propagation, as s̄ is (and as a Python τ is).
     scale = jax.lax.stop_gradient(jax.lax.rsqrt(jnp.asarray(temperature, features.dtype)))
-    features, s_bar, temperature = features * scale, s_bar * jnp.square(scale), 1.0
+    features, s_bar, static_temperature = features * scale, s_bar * jnp.square(scale), 1.0
 
   batch = labels.shape[0]
   # Positives come from the global batch. Only this all-gather crosses devices: the reference rows
@@ -147,7 +147,7 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
   (all_features, all_labels, all_valid), anchor_offset = class_sums.global_batch(
       axis_name, features, labels, valid)
   classes, largest = class_order_lib.class_order(all_labels, all_valid)
-  branches = _branches(all_features.shape[0], batch, all_features.shape[1], temperature)
+  branches = _branches(all_features.shape[0], batch, all_features.shape[1], static_temperature)
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
   # Padded to a multiple of the largest tile: the extra sorted positions match nothing.
   order = class_order_lib.padded(classes, max(b.rows for b in branches))

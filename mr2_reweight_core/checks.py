@@ -160,7 +160,7 @@ def poison_unless(value: jax.Array, ok: jax.Array) -> jax.Array:
   return value * jnp.where(ok, 1.0, jnp.nan).astype(value.dtype)
 
 
-def keyword_only_where(positional: tuple, where: ArrayLike | None, function: str
+def keyword_only_where(positional: tuple[ArrayLike, ...], where: ArrayLike | None, function: str
                        ) -> ArrayLike | None:
   """`where` of a function whose `where` became keyword-only in 0.2.0 (as optax's losses take it):
   given positionally (`positional`, the function's extra positional arguments), it still works
@@ -172,7 +172,7 @@ def keyword_only_where(positional: tuple, where: ArrayLike | None, function: str
     raise TypeError(f"{function}: takes `where` as a keyword argument only (where=...).")
   warnings.warn(f"{function}: pass `where` as a keyword (where=...); positional `where` goes in "
                 f"0.3.0.", DeprecationWarning, stacklevel=3)
-  return positional[0]
+  return next(iter(positional))  # the one positional `where`
 
 
 def check_floating(x: ArrayLike, rank: int, name: str) -> jax.Array:

@@ -56,7 +56,7 @@ class LfFState(NamedTuple):
   ema_biased: jax.Array
   ema_debiased: jax.Array
   seen: jax.Array
-  skipped_rows: jax.Array = np.int32(0)  # 0 when not given (built before the field existed)
+  skipped_rows: ArrayLike = np.int32(0)  # 0 when not given (built before the field existed)
 
 
 class LfFAux(NamedTuple):

@@ -125,7 +125,7 @@ class NCAccumulator(NamedTuple):
   loss_counts: jax.Array
   ncc_mismatches: jax.Array
   ncc_examples: jax.Array
-  skipped_rows: jax.Array = np.int32(0)  # 0 when not given (built before the field existed)
+  skipped_rows: ArrayLike = np.int32(0)  # 0 when not given (built before the field existed)
 
   @classmethod
   def init(cls, num_classes: int, feature_dim: int) -> "NCAccumulator":

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from mr2_reweight_core.checks import check_num_classes
 
@@ -27,7 +28,7 @@ class ReweightState(NamedTuple):
   """
   batch_counts: jax.Array
   beta: jax.Array
-  skipped_rows: jax.Array = np.int32(0)  # 0 when not given (built before the field existed)
+  skipped_rows: ArrayLike = np.int32(0)  # 0 when not given (built before the field existed)
 
 
 def init_reweight_state(num_classes: int) -> ReweightState:
