@@ -271,13 +271,15 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
       axis_name=axis_name, where=where)
   labels = jnp.asarray(labels)
   mask = checks.check_where(where, labels.shape[0]).astype(logits.dtype)
+  real = mask > 0
+  in_range = (labels >= 0) & (labels < num_classes)
   num_valid = jnp.maximum(_global_sum(mask, axis_name), 1.0)
   # NaN losses of out-of-range labels propagate (mask is 1 there unless `where` excludes them).
   ce_sum = jnp.sum(jnp.where(mask > 0, margin_ce, 0.0))
   if form == "paper":
     rep_weight = mask
   else:
-    valid = (mask > 0) & (labels >= 0) & (labels < num_classes)
+    valid = real & in_range
     per_anchor = 1.0 / jnp.maximum(
         class_sums.example_class_counts(labels, valid, num_classes, axis_name=axis_name), 1.0)
     rep_weight = jnp.where(valid, per_anchor, 0.0) * num_valid * dim / (10.0 * num_classes)
@@ -289,8 +291,7 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
     loss = jnp.where(jnp.asarray(lam) >= 0, loss, jnp.nan)
   # A real row with a label outside [0, K) or a non-finite logit or feature: the loss and its
   # gradient are NaN (the statistics left the row out and counted it).
-  real = mask > 0
-  clean = ((labels >= 0) & (labels < num_classes) & checks.check_finite_rows(logits, real, "logits")
+  clean = (in_range & checks.check_finite_rows(logits, real, "logits")
            & checks.finite_rows(features))  # features: flagged by the statistics' update
   loss = checks.poison_unless(loss, jnp.all(clean | ~real))
   return loss, new_stats, MR2Aux(

@@ -50,8 +50,7 @@ class _BatchClasses(NamedTuple):
   """The checked batch and its global-batch class means g_c, shared by the Σ_c q_c g_c losses."""
   per_example_loss: jax.Array  # [B], promoted to at least float32
   real: jax.Array  # bool [B], not padding
-  in_range: jax.Array  # bool [B], label in [0, K)
-  valid: jax.Array  # real & in_range & finite loss
+  valid: jax.Array  # real, label in [0, K) and a finite loss
   slots: class_sums.ClassSlots
   class_losses: jax.Array  # [K] g_c, 0 if absent
   present: jax.Array  # bool [K]
@@ -74,7 +73,7 @@ def _batch_classes(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: 
                                                slot_present)
   present = class_sums.scatter_to_classes(jnp.zeros((num_classes,), bool), slot_present, slots,
                                           slot_present)
-  return _BatchClasses(per_example_loss, real, in_range, valid, slots, class_losses, present,
+  return _BatchClasses(per_example_loss, real, valid, slots, class_losses, present,
                        count_skipped(real, valid, axis_name))
 
 
