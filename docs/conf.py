@@ -2,10 +2,19 @@
 
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
-Three small extensions in docs/_ext run at build time: `api_coverage` fails the build when a
-public symbol has no page, `loss_registry` writes one page per entry of the harness's loss registry
-(from `experiments.losses.registry` itself), `study_pages` copies the results and benchmark reports with
+The page needs no network either: the theme (sphinx-book-theme) ships its fonts and scripts, and
+MathJax is bundled (sphinx-mathjax-offline copies it into `_static/mathjax`).
+
+Small extensions in docs/_ext run at build time: `api_coverage` fails the build when a public
+symbol has no page, `example_pages` runs each script in examples/ and shows its code and output,
+`loss_registry` writes one page per entry of the harness's loss registry (from
+`experiments.losses.registry` itself), `study_pages` copies the results and benchmark reports with
 their plots. What they write goes to docs/_generated and docs/api/_autosummary (git-ignored).
+
+The API reference, the guides and the examples need the `docs` extra only. The harness's pages
+(the loss registry, the shipped configs, the results and benchmarks, the diagnose example) need the
+`experiments` extra too, and are left out, with the links to them, when the harness does not
+import (`HARNESS_PAGES`).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ sys.path.insert(0, str(DOCS / "_ext"))
 # Importing the harness must not grab an accelerator or warn about its absence.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import harness_pages  # noqa: E402
 from mr2_reweight_core.version import __version__  # noqa: E402
 
 project = "mr2-jax"
@@ -29,21 +39,37 @@ author = "The mr2-jax authors"
 copyright = "2026, The mr2-jax authors"  # pylint: disable=redefined-builtin
 version = release = __version__
 
+# None when the harness imports; else the module of the `experiments` extra that is missing
+# (read by docs/_ext/harness_pages.py).
+harness_missing = harness_pages.harness_missing()
+HARNESS_PAGES = harness_missing is None
+
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # the package's name: MathJax 3 copied into _static, no CDN
+    "sphinx_copybutton",
+    "sphinx_design",
     "myst_parser",
     "docstring_blocks",
     "api_coverage",
-    "loss_registry",
-    "study_pages",
+    "example_pages",
+    "harness_pages",
 ]
+if HARNESS_PAGES:
+  extensions += ["loss_registry", "study_pages"]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "**/runs/**"]
+if not HARNESS_PAGES:
+  # Pages written by the harness's extensions (stale ones from an earlier build included), and
+  # the guide whose example report the harness writes.
+  exclude_patterns += ["_generated/losses", "_generated/configs.rst", "_generated/results",
+                       "_generated/benchmarks", "_generated/diagnose", "guides/diagnose.md"]
 templates_path = ["_templates"]
 # `name` in a docstring links to the object when it is documented, and is code otherwise.
 default_role = "py:obj"
@@ -55,8 +81,6 @@ autodoc_default_options = {"member-order": "bysource"}
 # once expanded) would repeat them less precisely.
 autodoc_typehints = "none"
 autodoc_preserve_defaults = True
-# The build imports the Flax heads and the harness (the loss-registry pages, the diagnose example):
-# install the `experiments` extra with the `docs` one.
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
@@ -64,17 +88,37 @@ napoleon_use_rtype = False
 myst_heading_anchors = 3
 # The copied study reports (docs/_generated) start their sections at H3 under the page title.
 suppress_warnings = ["myst.header"]
-myst_enable_extensions = ["colon_fence"]
+# $...$ and $$...$$ are maths (rendered by the bundled MathJax, as are `:math:` and `.. math::` in
+# docstrings); amsmath takes \begin{aligned} and the like as a block of its own.
+myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath"]
 
-html_theme = "alabaster"
+# MathJax from the build's own _static (sphinx-mathjax-offline puts it there): nothing is fetched
+# when a page is viewed.
+mathjax_path = "mathjax/tex-chtml.js"
+
+# Copy the code of a doctest or a shell session without its prompts and output.
+copybutton_exclude = ".linenos, .gp, .go"
+
+html_theme = "sphinx_book_theme"
 html_title = f"mr2-jax {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["mr2.css"]
 html_theme_options = {
-    "description": "MR2 (ICLR 2026) and inverse-view loss reweighting (ICML 2026) in JAX",
-    "fixed_sidebar": True,
-    "page_width": "1180px",
-    "sidebar_width": "260px",
+    # Links only (nothing is loaded from them when a page is viewed).
+    "repository_url": "https://github.com/mr2-jax/mr2-jax",
+    "repository_branch": "main",
+    "path_to_docs": "docs",
+    "use_repository_button": True,
+    "use_source_button": True,
+    "use_download_button": False,
+    "use_fullscreen_button": False,
+    "home_page_in_toc": True,
+    "show_toc_level": 2,
+    "navigation_with_keys": False,
+    "logo": {"text": f"mr2-jax {release}"},
 }
+html_last_updated_fmt = None
+html_show_sourcelink = False
 
 # Where links to the repository's files point (the results and benchmark pages link raw files).
 repository_url = "https://github.com/mr2-jax/mr2-jax/blob/main"

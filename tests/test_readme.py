@@ -26,3 +26,20 @@ def test_the_quick_start_runs_as_pasted(capsys):
   np.testing.assert_array_equal(namespace["counters"].batch_counts, np.ones(10))
   assert bool(np.all(namespace["stats"].seen))
   assert capsys.readouterr().out.strip().startswith("[")  # the print of the weights
+
+
+DOCS_INDEX = README.parent / "docs" / "index.md"
+
+
+@pytest.mark.skipif(not DOCS_INDEX.exists(), reason="a copy of tests/ without the docs (library job)")
+def test_the_landing_page_shows_the_same_quick_start():
+  """docs/index.md includes the README's block between its two marker comments (myst's include
+  fails the build when a marker is missing), and that block is the one the test above runs."""
+  readme, index = README.read_text(), DOCS_INDEX.read_text()
+  markers = re.search(r'```\{include\} \.\./README\.md\n:start-after: "(.*?)"\n:end-before: "(.*?)"\n',
+                      index)
+  assert markers, "docs/index.md does not include the README's quick start"
+  start, end = markers.groups()
+  assert readme.count(start) == 1 and readme.count(end) == 1
+  included = readme.split(start, 1)[1].split(end, 1)[0]
+  assert _python_blocks(included) == _python_blocks(readme)[:1]

@@ -229,7 +229,8 @@ def _generated_page(text: str, page: pathlib.Path, source: pathlib.Path, source_
   """A title, the methods and a link to the discussion above a generated report; its plots below."""
   key = page.relative_to(source).with_suffix("").as_posix()
   title, discussion = TITLES.get(key, (f"{source_name}/{page.relative_to(source).as_posix()}", ""))
-  head = [f"# {title}", ""]
+  # No contents column on the right: its tables (up to 15 columns) get the article's full width.
+  head = ["---", "html_theme.sidebar_secondary.remove: true", "---", "", f"# {title}", ""]
   lead = ("Generated from the committed per-run files by `python -m "
           "experiments.studies.regenerate_reports` (no training).")
   if discussion:
