@@ -42,6 +42,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.input_pipeline = "numpy"
   config.data_workers = 0  # 'numpy': threads; 'grain': worker processes (0: one host thread /
                            # this process)
+  # True: the training split is copied to the device once, and each step's crop + flip is cut
+  # there from the offsets the host draws (`experiments.train.device_input`): the same images
+  # bit for bit, the host freed of pixel work (accelerators). 'crop_flip' or no augmentation,
+  # in-memory data sets, the 'numpy' pipeline.
+  config.input_on_device = False
   # Image-file sources (imagenet_lt, places_lt, inat2018, list:...): each image's shorter side
   # resized to `resize`, then centre-cropped to image_size² (torchvision's Resize + CenterCrop).
   config.image_size = 224

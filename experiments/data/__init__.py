@@ -14,6 +14,7 @@ The modules, each importing only those above it:
   resized_crop       RandomResizedCrop with Pillow's bilinear resize
   color_jitter       ColorJitter (HSV hue shift) and RandomGrayscale
   augmentations      the augmentations by name (`augment_view`), the released recipe's views
+  device_crop_flip   crop + flip cut on the device from the split in device memory (jnp)
   lazy_images        `LazyImages`: rows decoded when indexed, over a picklable record reader
   image_files        OLTR split lists and iNaturalist 2018 JSON over image folders
   tfds_source        'tfds:<name>' data sources prepared in ArrayRecord format

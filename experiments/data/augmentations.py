@@ -18,7 +18,7 @@ import numpy as np
 from experiments.common.errors import DataError
 from experiments.data.autoaugment import autoaugment, cutout
 from experiments.data.color_jitter import color_jitter, random_grayscale
-from experiments.data.crop_flip import random_crop_flip, random_flip
+from experiments.data.crop_flip import crop_flip_draws, random_crop_flip, random_flip
 from experiments.data.pillow_ops import check_images
 from experiments.data.resized_crop import random_resized_crop
 
@@ -41,12 +41,27 @@ def simclr_view(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
   return random_grayscale(images, rng)
 
 
+def _crop_flip_rng(key: list[int], view: int) -> np.random.Generator:
+  """The generator of view `view`'s crops under 'crop_flip': `key` for view 0, [*key, v] for v > 0."""
+  return np.random.default_rng(key + [view] if view > 0 else key)
+
+
 def _crop_flip(images, view, key, process_index, process_count):
   """'crop_flip': pad-4 random crop + flip for every view (view 0 draws with `key`, view v > 0 with
   [*key, v]), drawn for the global batch: an example gets the same crop whatever the number of
   processes."""
-  return random_crop_flip(images, np.random.default_rng(key + [view] if view > 0 else key),
-                          process_index=process_index, process_count=process_count)
+  return random_crop_flip(images, _crop_flip_rng(key, view), process_index=process_index,
+                          process_count=process_count)
+
+
+def crop_flip_view_draws(batch: int, view: int, key: list[int], *, process_index: int = 0,
+                         process_count: int = 1) -> np.ndarray:
+  """The draws that 'crop_flip' makes for view `view` of a batch of `batch` rows with `key`
+  (`crop_flip.crop_flip_draws`: int32 [batch, 3] of top, left, flip), from the generator
+  `augment_view` uses: the device cuts these crops from its copy of the split
+  (`experiments.data.device_crop_flip`), the same ones `augment_view` cuts on the host."""
+  return crop_flip_draws(_crop_flip_rng(key, view), batch, process_index=process_index,
+                         process_count=process_count)
 
 
 def _batch_rng(key, view, tag, process_index, process_count) -> np.random.Generator:

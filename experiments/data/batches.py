@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from experiments.common.errors import DataError
-from experiments.data.augmentations import AUGMENTATIONS, augment_view
+from experiments.data.augmentations import AUGMENTATIONS, augment_view, crop_flip_view_draws
+from experiments.data.crop_flip import CROP_PADDING
 from experiments.data.normalization import normalize
 from experiments.data.split import Split
 
@@ -61,7 +62,8 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
                   views: int = 1, sample: np.ndarray | None = None,
                   augmentation: str = "crop_flip",
                   pair: Callable[..., dict] | None = None,
-                  normalized: bool = True) -> Iterator[dict[str, np.ndarray]]:
+                  normalized: bool = True,
+                  crops_on_device: bool = False) -> Iterator[dict[str, np.ndarray]]:
   """One epoch of full training batches for this process.
 
   The epoch's permutation (of the split, or of `sample`) is cut to steps · batch_size ·
@@ -86,11 +88,15 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
     normalized: images as float32 `normalize`d here (the in-memory pipeline), or as the uint8
       pixels, normalised on the device (`normalize(..., xp=jnp)`, the grain pipeline): 4× fewer
       bytes to the device.
+    crops_on_device: no images: each view's crop + flip draws instead ('crop', and 'crop_b' for a
+      paired batch), which the device cuts from its copy of the split
+      (`experiments.data.device_crop_flip`; 'crop_flip', or no augmentation).
 
   Yields:
     {'image': float32 [batch_size, H, W, C] normalised, or uint8 ([batch_size, views, H, W, C]
      when views > 1), 'label': int32 [batch_size], 'index': int32 [batch_size] the examples'
-     positions in `split` (LfF's per-example state is indexed by them)}.
+     positions in `split` (LfF's per-example state is indexed by them)}; with crops_on_device
+     'crop' int32 [batch_size, 3] ([batch_size, views, 3]) of (top, left, flip) in place of 'image'.
   """
   if not 0 <= process_index < process_count:
     raise DataError(f"process_index {process_index} not in [0, {process_count})")
@@ -108,7 +114,7 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
     yield train_batch(split, rows[process_index::process_count], key=[seed, epoch, b],
                       augment=augment, process_index=process_index, process_count=process_count,
                       views=views, augmentation=augmentation, pair=pair, normalized=normalized,
-                      global_indices=rows)
+                      global_indices=rows, crops_on_device=crops_on_device)
 
 
 @functools.lru_cache(maxsize=4)
@@ -134,15 +140,24 @@ def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: b
                 process_index: int = 0, process_count: int = 1, views: int = 1,
                 augmentation: str = "crop_flip", pair: Callable[..., dict] | None = None,
                 normalized: bool = True,
-                global_indices: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                global_indices: np.ndarray | None = None,
+                crops_on_device: bool = False) -> dict[str, np.ndarray]:
   """The training batch of the split's rows `indices` (this process's rows of the global batch
   `global_indices`) with the draws of `key` ([seed, epoch, batch]); one element of
   `train_batches` (which documents the arguments and the result)."""
   batch_size = len(indices)
-  raw = split.images[indices]
-  batch = {"image": _views(split, raw, views, augment, augmentation, key, process_index,
-                           process_count, normalized),
-           "label": split.labels[indices], "index": indices.astype(np.int32)}
+  if crops_on_device and augment and augmentation != "crop_flip":
+    raise DataError(f"crops on the device: 'crop_flip' only, got augmentation {augmentation!r}")
+
+  def images(rows, view_key):  # the rows' views, or the draws the device cuts them with
+    if crops_on_device:
+      return _view_draws(len(rows), views, augment, view_key, process_index, process_count)
+    return _views(split, split.images[rows], views, augment, augmentation, view_key,
+                  process_index, process_count, normalized)
+
+  image_field = "crop" if crops_on_device else "image"
+  batch = {image_field: images(indices, key), "label": split.labels[indices],
+           "index": indices.astype(np.int32)}
   if pair is not None:
     # Keys apart from the views' ([seed, epoch, b, v ...], v < 1000).
     if global_indices is None or len(global_indices) != batch_size * process_count:
@@ -150,8 +165,7 @@ def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: b
     drawn = pair(np.random.default_rng([*key, 1000]), np.asarray(global_indices),
                  *split.images.shape[1:3])
     partners = np.asarray(drawn["rows"])[process_index::process_count]
-    batch.update(image_b=_views(split, split.images[partners], views, augment, augmentation,
-                                [*key, 1001], process_index, process_count, normalized),
+    batch.update({f"{image_field}_b": images(partners, [*key, 1001])},
                  label_b=split.labels[partners], index_b=partners.astype(np.int32),
                  lam=np.full(batch_size, drawn["lam"], np.float32),
                  box=np.tile(np.asarray(drawn["box"], np.int32), (batch_size, 1)))
@@ -168,6 +182,19 @@ def _views(split: Split, raw: np.ndarray, views: int, augment: bool, augmentatio
   if normalized:
     crops = [normalize(crop, split.name) for crop in crops]
   return crops[0] if views == 1 else np.stack(crops, axis=1)
+
+
+def _view_draws(batch_size: int, views: int, augment: bool, key: list[int], process_index: int,
+                process_count: int) -> np.ndarray:
+  """The crop + flip draws of each view (`augmentations.crop_flip_view_draws`), without
+  augmentation the uncropped image (top = left = padding, no flip): int32 [B, 3], or [B, V, 3]
+  for V > 1."""
+  if augment:
+    draws = [crop_flip_view_draws(batch_size, v, key, process_index=process_index,
+                                  process_count=process_count) for v in range(views)]
+  else:
+    draws = [np.tile(np.array([CROP_PADDING, CROP_PADDING, 0], np.int32), (batch_size, 1))] * views
+  return draws[0] if views == 1 else np.stack(draws, axis=1)
 
 
 def eval_batches(split: Split, batch_size: int) -> Iterator[dict[str, np.ndarray]]:

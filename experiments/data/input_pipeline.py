@@ -46,7 +46,9 @@ class BatchAt:
   """Batch g of a run (picklable: grain ships it to its worker processes).
 
   Attributes mirror `batches.train_batches`; `sample` is the positions an epoch draws from (the
-  whole split by default), `normalized` whether images leave as float32 (host) or uint8.
+  whole split by default), `normalized` whether images leave as float32 (host) or uint8,
+  `crops_on_device` whether the crop draws leave in their place (the device cuts the images from
+  its copy of the split: `experiments.data.device_crop_flip`).
   """
   split: Split
   batch_size: int
@@ -60,6 +62,7 @@ class BatchAt:
   sample: np.ndarray | None = None
   pair: Callable[..., dict] | None = None
   normalized: bool = True
+  crops_on_device: bool = False
 
   def __call__(self, step: int) -> tuple[int, dict[str, np.ndarray]]:
     epoch, b = divmod(int(step), self.steps_per_epoch)
@@ -73,7 +76,8 @@ class BatchAt:
         self.split, rows[self.process_index::self.process_count], key=[self.seed, epoch, b],
         augment=self.augment, process_index=self.process_index,
         process_count=self.process_count, views=self.views, augmentation=self.augmentation,
-        pair=self.pair, normalized=self.normalized, global_indices=rows)
+        pair=self.pair, normalized=self.normalized, global_indices=rows,
+        crops_on_device=self.crops_on_device)
 
 
 class TrainInput:

@@ -34,10 +34,11 @@ from experiments.train import train_state
 log = logging.getLogger(__name__)
 
 
-# Fields that may change when a run is resumed: how it runs and reports, not what it computes.
+# Fields that may change when a run is resumed: how it runs and reports, not what it computes
+# (input_on_device: where the same crops are cut).
 RESUMABLE_FIELDS = ("parallel", "progress_bar", "log_every_steps", "checkpoint_every_steps",
                     "keep_checkpoints", "eval_batch_size", "nc_metrics", "class_loss_every_epochs",
-                    "test_every_epochs", "reference_summary", "data_dir")
+                    "test_every_epochs", "reference_summary", "data_dir", "input_on_device")
 # Fields in which a run may differ from the run it starts from (`init_from`): the loss, its
 # sub-trees and how a run is kept or reported.
 INIT_FROM_FREE = ("loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS)

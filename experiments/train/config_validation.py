@@ -11,6 +11,7 @@ import jax
 from experiments.data import augmentations
 from experiments.data import long_tail
 from experiments.data import input_pipeline
+from experiments.data import sources
 from experiments.losses import registry as losses
 from experiments.models import registry as models
 from experiments.train import recipes
@@ -61,6 +62,7 @@ def validate_config(config) -> None:
   if config.pretrained and config.frozen_encoder_from:
     raise ConfigError("config.pretrained and config.frozen_encoder_from both set: fine-tune from "
                       "the weights (pretrained) or probe them (frozen_encoder_from), not both")
+  check_input_on_device(config)
   if config.reference_summary:
     path = pathlib.Path(config.reference_summary)
     if not path.is_file() or "per_class_accuracy" not in json.loads(path.read_text()):
@@ -74,3 +76,21 @@ def validate_config(config) -> None:
   if config.parallel == "pmap" and jax.process_count() > 1:
     raise ConfigError("config.parallel: use 'shard_map' for multi-process runs ('pmap' spans "
                       "the devices of one process here)")
+
+
+def check_input_on_device(config) -> None:
+  """`input_on_device` (crops cut on the device, `experiments.train.device_input`) takes what it
+  reproduces bit for bit: 'crop_flip' or no augmentation, an in-memory split, the 'numpy'
+  pipeline (grain's worker processes are for decoding, and the device decodes nothing)."""
+  if not config.input_on_device:
+    return
+  if config.augment and config.augmentation != "crop_flip":
+    raise ConfigError(f"config.input_on_device: cuts 'crop_flip' crops only, got "
+                      f"augmentation={config.augmentation!r}")
+  if config.input_pipeline != "numpy":
+    raise ConfigError(f"config.input_on_device: draws the crops in the 'numpy' pipeline, got "
+                      f"input_pipeline={config.input_pipeline!r}")
+  if sources.is_lazy_source(config.dataset):
+    raise ConfigError(f"config.input_on_device: copies the training split to the device, but "
+                      f"{config.dataset!r} decodes its images on index (use an in-memory source: "
+                      f"digits, mnist, cifar10_jpeg)")

@@ -25,6 +25,7 @@ import ml_collections
 import numpy as np
 
 from experiments.train import checkpoints
+from experiments.train import device_input
 from experiments.data import batches as batches_lib
 from experiments.train import evaluation
 from experiments.data import input_pipeline
@@ -55,10 +56,11 @@ def probe_step(config, task, learning_rate_fn, state, model, train, process_batc
                views: int = 1, pair=None) -> None:
   """Traces one train step abstractly (no compute), so that arguments the library rejects at trace
   time (they name themselves) fail before the workdir is touched."""
+  uint8 = (config.input_on_device  # the step takes uint8 images (normalised in it)
+           or input_pipeline.REGISTRY[config.input_pipeline].uint8_to_device)
   batch = next(batches_lib.train_batches(train, process_batch, seed=config.seed, epoch=0,
                                          augment=False, views=views, pair=pair,
-                                         normalized=not input_pipeline.REGISTRY[
-                                             config.input_pipeline].uint8_to_device))
+                                         normalized=not uint8))
   single_device = state.replace(apply_fn=model.clone(axis_name=None).apply)
   step = functools.partial(steps.train_step, loss_fn=losses.make_loss_fn(config), task=task,
                            learning_rate_fn=learning_rate_fn)
@@ -176,13 +178,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           process_index=process_index, process_count=process_count, views=views,
           augmentation=config.augmentation,
           sample=None if sample is None else batches_lib.check_sample(train, sample), pair=pair,
-          normalized=not pipeline.uint8_to_device),
+          normalized=not pipeline.uint8_to_device, crops_on_device=config.input_on_device),
       int(config.num_epochs * steps_per_epoch), workers=config.data_workers,
       restored_state=input_state)
 
   runner = runners.make_runner(config.parallel, losses.make_loss_fn(config), task,
                                learning_rate_fn)
   state = runner.place_state(state)
+  # With the split in device memory the images are cut on the devices (same pixels).
+  place_batch = (device_input.DeviceCrops(config.parallel, train.images, runner.place_batch)
+                 if config.input_on_device else runner.place_batch)
   writer = metric_writer.MetricWriter(workdir, is_main, start_step)
   progress = None
   if config.progress_bar and is_main:
@@ -207,7 +212,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   step = start_step
   window, window_steps, window_start = None, 0, time.perf_counter()
   input_state = None
-  with contextlib.closing(train_input.batches(start_step, runner.place_batch)) as batches:
+  with contextlib.closing(train_input.batches(start_step, place_batch)) as batches:
     for batch_step, batch, input_state in batches:
       if batch_step != step:
         raise DataError(f"the input pipeline gave the batch of step {batch_step} at "

@@ -29,7 +29,8 @@ class Task:
   # batch is mixed on the device, and whether the loss reads the rows' dataset positions.
   mix: Callable[[dict], tuple[Any, tuple]] | None = None
   indices: bool = False
-  # The channel (mean, std) that uint8 images (the grain pipeline's) are normalised with here.
+  # The channel (mean, std) that uint8 images (the grain pipeline's, input_on_device's crops) are
+  # normalised with here.
   normalization: tuple[tuple[float, ...], tuple[float, ...]] = ((0.5,), (0.5,))
 
 
