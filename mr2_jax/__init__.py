@@ -6,7 +6,7 @@ reference, whose differences from the paper are offered as `form='released'`.
 
 Class statistics are an explicit pytree (`ClassStats`) for the train state. The
 per-class machinery (sums and counts, checks, per-class metrics) is the shared core `mr2_reweight_core`; the
-evaluation helpers are re-exported here.
+per-class metrics are re-exported here, the same set as `reweight_jax` exports.
 """
 
 from typing import TYPE_CHECKING
@@ -18,10 +18,13 @@ from mr2_jax.class_stats import update_class_stats
 from mr2_reweight_core.metrics import GROUP_NAMES
 from mr2_reweight_core.metrics import accuracy_from_counts
 from mr2_reweight_core.metrics import class_accuracy_std
+from mr2_reweight_core.metrics import class_mean
 from mr2_reweight_core.metrics import difficulty_tertiles
 from mr2_reweight_core.metrics import group_accuracy
 from mr2_reweight_core.metrics import per_class_accuracy
 from mr2_reweight_core.metrics import per_class_correct
+from mr2_reweight_core.metrics import per_class_loss_sums
+from mr2_reweight_core.metrics import rho
 from mr2_reweight_core.metrics import worst_class_accuracy
 from mr2_jax.heads import l2_normalize
 from mr2_jax.margins import class_margins
@@ -50,10 +53,10 @@ _MOVED_TO_REWEIGHT_JAX = ("SupConAux", "stack_views", "supcon_loss")
 def __getattr__(name: str):
   if name in _MOVED_TO_REWEIGHT_JAX:
     import warnings
-    import reweight_jax
-    warnings.warn(f"mr2_jax.{name} moved to reweight_jax.{name} (SupCon is a comparison method); "
-                  "the old name goes in 0.3.0", DeprecationWarning, stacklevel=2)
-    return getattr(reweight_jax, name)
+    from reweight_jax import baselines
+    warnings.warn(f"mr2_jax.{name} moved to reweight_jax.baselines.{name} (SupCon is a comparison "
+                  "method); the old name goes in 0.3.0", DeprecationWarning, stacklevel=2)
+    return getattr(baselines, name)
   if name in _FLAX_HEADS:
     import importlib
     try:
@@ -78,6 +81,7 @@ __all__ = [
     "accuracy_from_counts",
     "class_accuracy_std",
     "class_margins",
+    "class_mean",
     "difficulty_tertiles",
     "group_accuracy",
     "init_class_stats",
@@ -89,7 +93,9 @@ __all__ = [
     "mr2_terms",
     "per_class_accuracy",
     "per_class_correct",
+    "per_class_loss_sums",
     "representation_margin_loss",
+    "rho",
     "traced_checks",
     "update_class_stats",
     "worst_class_accuracy",

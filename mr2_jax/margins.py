@@ -10,6 +10,8 @@ from jax.typing import ArrayLike
 from mr2_reweight_core import checks
 from mr2_jax.class_stats import ClassStats
 from mr2_jax.class_stats import check_class_stats
+from mr2_reweight_core.cross_entropy import check_logits_and_labels
+from mr2_reweight_core.cross_entropy import finish_per_example
 from mr2_reweight_core.cross_entropy import label_log_softmax
 
 
@@ -75,7 +77,8 @@ def class_margins(stats: ClassStats, c_bar: ArrayLike = 1.0, *,
   return jnp.where(finite if c_bar_ok is True else finite & c_bar_ok, gamma, jnp.nan)
 
 
-def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike) -> jax.Array:
+def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike, *,
+                         where: ArrayLike | None = None) -> jax.Array:
   """Per-example class-dependent temperature cross-entropy.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205, the logit margin:
@@ -88,9 +91,12 @@ def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike)
     logits: float [B, K] logits z.
     labels: int [B] in [0, K).
     gamma: float [K] margins from `class_margins` (treated as constants).
+    where: optional bool [B]; False marks padding, which gives 0 and no gradient (its logits may
+      be anything, inf and NaN included).
 
   Returns:
-    float [B] losses; NaN for an out-of-range label under `jit` (never a clipped class).
+    float [B] losses: 0 where `where` is False, NaN for an out-of-range label under `jit` (never a
+    clipped class).
 
   Raises:
     ValueError: logits not [B, K], labels not [B], gamma not [K], or (eagerly) a label outside [0,
@@ -109,13 +115,10 @@ def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike)
     >>> print(np.asarray(mr2_jax.margin_cross_entropy(logits, labels, jnp.ones(3)), float).round(4))  # γ ≡ 1: CE
     [0.1698 0.6803 0.0949 0.4644]
   """
-  logits = checks.check_floating(logits, 2, "logits")
+  logits, labels, in_range = check_logits_and_labels(logits, labels, where)
   num_classes = logits.shape[1]
-  labels = jnp.asarray(labels)
-  in_range = checks.check_labels(labels, num_classes, "labels")
-  checks.check_batch_dim(logits, labels.shape[0], "logits")
   gamma = checks.check_class_vector(gamma, num_classes, "gamma")
   # γ_y is the temperature of `label_log_softmax`, which holds it constant (stop-gradient).
   loss = -label_log_softmax(logits, checks.index_labels(labels, in_range),
                             temperature=checks.take_class_values(gamma, labels, in_range))
-  return jnp.where(in_range, loss, jnp.nan)
+  return finish_per_example(loss, labels, in_range, where, None, num_classes)

@@ -146,6 +146,8 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
   # through the gather to the device that owns each row.
   (all_features, all_labels, all_valid), anchor_offset = class_sums.global_batch(
       axis_name, features, labels, valid)
+  if all_features.shape[0] == 0:  # an empty global batch: no anchor, no pair (a static shape)
+    return jnp.zeros((batch,), jnp.promote_types(features.dtype, jnp.float32))
   classes, largest = class_order_lib.class_order(all_labels, all_valid)
   branches = _branches(all_features.shape[0], batch, all_features.shape[1], static_temperature)
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)

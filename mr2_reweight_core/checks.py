@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -173,6 +174,31 @@ def keyword_only_where(positional: tuple[ArrayLike, ...], where: ArrayLike | Non
   warnings.warn(f"{function}: pass `where` as a keyword (where=...); positional `where` goes in "
                 f"0.3.0.", DeprecationWarning, stacklevel=3)
   return next(iter(positional))  # the one positional `where`
+
+
+def keyword_only_arguments(positional: tuple[Any, ...], keywords: dict[str, Any], function: str
+                           ) -> tuple[Any, ...]:
+  """The values of arguments that became keyword-only in 0.2.0, in the order of `keywords` (name →
+  the value passed by keyword, None when not passed). Given positionally (`positional`, the
+  function's extra positional arguments, in that order) they still work with a DeprecationWarning
+  until 0.3.0. Too many extra arguments, one given both ways, or one missing is a TypeError naming
+  the function and the argument."""
+  names = list(keywords)
+  if len(positional) > len(names):
+    raise TypeError(f"{function}: takes {', '.join(names)} as keyword arguments only "
+                    f"(got {len(positional)} extra positional arguments).")
+  values = dict(keywords)
+  if positional:
+    for name, value in zip(names, positional):
+      if values[name] is not None:
+        raise TypeError(f"{function}: got `{name}` both positionally and as a keyword.")
+      values[name] = value
+    warnings.warn(f"{function}: pass {', '.join(names)} as keywords ({names[0]}=..., ...); "
+                  "positional use goes in 0.3.0.", DeprecationWarning, stacklevel=3)
+  missing = [name for name in names if values[name] is None]
+  if missing:
+    raise TypeError(f"{function}: missing keyword argument(s) {', '.join(missing)}.")
+  return tuple(values[name] for name in names)
 
 
 def check_floating(x: ArrayLike, rank: int, name: str) -> jax.Array:

@@ -18,6 +18,22 @@ from jax.typing import ArrayLike
 from mr2_reweight_core import checks
 from mr2_reweight_core import explicit_mesh
 
+# The per-class metrics, public as one set: `mr2_jax` and `reweight_jax` both export every name
+# here (one documentation page, "Per-class metrics"), whichever library a user imports.
+__all__ = [
+    "GROUP_NAMES",
+    "accuracy_from_counts",
+    "class_accuracy_std",
+    "class_mean",
+    "difficulty_tertiles",
+    "group_accuracy",
+    "per_class_accuracy",
+    "per_class_correct",
+    "per_class_loss_sums",
+    "rho",
+    "worst_class_accuracy",
+]
+
 GROUP_NAMES = ("easy", "medium", "hard")
 
 

@@ -1,5 +1,5 @@
 """L2 normalisation for cosine heads (`mr2_jax.linen`, `mr2_jax.nnx`) and contrastive projections
-(`reweight_jax.supcon`): pure JAX, shared by both libraries."""
+(`reweight_jax.baselines.supcon`): pure JAX, shared by both libraries."""
 
 from __future__ import annotations
 

@@ -307,7 +307,7 @@ def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> etf = reweight_jax.etf_classifier(3, 3, seed=0)  # a simplex ETF, columns [d, K]
+    >>> etf = reweight_jax.baselines.etf_classifier(3, 3, seed=0)  # a simplex ETF, columns [d, K]
     >>> features, labels = jnp.concatenate([etf.T, etf.T]), jnp.array([0, 1, 2, 0, 1, 2])
     >>> metrics = reweight_jax.nc_metrics(features, labels, classifier=etf.T)
     >>> print(np.asarray(jnp.array([metrics.nc1, metrics.nc2, metrics.nc3, metrics.nc4]), float).round(4))

@@ -47,9 +47,9 @@ def test_a_reweighting_state_of_another_type_is_a_type_error_naming_state():
 
 
 @pytest.mark.parametrize("weights", [
-    reweight_jax.inverse_frequency_weights,
-    lambda counts: reweight_jax.class_balanced_weights(counts, 0.99),
-    lambda counts: reweight_jax.ldam_margins(counts, 0.5),
+    reweight_jax.baselines.inverse_frequency_weights,
+    lambda counts: reweight_jax.baselines.class_balanced_weights(counts, 0.99),
+    lambda counts: reweight_jax.baselines.ldam_margins(counts, 0.5),
     lambda counts: reweight_jax.class_prior(counts, "inv_sqrt_freq")])
 def test_a_class_with_no_example_gets_the_documented_one_example_value(weights):
   """The documented convention (each docstring states it): n_c = 0 is read as one example, so a

@@ -213,7 +213,7 @@ Q0 = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
 
 
 def _group_dro(arrays, q, axis_name):
-  loss, new_q, aux = rw.group_dro_loss(arrays["values"], arrays["labels"], q, eta=0.5,
+  loss, new_q, aux = rw.baselines.group_dro_loss(arrays["values"], arrays["labels"], q, eta=0.5,
                                        where=arrays["where"], axis_name=axis_name)
   return loss, {"q": new_q}, aux.skipped_rows
 
@@ -228,7 +228,7 @@ DATASET_LABELS = np.random.default_rng(1).integers(0, K, NUM_EXAMPLES).astype(np
 
 def _lff(arrays, state, axis_name):
   logits_biased = arrays["values"]
-  loss, new, _ = rw.lff_loss(logits_biased, arrays["other"], arrays["labels"], arrays["indices"],
+  loss, new, _ = rw.baselines.lff_loss(logits_biased, arrays["other"], arrays["labels"], arrays["indices"],
                              state, DATASET_LABELS, where=arrays["where"], axis_name=axis_name)
   return loss, {"ema_biased": new.ema_biased, "ema_debiased": new.ema_debiased,
                 "seen": new.seen}, new.skipped_rows
@@ -253,7 +253,7 @@ FUNCTIONS = {
     "nc_accumulator": Stateful(_nc, lambda: rw.NCAccumulator.init(K, DIM), _nc_reference, (DIM,),
                                (), has_loss=False),
     "group_dro_loss": Stateful(_group_dro, lambda: jnp.asarray(Q0), _group_dro_reference, ()),
-    "lff_loss": Stateful(_lff, lambda: rw.init_lff_state(NUM_EXAMPLES), _lff_reference, (K,),
+    "lff_loss": Stateful(_lff, lambda: rw.baselines.init_lff_state(NUM_EXAMPLES), _lff_reference, (K,),
                          (K,)),
 }
 
@@ -423,14 +423,12 @@ def test_checkify_flags_both_faults(name, kind):
 
 def test_an_empty_batch_changes_no_state():
   """B = 0 (the last shard of an evaluation pass): every state is returned unchanged, nothing
-  skipped, and the losses are 0. (`mr2_loss` is left out: its representation margin has needed a
-  row since before the bad-row policy; the statistics' update alone is covered.)"""
+  skipped, and the losses are 0 (`mr2_loss` included: its representation margin has no anchor
+  and gives an empty [0] result)."""
   empty = {"values": np.zeros((0, DIM), np.float32), "other": np.zeros((0, K), np.float32),
            "labels": np.zeros((0,), np.int32), "labels_b": np.zeros((0,), np.int32),
            "indices": np.zeros((0,), np.int32), "where": np.zeros((0,), bool)}
   for name, spec in FUNCTIONS.items():
-    if name == "mr2_loss":
-      continue
     arrays = {**empty, "values": np.zeros((0, *spec.value_shape), np.float32),
               "other": np.zeros((0, *spec.other_shape), np.float32)}
     loss, new, skipped = spec.fn(arrays, spec.state(), None)

@@ -152,7 +152,7 @@ def reference_loss(name: str, logits, features, labels, state, epoch=0):
   if name == "eql":
     # The draws are an input of the loss: β from the library's per-row draw, the loss from NumPy.
     rare = COUNTS / COUNTS.sum() < 0.05
-    dropped = np.asarray(reweight_jax.eql_dropped_at(RNG, np.arange(len(labels)), K, 0.9))
+    dropped = np.asarray(reweight_jax.baselines.eql_dropped_at(RNG, np.arange(len(labels)), K, 0.9))
     return np.mean(ref_cmp.eql_loss(logits, labels, rare, dropped)[0])
   if name == "jtt":  # JTT's step is ERM; its method is the sampler (tests/test_stage1.py)
     return np.mean(ref_rw._per_example_ce(logits, labels))

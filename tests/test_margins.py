@@ -56,6 +56,25 @@ class MarginCrossEntropyTest(chex.TestCase):
     out = self.variant(mr2_jax.margin_cross_entropy)(logits, labels, gamma)
     np.testing.assert_allclose(out, ref.margin_cross_entropy(logits, labels, gamma), rtol=RTOL)
 
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_padding_rows_give_zero_and_no_gradient_whatever_they_hold(self):
+    """`where` as every per-example loss takes it (docs/api/contract.md): the real rows' values
+    are those of the real rows alone; padding gives 0 and a zero gradient, even from inf/NaN."""
+    _, labels, logits = cases.make_case(3, 12, 5, 1, "random")
+    gamma = np.random.default_rng(4).uniform(0.3, 2.0, 5).astype(np.float32)
+    where = np.arange(12) % 3 != 0
+    padded = np.array(logits)
+    padded[~where] = np.array([np.nan, np.inf, -np.inf, 1e30, 0.0], np.float32)
+    fn = self.variant(lambda z: mr2_jax.margin_cross_entropy(z, labels, gamma, where=where))
+    out = fn(padded)
+    np.testing.assert_array_equal(np.asarray(out)[~where], 0.0)
+    np.testing.assert_allclose(np.asarray(out)[where],
+                               ref.margin_cross_entropy(logits[where], labels[where], gamma),
+                               rtol=RTOL)
+    grad = jax.grad(lambda z: jnp.sum(fn(z)))(jnp.asarray(padded))
+    np.testing.assert_array_equal(np.asarray(grad)[~where], 0.0)
+    self.assertTrue(np.all(np.isfinite(grad)))
+
   def test_uniform_margin_is_plain_cross_entropy_exactly(self):
     _, labels, logits = cases.make_case(1, 16, 7, 1, "random")
     out = mr2_jax.margin_cross_entropy(logits, labels, jnp.ones(7))

@@ -135,14 +135,14 @@ def test_resnet32_widths(name, width):
 
 
 def test_etf_head_is_the_fixed_simplex_etf_on_normalised_features():
-  """head='etf': the parameter 'etf' is `reweight_jax.etf_classifier(K, d, etf_seed)`, the features
+  """head='etf': the parameter 'etf' is `reweight_jax.baselines.etf_classifier(K, d, etf_seed)`, the features
   the model returns are BatchNorm-ed and L2-normalised (unit norm) and the logits are hᵀM."""
   import reweight_jax
   model = models.create_model("small_cnn", 5, head="etf", etf_seed=3)
   x = np.random.default_rng(0).normal(size=(4, 8, 8, 3)).astype(np.float32)
   variables = model.init(jax.random.key(0), x, train=False)
   etf = np.asarray(variables["params"]["head"]["etf"])
-  np.testing.assert_array_equal(etf, np.asarray(reweight_jax.etf_classifier(5, 128, 3)))
+  np.testing.assert_array_equal(etf, np.asarray(reweight_jax.baselines.etf_classifier(5, 128, 3)))
   assert "norm" in variables["batch_stats"]["head"]
   logits, features = model.apply(variables, x, train=False)
   np.testing.assert_allclose(np.linalg.norm(np.asarray(features), axis=1), 1.0, rtol=1e-5)

@@ -71,7 +71,7 @@ def test_jtt_stage_two_reads_each_error_example_one_plus_upweight_times(monkeypa
 
 def test_lff_first_step_is_the_library_loss():
   """The probe's LfF step (the registry's 'lff' entry on the twin heads) against
-  `reweight_jax.lff_loss` of the two heads' logits; the debiased head starts as ERM's head."""
+  `reweight_jax.baselines.lff_loss` of the two heads' logits; the debiased head starts as ERM's head."""
   features, labels = synthetic()
   recipe = RECIPE._replace(epochs=1)
   optimizer = lp.make_optimizer(recipe, 1)
@@ -86,9 +86,9 @@ def test_lff_first_step_is_the_library_loss():
   _, loss = epoch(state, jnp.asarray(features), jnp.asarray(labels, jnp.int32), batches,
                   jnp.asarray(0), jax.random.key(0))
   x = jnp.asarray(features)[batches[0]]
-  expected, _, _ = reweight_jax.lff_loss(
+  expected, _, _ = reweight_jax.baselines.lff_loss(
       lp.logits_of(params["biased"], x), lp.logits_of(params["debiased"], x),
-      jnp.asarray(labels)[batches[0]], jnp.asarray(batches[0]), reweight_jax.init_lff_state(N),
+      jnp.asarray(labels)[batches[0]], jnp.asarray(batches[0]), reweight_jax.baselines.init_lff_state(N),
       jnp.asarray(labels), q=0.7, alpha=0.7)
   np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
 
@@ -181,7 +181,7 @@ def test_adapter_step_is_ce_on_both_views_plus_lambda_supcon():
   y = jnp.concatenate([labels[batches[0]], labels[batches[0]]]).astype(jnp.int32)
   logits, _, outputs = adapter.Adapter().apply({"params": params}, x)
   ce = float(jnp.mean(reweight_jax.cross_entropy_loss(logits, y)))
-  supcon = float(reweight_jax.supcon_loss(outputs["projection"], y, temperature=0.1)[0])
+  supcon = float(reweight_jax.baselines.supcon_loss(outputs["projection"], y, temperature=0.1)[0])
   optimizer = lp.make_optimizer(recipe, 1)
   views = jnp.asarray(np.stack([features, flipped]))
   for lam in (0.0, 0.5):

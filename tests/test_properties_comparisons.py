@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) of the two comparison losses that read model outputs of their
-wrapper: `reweight_jax.supcon_loss` (with `reweight_jax.stack_views`) and `reweight_jax.lff_loss` (with
+wrapper: `reweight_jax.baselines.supcon_loss` (with `reweight_jax.baselines.stack_views`) and `reweight_jax.baselines.lff_loss` (with
 `init_lff_state`), against the float64 loop references tests/reference/numpy_supcon.py and
 tests/reference/numpy_jtt_lff.py. Inputs: tests/strategies.py (`S`) and the strategies below;
 profiles: tests/conftest.py (the default profile: a few examples per parametrised test on one fixed
@@ -285,9 +285,9 @@ def supcon_fn(tau, tau_b, num_classes, devices):
     def objective(views):
       if devices > 1:
         views = jax.lax.dynamic_slice_in_dim(views, jax.lax.axis_index(AXIS) * images, images)
-      z, y, w = reweight_jax.stack_views(views, labels, where=image_where)
+      z, y, w = reweight_jax.baselines.stack_views(views, labels, where=image_where)
       w = w & jnp.swapaxes(view_keep, 0, 1).reshape(-1)
-      return reweight_jax.supcon_loss(z, y, temperature=tau, base_temperature=tau_b, where=w,
+      return reweight_jax.baselines.supcon_loss(z, y, temperature=tau, base_temperature=tau_b, where=w,
                                  axis_name=AXIS if devices > 1 else None,
                                  num_classes=num_classes)
 
@@ -298,7 +298,7 @@ def supcon_fn(tau, tau_b, num_classes, devices):
 
   if devices == 1:
     return jax.jit(run)
-  aux_specs = reweight_jax.SupConAux(P(AXIS), P(AXIS), P())
+  aux_specs = reweight_jax.baselines.SupConAux(P(AXIS), P(AXIS), P())
   return jax.jit(jax.shard_map(run, mesh=_mesh(devices),
                                in_specs=(P(), P(AXIS), P(AXIS), P(AXIS)),
                                out_specs=(P(), aux_specs, P()), check_vma=False))
@@ -569,7 +569,7 @@ def lff_examples(draw, configs):
   dataset_labels = S.make_labels(rng, examples, num_classes, pattern)
   prior = draw(st.sampled_from(("fresh", "prior")))
   if prior == "fresh":
-    state = tuple(np.asarray(x) for x in reweight_jax.init_lff_state(examples))
+    state = tuple(np.asarray(x) for x in reweight_jax.baselines.init_lff_state(examples))
   else:
     seen = rng.random(examples) < 0.5
     magnitude = 10.0 ** draw(st.floats(-3.0, 1.0))
@@ -650,7 +650,7 @@ def lff_fn(q, alpha, devices):
         start = jax.lax.axis_index(AXIS) * rows
         zb = jax.lax.dynamic_slice_in_dim(zb, start, rows)
         zd = jax.lax.dynamic_slice_in_dim(zd, start, rows)
-      loss, new_state, aux = reweight_jax.lff_loss(
+      loss, new_state, aux = reweight_jax.baselines.lff_loss(
           zb, zd, labels, indices, state, dataset_labels, q=q, alpha=alpha,
           axis_name=AXIS if devices > 1 else None, where=where)
       return loss, (new_state, aux)
@@ -665,11 +665,11 @@ def lff_fn(q, alpha, devices):
   if devices == 1:
     return jax.jit(run)
   rows = P(AXIS)
-  state_specs = reweight_jax.LfFState(P(), P(), P(), P())
+  state_specs = reweight_jax.baselines.LfFState(P(), P(), P(), P())
   return jax.jit(jax.shard_map(
       run, mesh=_mesh(devices), in_specs=(P(), P(), rows, rows, rows, state_specs, P()),
-      out_specs=(P(), reweight_jax.LfFState(rows, rows, rows, rows),
-                 reweight_jax.LfFAux(*[rows] * 4),
+      out_specs=(P(), reweight_jax.baselines.LfFState(rows, rows, rows, rows),
+                 reweight_jax.baselines.LfFAux(*[rows] * 4),
                  P()), check_vma=False))
 
 
@@ -677,7 +677,7 @@ def run_lff(ex: LfFExample, step: LfFStep, state, devices: int):
   out = lff_fn(ex.q, ex.alpha, devices)(
       jnp.asarray(step.logits_biased), jnp.asarray(step.logits_debiased),
       jnp.asarray(step.labels), jnp.asarray(step.indices), jnp.asarray(step.where),
-      reweight_jax.LfFState(*(jnp.asarray(x) for x in state)), jnp.asarray(ex.dataset_labels))
+      reweight_jax.baselines.LfFState(*(jnp.asarray(x) for x in state)), jnp.asarray(ex.dataset_labels))
   loss, new_state, aux, grads = jax.device_get(out)
   if devices > 1:
     new_state = _same_on_devices(new_state, f"lff_loss {devices} devices")

@@ -89,7 +89,7 @@ VARIANTS = {
 }
 NAMES = tuple(VARIANTS)
 TILED = {"mr2[tiled]"}
-# EQL draws β per batch position (`reweight_jax.eql_dropped_at`): a permuted batch is given other
+# EQL draws β per batch position (`reweight_jax.baselines.eql_dropped_at`): a permuted batch is given other
 # draws, so (e) does not apply to the entry; the loss given β is permutation-equivariant
 # (tests/test_reweight_eql.py).
 POSITIONAL_DRAWS = {"eql"}
@@ -432,9 +432,9 @@ def registry_reference(variant, batch: S.Batch, state, epoch, step_in_epoch, cou
     scale = float(np.sum(np.abs(q) * (g_error + 4 * np.abs(g))))
     row_weight = np.abs(q[y]) / np.maximum(members[y], 1)
   elif which == "eql":
-    rare = np.asarray(reweight_jax.eql_rare_classes(np.asarray(counts, np.float32),
+    rare = np.asarray(reweight_jax.baselines.eql_rare_classes(np.asarray(counts, np.float32),
                                                     config.eql.lam))
-    dropped = np.asarray(reweight_jax.eql_dropped_at(rng, np.arange(len(y)), num_classes,
+    dropped = np.asarray(reweight_jax.baselines.eql_dropped_at(rng, np.arange(len(y)), num_classes,
                                                      config.eql.gamma))
     per_example, _ = ref_cmp.eql_loss(z, y, rare, dropped)
     masked = dropped & rare[None, :] & (np.arange(num_classes)[None, :] != y[:, None])
@@ -1084,17 +1084,17 @@ FOCAL_GAMMA, LA_TAU = 2.0, 1.5
 
 
 def _baselines(logits, features, labels, where, counts):
-  weights = reweight_jax.class_balanced_weights(counts, 0.999)
+  weights = reweight_jax.baselines.class_balanced_weights(counts, 0.999)
   return {
       "cross_entropy": reweight_jax.cross_entropy_loss(logits, labels, where=where),
-      "focal": reweight_jax.focal_loss(logits, labels, gamma=FOCAL_GAMMA, where=where),
-      "ldam_drw": reweight_jax.ldam_loss(logits, labels, counts, class_weights=weights,
+      "focal": reweight_jax.baselines.focal_loss(logits, labels, gamma=FOCAL_GAMMA, where=where),
+      "ldam_drw": reweight_jax.baselines.ldam_loss(logits, labels, counts, class_weights=weights,
                                          where=where),
-      "logit_adjust": reweight_jax.logit_adjusted_loss(logits, labels, counts, tau=LA_TAU,
+      "logit_adjust": reweight_jax.baselines.logit_adjusted_loss(logits, labels, counts, tau=LA_TAU,
                                                        where=where),
-      "balanced_softmax": reweight_jax.balanced_softmax_loss(logits, labels, counts, where=where),
-      "ib": reweight_jax.ib_loss(logits, labels, features,
-                                 class_weights=reweight_jax.inverse_frequency_weights(counts),
+      "balanced_softmax": reweight_jax.baselines.balanced_softmax_loss(logits, labels, counts, where=where),
+      "ib": reweight_jax.baselines.ib_loss(logits, labels, features,
+                                 class_weights=reweight_jax.baselines.inverse_frequency_weights(counts),
                                  where=where),
   }
 

@@ -389,3 +389,17 @@ class TiledTest(chex.TestCase):
       np.testing.assert_allclose(value, expected_value, rtol=1e-12)
       np.testing.assert_allclose(grad, expected_grad, rtol=1e-9,
                                  atol=1e-12 * float(jnp.max(jnp.abs(expected_grad))))
+
+
+def test_an_empty_global_batch_gives_an_empty_result_eagerly_and_under_jit():
+  """B = 0 (an evaluation pass's last, empty shard): no anchor and no pair, so the per-anchor
+  losses are an empty float32 [0] and their gradient is empty too (it used to fail on a max over
+  zero pairs)."""
+  features, labels = jnp.zeros((0, 4), jnp.bfloat16), jnp.zeros((0,), jnp.int32)
+  for fn in (mr2_jax.representation_margin_loss, jax.jit(mr2_jax.representation_margin_loss)):
+    out = fn(features, labels, 0.5)
+    chex.assert_shape(out, (0,))
+    chex.assert_type(out, jnp.float32)
+  grad = jax.grad(lambda f: jnp.sum(mr2_jax.representation_margin_loss(f, labels, 0.5)))(
+      features.astype(jnp.float32))
+  chex.assert_shape(grad, (0, 4))

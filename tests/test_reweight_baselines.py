@@ -29,19 +29,19 @@ class WeightsTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_inverse_frequency(self):
-    np.testing.assert_allclose(self.variant(rw.inverse_frequency_weights)(COUNTS),
+    np.testing.assert_allclose(self.variant(rw.baselines.inverse_frequency_weights)(COUNTS),
                                ref.inverse_frequency_weights(COUNTS), rtol=RTOL)
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0.0, 0.9, 0.999, 0.9999)
   def test_class_balanced(self, beta):
-    weights = self.variant(functools.partial(rw.class_balanced_weights, beta=beta))(COUNTS)
+    weights = self.variant(functools.partial(rw.baselines.class_balanced_weights, beta=beta))(COUNTS)
     np.testing.assert_allclose(weights, ref.class_balanced_weights(COUNTS, beta), rtol=RTOL)
     np.testing.assert_allclose(np.mean(weights), 1.0, rtol=RTOL)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_drw_schedule(self):
-    fn = self.variant(rw.ldam_drw_weights)
+    fn = self.variant(rw.baselines.ldam_drw_weights)
     np.testing.assert_allclose(fn(COUNTS, 159), np.ones(NUM_CLASSES))
     np.testing.assert_allclose(fn(COUNTS, 160), ref.class_balanced_weights(COUNTS, 0.9999),
                                rtol=RTOL)
@@ -50,13 +50,13 @@ class WeightsTest(chex.TestCase):
 
   def test_bad_inputs_name_argument(self):
     with self.assertRaisesRegex(ValueError, "beta"):
-      rw.class_balanced_weights(COUNTS, beta=1.0)
+      rw.baselines.class_balanced_weights(COUNTS, beta=1.0)
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      rw.class_balanced_weights(-COUNTS)
+      rw.baselines.class_balanced_weights(-COUNTS)
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      rw.inverse_frequency_weights(COUNTS[:, None])
+      rw.baselines.inverse_frequency_weights(COUNTS[:, None])
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      rw.class_balanced_weights(COUNTS[:, None])
+      rw.baselines.class_balanced_weights(COUNTS[:, None])
 
 
 class LossesTest(chex.TestCase):
@@ -74,48 +74,48 @@ class LossesTest(chex.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0.0, 1.0, 2.0)
   def test_focal(self, gamma):
-    fn = self.variant(lambda z, y, h, m: rw.focal_loss(z, y, gamma=gamma, where=m))
+    fn = self.variant(lambda z, y, h, m: rw.baselines.focal_loss(z, y, gamma=gamma, where=m))
     self._check(fn, lambda z, y, h: ref.focal_loss(z, y, gamma))
 
   def test_focal_class_weights(self):
-    weights = rw.class_balanced_weights(COUNTS)
-    fn = jax.jit(lambda z, y, h, m: rw.focal_loss(z, y, class_weights=weights, where=m))
+    weights = rw.baselines.class_balanced_weights(COUNTS)
+    fn = jax.jit(lambda z, y, h, m: rw.baselines.focal_loss(z, y, class_weights=weights, where=m))
     self._check(fn, lambda z, y, h: np.asarray(weights, np.float64)[y] * ref.focal_loss(z, y, 1.0))
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(False, True)
   def test_ldam(self, drw):
-    weights = rw.ldam_drw_weights(COUNTS, 180) if drw else None
-    fn = self.variant(lambda z, y, h, m: rw.ldam_loss(z, y, COUNTS, class_weights=weights, where=m))
+    weights = rw.baselines.ldam_drw_weights(COUNTS, 180) if drw else None
+    fn = self.variant(lambda z, y, h, m: rw.baselines.ldam_loss(z, y, COUNTS, class_weights=weights, where=m))
     self._check(fn, lambda z, y, h: ref.ldam_loss(
         z, y, COUNTS, weights=None if weights is None else np.asarray(weights, np.float64)))
 
   def test_ldam_margins(self):
-    margins = rw.ldam_margins(COUNTS)
+    margins = rw.baselines.ldam_margins(COUNTS)
     np.testing.assert_allclose(np.max(margins), 0.5, rtol=RTOL)
     np.testing.assert_allclose(margins, 0.5 * (COUNTS.min() / COUNTS) ** 0.25, rtol=RTOL)
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0.5, 1.0, 2.0)
   def test_logit_adjusted(self, tau):
-    fn = self.variant(lambda z, y, h, m: rw.logit_adjusted_loss(z, y, COUNTS, tau=tau, where=m))
+    fn = self.variant(lambda z, y, h, m: rw.baselines.logit_adjusted_loss(z, y, COUNTS, tau=tau, where=m))
     self._check(fn, lambda z, y, h: ref.logit_adjusted_loss(z, y, COUNTS, tau))
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_balanced_softmax(self):
-    fn = self.variant(lambda z, y, h, m: rw.balanced_softmax_loss(z, y, COUNTS, where=m))
+    fn = self.variant(lambda z, y, h, m: rw.baselines.balanced_softmax_loss(z, y, COUNTS, where=m))
     self._check(fn, lambda z, y, h: ref.balanced_softmax_loss(z, y, COUNTS))
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_ib(self):
-    weights = rw.inverse_frequency_weights(COUNTS)
-    fn = self.variant(lambda z, y, h, m: rw.ib_loss(z, y, h, class_weights=weights, where=m))
+    weights = rw.baselines.inverse_frequency_weights(COUNTS)
+    fn = self.variant(lambda z, y, h, m: rw.baselines.ib_loss(z, y, h, class_weights=weights, where=m))
     values = self._check(fn, lambda z, y, h: ref.ib_loss(z, y, h, COUNTS))
     chex.assert_tree_all_finite(values)
 
   def test_ib_gradient_is_finite(self):
     logits, labels, features, _ = _inputs()
-    grads = jax.jit(jax.grad(lambda z, h: jnp.mean(rw.ib_loss(z, labels, h)), argnums=(0, 1)))(
+    grads = jax.jit(jax.grad(lambda z, h: jnp.mean(rw.baselines.ib_loss(z, labels, h)), argnums=(0, 1)))(
         logits, features)
     chex.assert_tree_all_finite(grads)
 
@@ -124,33 +124,33 @@ class LossesTest(chex.TestCase):
     logits[0] = np.nan
     where = np.ones(labels.shape, bool)
     where[0] = False
-    values = rw.focal_loss(logits, labels, where=where)
+    values = rw.baselines.focal_loss(logits, labels, where=where)
     self.assertEqual(float(values[0]), 0.0)
     chex.assert_tree_all_finite(values)
 
   def test_out_of_range_label_under_jit_is_nan(self):
     logits, labels, _, _ = _inputs()
     labels[3] = NUM_CLASSES
-    values = jax.jit(functools.partial(rw.ldam_loss, class_counts=COUNTS))(logits, labels)
+    values = jax.jit(functools.partial(rw.baselines.ldam_loss, class_counts=COUNTS))(logits, labels)
     self.assertTrue(np.isnan(values[3]))
     self.assertEqual(int(np.sum(np.isnan(values))), 1)
 
   def test_bad_inputs_name_argument(self):
     logits, labels, features, _ = _inputs()
     with self.assertRaisesRegex(ValueError, "labels"):
-      rw.focal_loss(logits, labels + NUM_CLASSES)
+      rw.baselines.focal_loss(logits, labels + NUM_CLASSES)
     with self.assertRaisesRegex(ValueError, "logits"):
-      rw.focal_loss(logits[:-1], labels)
+      rw.baselines.focal_loss(logits[:-1], labels)
     with self.assertRaisesRegex(ValueError, "logits"):
-      rw.focal_loss(logits[0], labels)
+      rw.baselines.focal_loss(logits[0], labels)
     with self.assertRaisesRegex(ValueError, "features"):
-      rw.ib_loss(logits, labels, features[:-1])
+      rw.baselines.ib_loss(logits, labels, features[:-1])
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      rw.ldam_loss(logits, labels, COUNTS[:-1])
+      rw.baselines.ldam_loss(logits, labels, COUNTS[:-1])
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      rw.logit_adjusted_loss(logits, labels, -COUNTS)
+      rw.baselines.logit_adjusted_loss(logits, labels, -COUNTS)
     with self.assertRaisesRegex(ValueError, "class_weights"):
-      rw.focal_loss(logits, labels, class_weights=np.ones(3, np.float32))
+      rw.baselines.focal_loss(logits, labels, class_weights=np.ones(3, np.float32))
 
 
 class MaskedGradientTest(parameterized.TestCase):
@@ -158,11 +158,11 @@ class MaskedGradientTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("ce", lambda z, y, h, w: rw.cross_entropy_loss(z, y, where=w)),
-      ("focal", lambda z, y, h, w: rw.focal_loss(z, y, gamma=2.0, where=w)),
-      ("ldam", lambda z, y, h, w: rw.ldam_loss(z, y, np.array([50., 5., 1.]), where=w)),
+      ("focal", lambda z, y, h, w: rw.baselines.focal_loss(z, y, gamma=2.0, where=w)),
+      ("ldam", lambda z, y, h, w: rw.baselines.ldam_loss(z, y, np.array([50., 5., 1.]), where=w)),
       ("logit_adjusted",
-       lambda z, y, h, w: rw.logit_adjusted_loss(z, y, np.array([50., 5., 1.]), where=w)),
-      ("ib", lambda z, y, h, w: rw.ib_loss(z, y, h, where=w)),
+       lambda z, y, h, w: rw.baselines.logit_adjusted_loss(z, y, np.array([50., 5., 1.]), where=w)),
+      ("ib", lambda z, y, h, w: rw.baselines.ib_loss(z, y, h, where=w)),
   )
   def test_padding_sends_no_nan_gradient(self, loss_fn):
     logits = np.array([[1.0, 2.0, 0.5], [np.inf, -np.inf, 0.0]], np.float32)

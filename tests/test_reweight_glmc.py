@@ -1,4 +1,4 @@
-"""reweight_jax.glmc against the float64 loop reference (PIPELINES spec, §3 'GLMC')."""
+"""reweight_jax.baselines.glmc against the float64 loop reference (PIPELINES spec, §3 'GLMC')."""
 
 import chex
 import jax
@@ -46,20 +46,20 @@ class RebalancedSamplingTest(parameterized.TestCase):
 
   @parameterized.parameters(0.0, 0.2, 1.0, 2.5)
   def test_probabilities_match_reference(self, r):
-    probabilities = reweight_jax.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, r)
+    probabilities = reweight_jax.baselines.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, r)
     self.assertEqual(probabilities.dtype, np.float64)
     np.testing.assert_allclose(probabilities, ref.rebalanced_probabilities(TRAIN_LABELS, COUNTS, r),
                                rtol=1e-12)
     np.testing.assert_allclose(probabilities.sum(), 1.0, rtol=1e-12)
 
   def test_r0_is_uniform_over_rows(self):
-    probabilities = reweight_jax.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, 0)
+    probabilities = reweight_jax.baselines.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, 0)
     np.testing.assert_allclose(probabilities, 1.0 / TRAIN_LABELS.size, rtol=1e-12)
 
   def test_large_counts_and_exponents_stay_finite(self):
     counts = np.array([10**9, 1], np.int64)
     labels = np.array([0, 0, 1], np.int32)
-    probabilities = reweight_jax.glmc_rebalanced_probabilities(labels, counts, 40.0)
+    probabilities = reweight_jax.baselines.glmc_rebalanced_probabilities(labels, counts, 40.0)
     np.testing.assert_allclose(probabilities, [0.0, 0.0, 1.0], atol=1e-300)
 
   def test_draws_follow_the_class_frequencies(self):
@@ -67,7 +67,7 @@ class RebalancedSamplingTest(parameterized.TestCase):
     # deviation √(p(1 − p)/n) ≤ 1.2e-3; we allow 5σ (fixed seed, so the test is deterministic).
     draws = 200_000
     for r in (1.0, 0.2):
-      indices = reweight_jax.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, r, draws,
+      indices = reweight_jax.baselines.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, r, draws,
                                                      np.random.default_rng(7))
       self.assertEqual(indices.shape, (draws,))
       self.assertEqual(indices.dtype, np.int64)
@@ -81,34 +81,34 @@ class RebalancedSamplingTest(parameterized.TestCase):
       self.assertEqual(frequencies[5], 0.0)  # the class without examples is never drawn
 
   def test_indices_are_a_function_of_the_generator(self):
-    first = reweight_jax.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 64,
+    first = reweight_jax.baselines.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 64,
                                                  np.random.default_rng((3, 1, 5)))
-    again = reweight_jax.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 64,
+    again = reweight_jax.baselines.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 64,
                                                  np.random.default_rng((3, 1, 5)))
     np.testing.assert_array_equal(first, again)
 
   def test_bad_arguments_raise_naming_them(self):
     rng = np.random.default_rng(0)
     with self.assertRaisesRegex(ValueError, "labels"):
-      reweight_jax.glmc_rebalanced_probabilities(np.array([0, 6], np.int32), COUNTS, 0.2)
+      reweight_jax.baselines.glmc_rebalanced_probabilities(np.array([0, 6], np.int32), COUNTS, 0.2)
     with self.assertRaisesRegex(ValueError, "labels"):
-      reweight_jax.glmc_rebalanced_probabilities(np.array([-1, 0], np.int32), COUNTS, 0.2)
+      reweight_jax.baselines.glmc_rebalanced_probabilities(np.array([-1, 0], np.int32), COUNTS, 0.2)
     with self.assertRaisesRegex(TypeError, "labels"):
-      reweight_jax.glmc_rebalanced_probabilities(np.array([0.0, 1.0]), COUNTS, 0.2)
+      reweight_jax.baselines.glmc_rebalanced_probabilities(np.array([0.0, 1.0]), COUNTS, 0.2)
     with self.assertRaisesRegex(ValueError, r"class_counts.*\[5\]"):  # a label with n_c = 0
-      reweight_jax.glmc_rebalanced_probabilities(np.array([0, 5], np.int32), COUNTS, 0.2)
+      reweight_jax.baselines.glmc_rebalanced_probabilities(np.array([0, 5], np.int32), COUNTS, 0.2)
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      reweight_jax.glmc_rebalanced_probabilities(TRAIN_LABELS, -COUNTS, 0.2)
+      reweight_jax.baselines.glmc_rebalanced_probabilities(TRAIN_LABELS, -COUNTS, 0.2)
     with self.assertRaisesRegex(ValueError, "r:"):
-      reweight_jax.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, -0.2)
+      reweight_jax.baselines.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, -0.2)
     with self.assertRaisesRegex(ValueError, "r:"):
-      reweight_jax.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, np.inf)
+      reweight_jax.baselines.glmc_rebalanced_probabilities(TRAIN_LABELS, COUNTS, np.inf)
     with self.assertRaisesRegex(ValueError, "size"):
-      reweight_jax.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 0, rng)
+      reweight_jax.baselines.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 0, rng)
     with self.assertRaisesRegex(TypeError, "size"):
-      reweight_jax.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 4.0, rng)
+      reweight_jax.baselines.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 4.0, rng)
     with self.assertRaisesRegex(TypeError, "rng"):
-      reweight_jax.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 4, 0)
+      reweight_jax.baselines.glmc_rebalanced_indices(TRAIN_LABELS, COUNTS, 0.2, 4, 0)
 
 
 def _central_seed(height, width):
@@ -126,7 +126,7 @@ class CutMixBoxTest(parameterized.TestCase):
                             (1.0, 32, 32), (0.5, 1, 5))
   def test_matches_reference(self, lam, height, width):
     for seed in range(20):
-      box = reweight_jax.cutmix_box(lam, height, width, np.random.default_rng(seed))
+      box = reweight_jax.baselines.cutmix_box(lam, height, width, np.random.default_rng(seed))
       rng = np.random.default_rng(seed)  # the centre: y first, then x
       centre_y, centre_x = int(rng.integers(height)), int(rng.integers(width))
       self.assertEqual(box, ref.cutmix_box(lam, height, width, centre_y, centre_x))
@@ -134,24 +134,24 @@ class CutMixBoxTest(parameterized.TestCase):
 
   def test_lam0_central_covers_the_image_and_lam1_is_empty(self):
     seed = _central_seed(32, 24)
-    self.assertEqual(reweight_jax.cutmix_box(0.0, 32, 24, np.random.default_rng(seed)),
+    self.assertEqual(reweight_jax.baselines.cutmix_box(0.0, 32, 24, np.random.default_rng(seed)),
                      (0, 32, 0, 24))
     for seed in range(20):  # h = w = 0: an empty box wherever the centre is
-      y0, y1, x0, x1 = reweight_jax.cutmix_box(1.0, 32, 24, np.random.default_rng(seed))
+      y0, y1, x0, x1 = reweight_jax.baselines.cutmix_box(1.0, 32, 24, np.random.default_rng(seed))
       self.assertEqual((y1 - y0, x1 - x0), (0, 0))
 
   def test_bad_arguments_raise_naming_them(self):
     rng = np.random.default_rng(0)
     with self.assertRaisesRegex(ValueError, "lam"):
-      reweight_jax.cutmix_box(1.5, 32, 32, rng)
+      reweight_jax.baselines.cutmix_box(1.5, 32, 32, rng)
     with self.assertRaisesRegex(ValueError, "lam"):
-      reweight_jax.cutmix_box(np.array([0.5, 0.5]), 32, 32, rng)
+      reweight_jax.baselines.cutmix_box(np.array([0.5, 0.5]), 32, 32, rng)
     with self.assertRaisesRegex(ValueError, "height"):
-      reweight_jax.cutmix_box(0.5, 0, 32, rng)
+      reweight_jax.baselines.cutmix_box(0.5, 0, 32, rng)
     with self.assertRaisesRegex(TypeError, "width"):
-      reweight_jax.cutmix_box(0.5, 32, 32.0, rng)
+      reweight_jax.baselines.cutmix_box(0.5, 32, 32.0, rng)
     with self.assertRaisesRegex(TypeError, "rng"):
-      reweight_jax.cutmix_box(0.5, 32, 32, None)
+      reweight_jax.baselines.cutmix_box(0.5, 32, 32, None)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -165,12 +165,12 @@ class MixturesTest(chex.TestCase):
     rng = np.random.default_rng(1)
     images_a = rng.normal(size=(3, 7, 5, 2)).astype(np.float32)
     images_b = rng.normal(size=(3, 7, 5, 2)).astype(np.float32)
-    cut = self.variant(reweight_jax.cutmix)  # the box is traced under jit: one compile
+    cut = self.variant(reweight_jax.baselines.cutmix)  # the box is traced under jit: one compile
     for box in ((1, 4, 2, 5), (0, 7, 0, 5), (3, 3, 0, 5), (0, 2, 4, 5)):
       np.testing.assert_array_equal(cut(images_a, images_b, jnp.asarray(box, jnp.int32)),
                                     ref.cutmix(images_a, images_b, box))
     np.testing.assert_array_equal(cut(images_a, images_b, jnp.asarray((3, 3, 0, 5))), images_a)
-    mix = self.variant(reweight_jax.mix_images)
+    mix = self.variant(reweight_jax.baselines.mix_images)
     for lam in (0.0, 0.3, 1.0):
       np.testing.assert_allclose(mix(images_a, images_b, lam),
                                  ref.mix_images(images_a, images_b, lam), rtol=1e-6, atol=1e-6)
@@ -180,20 +180,20 @@ class MixturesTest(chex.TestCase):
   def test_bad_arguments_raise_naming_them(self):
     images = np.zeros((2, 4, 4, 3), np.float32)
     with self.assertRaisesRegex(ValueError, "box"):
-      reweight_jax.cutmix(images, images, (0, 5, 0, 2))
+      reweight_jax.baselines.cutmix(images, images, (0, 5, 0, 2))
     with self.assertRaisesRegex(ValueError, "box"):
-      reweight_jax.cutmix(images, images, (2, 1, 0, 2))
+      reweight_jax.baselines.cutmix(images, images, (2, 1, 0, 2))
     with self.assertRaisesRegex(ValueError, "box"):
-      reweight_jax.cutmix(images, images, (0.0, 1.0, 0.0, 2.0))
+      reweight_jax.baselines.cutmix(images, images, (0.0, 1.0, 0.0, 2.0))
     with self.assertRaisesRegex(ValueError, "images_b"):
-      reweight_jax.cutmix(images, images[:1], (0, 1, 0, 1))
+      reweight_jax.baselines.cutmix(images, images[:1], (0, 1, 0, 1))
     with self.assertRaisesRegex(TypeError, "images_b"):
-      reweight_jax.mix_images(images, images.astype(np.float16), 0.5)
+      reweight_jax.baselines.mix_images(images, images.astype(np.float16), 0.5)
     with self.assertRaisesRegex(ValueError, "images_a"):
-      reweight_jax.cutmix(images[0], images[0], (0, 1, 0, 1))
+      reweight_jax.baselines.cutmix(images[0], images[0], (0, 1, 0, 1))
     with self.assertRaisesRegex(ValueError, "lam"):
-      reweight_jax.mix_images(images, images, -0.1)
-    self.assertTrue(np.all(np.isnan(jax.jit(reweight_jax.mix_images)(images, images, 1.5))))
+      reweight_jax.baselines.mix_images(images, images, -0.1)
+    self.assertTrue(np.all(np.isnan(jax.jit(reweight_jax.baselines.mix_images)(images, images, 1.5))))
 
 
 class TargetsTest(chex.TestCase):
@@ -204,7 +204,7 @@ class TargetsTest(chex.TestCase):
     logits = (4 * rng.normal(size=(LABELS_A.size, K))).astype(np.float32)
     targets = ref.mixed_targets(LABELS_A, LABELS_B, 0.3, K, ref.class_weights(COUNTS, 1.2))
     targets = targets.astype(np.float32)
-    fn = self.variant(lambda z, t, w: reweight_jax.soft_cross_entropy(z, t, where=w))
+    fn = self.variant(lambda z, t, w: reweight_jax.baselines.soft_cross_entropy(z, t, where=w))
     np.testing.assert_allclose(fn(logits, targets, None),
                                ref.soft_cross_entropy(logits, targets), rtol=2e-6, atol=1e-6)
     # one-hot targets: the ordinary cross-entropy
@@ -222,7 +222,7 @@ class TargetsTest(chex.TestCase):
     np.testing.assert_allclose(out[where], ref.soft_cross_entropy(logits, targets)[where],
                                rtol=2e-6, atol=1e-6)
     np.testing.assert_array_equal(out[~where], 0.0)
-    grad = jax.jit(jax.grad(lambda z: jnp.sum(reweight_jax.soft_cross_entropy(
+    grad = jax.jit(jax.grad(lambda z: jnp.sum(reweight_jax.baselines.soft_cross_entropy(
         z, targets, where=where))))(garbage)
     np.testing.assert_array_equal(grad[~where], 0.0)
     np.testing.assert_allclose(grad[where], ref.soft_cross_entropy_grad(logits, targets)[where],
@@ -230,7 +230,7 @@ class TargetsTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_class_weights(self):
-    fn = self.variant(reweight_jax.glmc_class_weights, static_argnums=1)
+    fn = self.variant(reweight_jax.baselines.glmc_class_weights, static_argnums=1)
     for exponent in (0.0, 1.0, 1.2):
       weights = fn(COUNTS, exponent)
       self.assertEqual(weights.dtype, jnp.float32)
@@ -245,19 +245,19 @@ class TargetsTest(chex.TestCase):
 
   def test_class_weights_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      reweight_jax.glmc_class_weights(np.zeros(3), 1.2)
+      reweight_jax.baselines.glmc_class_weights(np.zeros(3), 1.2)
     with self.assertRaisesRegex(ValueError, "class_counts"):
-      reweight_jax.glmc_class_weights(np.array([3.0, -1.0]), 1.2)
+      reweight_jax.baselines.glmc_class_weights(np.array([3.0, -1.0]), 1.2)
     with self.assertRaisesRegex(ValueError, "exponent"):
-      reweight_jax.glmc_class_weights(COUNTS, -1.0)
-    traced = jax.jit(lambda n: reweight_jax.glmc_class_weights(n, 1.2))
+      reweight_jax.baselines.glmc_class_weights(COUNTS, -1.0)
+    traced = jax.jit(lambda n: reweight_jax.baselines.glmc_class_weights(n, 1.2))
     self.assertTrue(np.all(np.isnan(traced(np.array([3.0, -1.0], np.float32)))))
     self.assertTrue(np.all(np.isnan(traced(np.zeros(2, np.float32)))))
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_mixed_targets(self):
     weights = ref.class_weights(COUNTS, 1.2).astype(np.float32)
-    fn = self.variant(lambda a, b, lam, v: reweight_jax.mixed_targets(a, b, lam, K, v))
+    fn = self.variant(lambda a, b, lam, v: reweight_jax.baselines.mixed_targets(a, b, lam, K, v))
     for lam in (0.0, 0.37, 1.0):
       plain = fn(LABELS_A, LABELS_B, lam, None)
       np.testing.assert_allclose(plain, ref.mixed_targets(LABELS_A, LABELS_B, lam, K), rtol=1e-6)
@@ -267,7 +267,7 @@ class TargetsTest(chex.TestCase):
                                  rtol=1e-6)
 
   def test_mixed_targets_bad_labels(self):
-    traced = jax.jit(lambda a, b: reweight_jax.mixed_targets(a, b, 1.0, K))
+    traced = jax.jit(lambda a, b: reweight_jax.baselines.mixed_targets(a, b, 1.0, K))
     bad = np.where(np.arange(LABELS_A.size) == 3, K, LABELS_A).astype(np.int32)
     out = traced(LABELS_A, bad)  # λ = 1: the bad label b has weight 0, still NaN
     self.assertTrue(np.all(np.isnan(out[3])))
@@ -276,15 +276,15 @@ class TargetsTest(chex.TestCase):
     self.assertTrue(np.all(np.isnan(traced(np.where(bad == K, -1, bad).astype(np.int32),
                                            LABELS_B)[3])))
     with self.assertRaisesRegex(ValueError, "labels_b"):
-      reweight_jax.mixed_targets(LABELS_A, bad, 0.5, K)
+      reweight_jax.baselines.mixed_targets(LABELS_A, bad, 0.5, K)
     with self.assertRaisesRegex(ValueError, "labels_a"):
-      reweight_jax.mixed_targets(bad, LABELS_B, 0.5, K)
+      reweight_jax.baselines.mixed_targets(bad, LABELS_B, 0.5, K)
     with self.assertRaisesRegex(ValueError, "labels_b"):
-      reweight_jax.mixed_targets(LABELS_A, LABELS_B[:-1], 0.5, K)
+      reweight_jax.baselines.mixed_targets(LABELS_A, LABELS_B[:-1], 0.5, K)
     with self.assertRaisesRegex(ValueError, "lam"):
-      reweight_jax.mixed_targets(LABELS_A, LABELS_B, 1.01, K)
+      reweight_jax.baselines.mixed_targets(LABELS_A, LABELS_B, 1.01, K)
     with self.assertRaisesRegex(ValueError, "class_weights"):
-      reweight_jax.mixed_targets(LABELS_A, LABELS_B, 0.5, K, np.ones(K + 1, np.float32))
+      reweight_jax.baselines.mixed_targets(LABELS_A, LABELS_B, 0.5, K, np.ones(K + 1, np.float32))
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_consistency(self):
@@ -292,9 +292,9 @@ class TargetsTest(chex.TestCase):
     heads = [rng.normal(size=(LABELS_A.size, D)).astype(np.float32) for _ in range(4)]
     heads[0][2] = 0.0  # a zero prediction: clamped norm, finite value and gradient
     fn = self.variant(jax.value_and_grad(
-        lambda *h: jnp.sum(reweight_jax.glmc_consistency(*h)), argnums=(0, 1, 2, 3)))
+        lambda *h: jnp.sum(reweight_jax.baselines.glmc_consistency(*h)), argnums=(0, 1, 2, 3)))
     value, grads = fn(*heads)
-    per_example = reweight_jax.glmc_consistency(*heads)
+    per_example = reweight_jax.baselines.glmc_consistency(*heads)
     np.testing.assert_allclose(per_example, ref.consistency(*heads), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(value, np.sum(ref.consistency(*heads)), rtol=1e-5)
     # no gradient into the projections (stop-gradient targets)
@@ -306,36 +306,42 @@ class TargetsTest(chex.TestCase):
     np.testing.assert_allclose(grads[0][rows], expected_g, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(grads[2][rows], expected_l, rtol=1e-4, atol=1e-6)
     # identical directions: −2 per row
-    np.testing.assert_allclose(reweight_jax.glmc_consistency(heads[1], 3 * heads[1], heads[1],
+    np.testing.assert_allclose(reweight_jax.baselines.glmc_consistency(heads[1], 3 * heads[1], heads[1],
                                                              heads[1]), -2.0, rtol=1e-6)
     with self.assertRaisesRegex(ValueError, "proj_l"):
-      reweight_jax.glmc_consistency(heads[0], heads[1], heads[2], heads[3][:, :4])
+      reweight_jax.baselines.glmc_consistency(heads[0], heads[1], heads[2], heads[3][:, :4])
 
   def test_alpha(self):
-    self.assertEqual(float(reweight_jax.glmc_alpha(0, 200)), 1.0)
-    self.assertEqual(float(reweight_jax.glmc_alpha(200, 200)), 0.0)
-    traced = jax.jit(reweight_jax.glmc_alpha, static_argnums=1)
+    self.assertEqual(float(reweight_jax.baselines.glmc_alpha(0, 200)), 1.0)
+    self.assertEqual(float(reweight_jax.baselines.glmc_alpha(200, 200)), 0.0)
+    traced = jax.jit(reweight_jax.baselines.glmc_alpha, static_argnums=1)
     for epoch in (0, 1, 100, 159, 199, 200):
       np.testing.assert_allclose(traced(epoch, 200), ref.alpha(epoch, 200), rtol=1e-6)
     self.assertTrue(np.isnan(traced(201, 200)))
     self.assertTrue(np.isnan(traced(-1, 200)))
     with self.assertRaisesRegex(ValueError, "epoch"):
-      reweight_jax.glmc_alpha(201, 200)
+      reweight_jax.baselines.glmc_alpha(201, 200)
     with self.assertRaisesRegex(ValueError, "num_epochs"):
-      reweight_jax.glmc_alpha(0, 0)
+      reweight_jax.baselines.glmc_alpha(0, 0)
 
 
 # ------------------------------------------------------------------------------------------------
 # The loss
 # ------------------------------------------------------------------------------------------------
 
+def _kw(lam, class_weights, alpha, w_con):
+  """glmc_loss's keyword-only hyperparameters."""
+  return {"lam": lam, "class_weights": class_weights, "alpha": alpha, "w_con": w_con}
+
+
 def _loss_and_grads(arrays, labels_a, labels_b, lam, weights, alpha, w_con, where=None,
                     axis_name=None):
   """(loss, aux, gradients wrt the eight arrays)."""
 
   def fn(*arrays):
-    return reweight_jax.glmc_loss(*arrays, labels_a, labels_b, lam, weights, alpha, w_con,
-                                  axis_name=axis_name, where=where)
+    return reweight_jax.baselines.glmc_loss(*arrays, labels_a, labels_b, lam=lam,
+                                            class_weights=weights, alpha=alpha, w_con=w_con,
+                                            axis_name=axis_name, where=where)
 
   (loss, aux), grads = jax.value_and_grad(fn, argnums=tuple(range(8)), has_aux=True)(*arrays)
   return loss, aux, grads
@@ -347,7 +353,7 @@ class GLMCLossTest(chex.TestCase):
   def test_value_and_gradient_match_reference(self):
     rng = np.random.default_rng(4)
     arrays = _loss_inputs(rng, LABELS_A.size)
-    weights = np.asarray(reweight_jax.glmc_class_weights(COUNTS, 1.2))
+    weights = np.asarray(reweight_jax.baselines.glmc_class_weights(COUNTS, 1.2))
     lam, alpha, w_con = 0.37, 0.8, 4.0
     fn = self.variant(lambda *x: _loss_and_grads(x, LABELS_A, LABELS_B, lam, weights, alpha,
                                                  w_con))
@@ -370,7 +376,7 @@ class GLMCLossTest(chex.TestCase):
     where = np.arange(LABELS_A.size) % 4 != 1
     garbage = [np.where(where[:, None], x, np.nan).astype(np.float32) for x in arrays]
     bad_b = np.where(where, LABELS_B, K + 3).astype(np.int32)  # out of range on padding only
-    weights = np.asarray(reweight_jax.glmc_class_weights(COUNTS, 1.2))
+    weights = np.asarray(reweight_jax.baselines.glmc_class_weights(COUNTS, 1.2))
     loss, aux, grads = jax.jit(lambda *x: _loss_and_grads(
         x, LABELS_A, bad_b, 0.6, weights, 0.3, 2.0, where=where))(*garbage)
     loss_ref, bal_ref, reb_ref, con_ref, grads_ref = ref.glmc_loss(
@@ -388,7 +394,8 @@ class GLMCLossTest(chex.TestCase):
   def test_out_of_range_labels(self):
     arrays = _loss_inputs(np.random.default_rng(6), LABELS_A.size)
     weights = np.ones(K, np.float32)
-    traced = jax.jit(lambda a, b: reweight_jax.glmc_loss(*arrays, a, b, 0.5, weights, 0.5, 1.0))
+    traced = jax.jit(lambda a, b: reweight_jax.baselines.glmc_loss(
+        *arrays, a, b, **_kw(0.5, weights, 0.5, 1.0)))
     bad = np.where(np.arange(LABELS_A.size) == 7, K, LABELS_A).astype(np.int32)
     loss, aux = traced(bad, LABELS_B)
     self.assertTrue(np.isnan(loss))  # NaN, never a clipped class
@@ -396,29 +403,48 @@ class GLMCLossTest(chex.TestCase):
     self.assertTrue(np.isfinite(aux.consistency))
     self.assertTrue(np.isnan(traced(LABELS_A, np.where(bad == K, -1, bad).astype(np.int32))[0]))
     with self.assertRaisesRegex(ValueError, "labels_a"):
-      reweight_jax.glmc_loss(*arrays, bad, LABELS_B, 0.5, weights, 0.5, 1.0)
+      reweight_jax.baselines.glmc_loss(*arrays, bad, LABELS_B, **_kw(0.5, weights, 0.5, 1.0))
     with self.assertRaisesRegex(ValueError, "labels_b"):
-      reweight_jax.glmc_loss(*arrays, LABELS_A, bad, 0.5, weights, 0.5, 1.0)
+      reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, bad, **_kw(0.5, weights, 0.5, 1.0))
 
   def test_bad_arguments_raise_naming_them(self):
     arrays = _loss_inputs(np.random.default_rng(7), LABELS_A.size)
     weights = np.ones(K, np.float32)
-    args = (LABELS_A, LABELS_B, 0.5, weights, 0.5, 1.0)
+    args = (LABELS_A, LABELS_B)
+    kw = _kw(0.5, weights, 0.5, 1.0)
     for index, name in enumerate(LOSS_ARGS[1:], start=1):
       broken = list(arrays)
       broken[index] = broken[index][:, :-1]
       with self.assertRaisesRegex(ValueError, name):
-        reweight_jax.glmc_loss(*broken, *args)
+        reweight_jax.baselines.glmc_loss(*broken, *args, **kw)
     with self.assertRaisesRegex(ValueError, "logits_fc_g"):
-      reweight_jax.glmc_loss(*arrays, LABELS_A[:-1], LABELS_B[:-1], *args[2:])
+      reweight_jax.baselines.glmc_loss(*arrays, LABELS_A[:-1], LABELS_B[:-1], **kw)
     with self.assertRaisesRegex(ValueError, "alpha"):
-      reweight_jax.glmc_loss(*arrays, LABELS_A, LABELS_B, 0.5, weights, 1.2, 1.0)
+      reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, LABELS_B, **_kw(0.5, weights, 1.2, 1.0))
     with self.assertRaisesRegex(ValueError, "w_con"):
-      reweight_jax.glmc_loss(*arrays, LABELS_A, LABELS_B, 0.5, weights, 0.5, -1.0)
+      reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, LABELS_B, **_kw(0.5, weights, 0.5, -1.0))
     with self.assertRaisesRegex(ValueError, "class_weights"):
-      reweight_jax.glmc_loss(*arrays, LABELS_A, LABELS_B, 0.5, weights[:-1], 0.5, 1.0)
+      reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, LABELS_B,
+                                       **_kw(0.5, weights[:-1], 0.5, 1.0))
     with self.assertRaisesRegex(ValueError, "where"):
-      reweight_jax.glmc_loss(*arrays, *args, where=np.ones(3, bool))
+      reweight_jax.baselines.glmc_loss(*arrays, *args, **kw, where=np.ones(3, bool))
+    with self.assertRaisesRegex(TypeError, "missing keyword argument.*w_con"):
+      reweight_jax.baselines.glmc_loss(*arrays, *args, lam=0.5, class_weights=weights, alpha=0.5)
+    with self.assertRaisesRegex(TypeError, "`lam` both positionally and as a keyword"):
+      reweight_jax.baselines.glmc_loss(*arrays, *args, 0.5, **kw)
+    with self.assertRaisesRegex(TypeError, "keyword arguments only"):
+      reweight_jax.baselines.glmc_loss(*arrays, *args, 0.5, weights, 0.5, 1.0, 7.0)
+
+  def test_positional_hyperparameters_still_work_with_a_deprecation_warning(self):
+    """0.2.0 made λ, the class weights, α and w_con keyword-only; positional use warns until
+    0.3.0 and gives the same numbers."""
+    arrays = _loss_inputs(np.random.default_rng(8), LABELS_A.size)
+    weights = np.linspace(0.5, 1.5, K).astype(np.float32)
+    expected = reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, LABELS_B,
+                                                **_kw(0.3, weights, 0.6, 2.0))
+    with self.assertWarnsRegex(DeprecationWarning, "pass lam, class_weights, alpha, w_con as keywords"):
+      got = reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, LABELS_B, 0.3, weights, 0.6, 2.0)
+    chex.assert_trees_all_equal(got, expected)
 
   def test_shard_map_8_devices_equals_one_device(self):
     # Means over the global batch (psum-ed count): pmean of the shares and of their gradients
@@ -429,7 +455,7 @@ class GLMCLossTest(chex.TestCase):
     labels_a = rng.integers(0, K - 1, batch).astype(np.int32)  # the last class absent
     labels_b = rng.integers(0, K, batch).astype(np.int32)
     where = rng.random(batch) < 0.8
-    weights = np.asarray(reweight_jax.glmc_class_weights(COUNTS, 1.2))
+    weights = np.asarray(reweight_jax.baselines.glmc_class_weights(COUNTS, 1.2))
     lam, alpha, w_con = 0.42, 0.6, 4.0
 
     def local(*inputs):

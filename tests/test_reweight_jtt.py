@@ -1,10 +1,10 @@
-"""reweight_jax.jtt against the float64 loop reference (COMPARISONS spec, 'JTT')."""
+"""reweight_jax.baselines.jtt against the float64 loop reference (COMPARISONS spec, 'JTT')."""
 
 import chex
 import jax
 import numpy as np
 
-from reweight_jax import jtt
+from reweight_jax.baselines import jtt
 from tests.reference import numpy_jtt_lff as ref
 
 

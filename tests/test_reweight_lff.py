@@ -1,4 +1,4 @@
-"""reweight_jax.lff against the float64 loop reference (COMPARISONS spec, 'LfF')."""
+"""reweight_jax.baselines.lff against the float64 loop reference (COMPARISONS spec, 'LfF')."""
 
 import chex
 import jax
@@ -8,7 +8,7 @@ from jax.experimental import checkify
 from jax.sharding import PartitionSpec as P
 
 from mr2_reweight_core.checks import traced_checks
-from reweight_jax import lff
+from reweight_jax.baselines import lff
 from tests.reference import numpy_jtt_lff as ref
 
 N, K = 24, 5

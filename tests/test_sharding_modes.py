@@ -209,9 +209,9 @@ def _group_dro_case(rng):
   q = jnp.asarray(rng.dirichlet(np.ones(NUM_CLASSES)), jnp.float32)
 
   def fn(params, batch, q, axis_name):
-    loss, new_q, aux = rw.group_dro_loss(
+    loss, new_q, aux = rw.baselines.group_dro_loss(
         _ce(batch["x"] @ params["w"], batch["labels"]), batch["labels"], q, eta=0.9,
-        adjustment=rw.group_dro_adjustment(jnp.arange(NUM_CLASSES) + 1.0, 0.5),
+        adjustment=rw.baselines.group_dro_adjustment(jnp.arange(NUM_CLASSES) + 1.0, 0.5),
         where=batch["where"], axis_name=axis_name)
     return (loss,), (new_q, aux), ()
   return Case(fn, params, batch, q)
@@ -219,10 +219,10 @@ def _group_dro_case(rng):
 
 def _fairdro_case(rng):
   params, batch = _inputs(rng)
-  q = rw.fairdro_best_response(jnp.asarray(rng.uniform(0, 2, NUM_CLASSES), jnp.float32), 0.5)
+  q = rw.baselines.fairdro_best_response(jnp.asarray(rng.uniform(0, 2, NUM_CLASSES), jnp.float32), 0.5)
 
   def fn(params, batch, q, axis_name):
-    loss, aux = rw.fairdro_loss(_ce(batch["x"] @ params["w"], batch["labels"]), batch["labels"],
+    loss, aux = rw.baselines.fairdro_loss(_ce(batch["x"] @ params["w"], batch["labels"]), batch["labels"],
                                 q, where=batch["where"], axis_name=axis_name)
     return (loss,), aux, ()
   return Case(fn, params, batch, q)
@@ -230,14 +230,14 @@ def _fairdro_case(rng):
 
 def _eql_case(rng):
   params, batch = _inputs(rng)
-  rare = rw.eql_rare_classes(np.array([900, 300, 120, 40, 12, 5], np.float32), 0.05)
+  rare = rw.baselines.eql_rare_classes(np.array([900, 300, 120, 40, 12, 5], np.float32), 0.05)
   # β per global row (`eql_dropped_at`), the same whichever device holds the row.
-  batch["dropped"] = np.asarray(rw.eql_dropped_at(jax.random.key(3), np.arange(BATCH),
+  batch["dropped"] = np.asarray(rw.baselines.eql_dropped_at(jax.random.key(3), np.arange(BATCH),
                                                   NUM_CLASSES))
 
   def fn(params, batch, state, axis_name):
     del state
-    per_example = rw.eql_loss(batch["x"] @ params["w"], batch["labels"], rare, batch["dropped"],
+    per_example = rw.baselines.eql_loss(batch["x"] @ params["w"], batch["labels"], rare, batch["dropped"],
                               where=batch["where"])
     count = jnp.sum(batch["where"].astype(jnp.float32))
     devices = 1
@@ -255,13 +255,13 @@ def _lff_case(rng):
   batch["indices"] = rng.permutation(num_examples)[:BATCH].astype(np.int32)
   batch["labels"] = dataset_labels[batch["indices"]]
   seen = rng.random(num_examples) < 0.5
-  state = rw.LfFState(jnp.asarray(np.where(seen, rng.uniform(0, 2, num_examples), 0), jnp.float32),
+  state = rw.baselines.LfFState(jnp.asarray(np.where(seen, rng.uniform(0, 2, num_examples), 0), jnp.float32),
                       jnp.asarray(np.where(seen, rng.uniform(0, 2, num_examples), 0), jnp.float32),
                       jnp.asarray(seen))
 
   def fn(params, batch, state, axis_name):
     x = batch["x"]
-    loss, new_state, aux = rw.lff_loss(
+    loss, new_state, aux = rw.baselines.lff_loss(
         x @ params["w"], x @ params["w_debiased"], batch["labels"], batch["indices"], state,
         dataset_labels, where=batch["where"], axis_name=axis_name)
     return (loss,), new_state, tuple(aux)
@@ -273,7 +273,7 @@ def _supcon_case(rng):
 
   def fn(params, batch, state, axis_name):
     del state
-    loss, aux = rw.supcon_loss(
+    loss, aux = rw.baselines.supcon_loss(
         mr2_jax.l2_normalize(batch["x"] @ params["v"]), batch["labels"], where=batch["where"],
         axis_name=axis_name, num_classes=NUM_CLASSES)
     return (loss,), aux.num_anchors, (aux.per_anchor, aux.num_positives)
@@ -288,8 +288,8 @@ def _supcon_views_case(rng):
     del state
     z = batch["x"] @ params["v"]
     views = mr2_jax.l2_normalize(jnp.stack([z, jnp.tanh(z)], axis=1))
-    projections, labels, where = rw.stack_views(views, batch["labels"], where=batch["where"])
-    loss, aux = rw.supcon_loss(projections, labels, where=where, axis_name=axis_name,
+    projections, labels, where = rw.baselines.stack_views(views, batch["labels"], where=batch["where"])
+    loss, aux = rw.baselines.supcon_loss(projections, labels, where=where, axis_name=axis_name,
                                     num_classes=NUM_CLASSES)
     return (loss,), aux.num_anchors, ()
   return Case(fn, params, batch, ())
@@ -297,14 +297,14 @@ def _supcon_views_case(rng):
 
 def _etf_dr_case(rng):
   params, batch = _inputs(rng)
-  classifier = rw.etf_classifier(NUM_CLASSES, 8, seed=1)
+  classifier = rw.baselines.etf_classifier(NUM_CLASSES, 8, seed=1)
   params["v"] = rng.normal(size=(IN_DIM, 8)).astype(np.float32)
 
   def fn(params, batch, state, axis_name):
     del state
-    scale = rw.given_ew(batch["labels"], NUM_CLASSES, where=batch["where"], axis_name=axis_name)
-    loss, per_example = rw.dot_regression_loss(
-        rw.etf_normalize(batch["x"] @ params["v"]), batch["labels"], classifier,
+    scale = rw.baselines.given_ew(batch["labels"], NUM_CLASSES, where=batch["where"], axis_name=axis_name)
+    loss, per_example = rw.baselines.dot_regression_loss(
+        rw.baselines.etf_normalize(batch["x"] @ params["v"]), batch["labels"], classifier,
         class_scale=scale, where=batch["where"], axis_name=axis_name)
     return (loss,), scale, (per_example,)
   return Case(fn, params, batch, ())
@@ -316,16 +316,16 @@ def _glmc_case(rng):
   for name in ("w_l", "w_cb", "w_cb_l"):
     params[name] = (0.5 * rng.normal(size=(IN_DIM, NUM_CLASSES))).astype(np.float32)
   params["v_l"] = rng.normal(size=(IN_DIM, DIM)).astype(np.float32)
-  weights = rw.glmc_class_weights(np.array([900, 300, 120, 40, 12, 5], np.float32), 1.2)
+  weights = rw.baselines.glmc_class_weights(np.array([900, 300, 120, 40, 12, 5], np.float32), 1.2)
 
   def fn(params, batch, state, axis_name):
     del state
     x = batch["x"]
     z_g, z_l = x @ params["v"], x @ params["v_l"]
-    loss, aux = rw.glmc_loss(
+    loss, aux = rw.baselines.glmc_loss(
         x @ params["w"], x @ params["w_l"], x @ params["w_cb"], x @ params["w_cb_l"],
-        jnp.tanh(z_g), z_g, jnp.tanh(z_l), z_l, batch["labels"], batch["labels_b"], 0.42,
-        weights, 0.6, 4.0, where=batch["where"], axis_name=axis_name)
+        jnp.tanh(z_g), z_g, jnp.tanh(z_l), z_l, batch["labels"], batch["labels_b"], lam=0.42,
+        class_weights=weights, alpha=0.6, w_con=4.0, where=batch["where"], axis_name=axis_name)
     return (loss, *aux), (), ()
   return Case(fn, params, batch, ())
 

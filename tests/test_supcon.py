@@ -1,4 +1,4 @@
-"""reweight_jax.supcon against the float64 loop reference (COMPARISONS spec, 'SupCon').
+"""reweight_jax.baselines.supcon against the float64 loop reference (COMPARISONS spec, 'SupCon').
 
 JAX runs in float32, the references in float64. Tolerances: values rtol 1e-5; gradients against
 central differences of the reference rtol 1e-4, atol 1e-5 (float32 rounding of logits up to ~1/τ
@@ -51,7 +51,7 @@ class SupConTest(chex.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_matches_reference_loss_and_gradient(self):
     fn = self.variant(jax.value_and_grad(
-        lambda z, y, w, tau, tau_b: reweight_jax.supcon_loss(z, y, where=w, temperature=tau,
+        lambda z, y, w, tau, tau_b: reweight_jax.baselines.supcon_loss(z, y, where=w, temperature=tau,
                                                         base_temperature=tau_b), has_aux=True),
         static_argnums=(3, 4))
     for name, z, labels, where, tau, tau_b in _cases():
@@ -77,7 +77,7 @@ class SupConTest(chex.TestCase):
     z = _unit_rows(rng, N, DIM)
     labels = np.tile(np.arange(IMAGES, dtype=np.int32), VIEWS)  # each class: one image, two views
     partner = [(i + IMAGES) % N for i in range(N)]
-    fn = jax.jit(lambda z, y, tau, tau_b: reweight_jax.supcon_loss(
+    fn = jax.jit(lambda z, y, tau, tau_b: reweight_jax.baselines.supcon_loss(
         z, y, temperature=tau, base_temperature=tau_b)[0], static_argnums=(2, 3))
     for tau, tau_b in ((0.1, 0.07), (0.5, 0.5)):
       loss = fn(z, labels, tau, tau_b)
@@ -86,7 +86,7 @@ class SupConTest(chex.TestCase):
   def test_permuting_rows_changes_nothing(self):
     _, z, labels, where, _, _ = _cases()[1]
     order = np.random.default_rng(2).permutation(N)
-    fn = jax.jit(jax.value_and_grad(lambda z, y, w: reweight_jax.supcon_loss(z, y, where=w)[0]))
+    fn = jax.jit(jax.value_and_grad(lambda z, y, w: reweight_jax.baselines.supcon_loss(z, y, where=w)[0]))
     loss, grad = fn(z, labels, where)
     loss_p, grad_p = fn(z[order], labels[order], where[order])
     np.testing.assert_allclose(loss_p, loss, rtol=1e-6)
@@ -113,10 +113,10 @@ class SupConTest(chex.TestCase):
     labels_pad[pad_at] = labels[:len(pad_at)]  # real classes: they would be positives if counted
     where_pad = np.zeros(padded_n, bool)
     where_pad[real_at] = where
-    fn = self.variant(jax.value_and_grad(lambda z, y, w: reweight_jax.supcon_loss(z, y, where=w)[0]))
+    fn = self.variant(jax.value_and_grad(lambda z, y, w: reweight_jax.baselines.supcon_loss(z, y, where=w)[0]))
     loss, grad = fn(z_pad, labels_pad, where_pad)
     loss_ref, grad_ref = jax.value_and_grad(
-        lambda z: reweight_jax.supcon_loss(z, labels, where=where)[0])(z)
+        lambda z: reweight_jax.baselines.supcon_loss(z, labels, where=where)[0])(z)
     self.assertEqual(np.asarray(grad).dtype, np.float64)
     np.testing.assert_allclose(loss, loss_ref, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(grad)[real_at], grad_ref, rtol=1e-10, atol=1e-13)
@@ -129,30 +129,30 @@ class SupConTest(chex.TestCase):
   def test_out_of_range_labels_and_argument_errors(self):
     z = _unit_rows(np.random.default_rng(3), 4, DIM)
     labels = np.array([0, 1, 0, 1], np.int32)
-    jitted = jax.jit(lambda z, y, w: reweight_jax.supcon_loss(z, y, where=w, num_classes=2)[0])
+    jitted = jax.jit(lambda z, y, w: reweight_jax.baselines.supcon_loss(z, y, where=w, num_classes=2)[0])
     bad = np.array([0, 7, 0, 1], np.int32)
     self.assertTrue(np.isnan(jitted(z, bad, np.ones(4, bool))))  # NaN, never a clipped class
     self.assertTrue(np.isnan(jitted(z, np.array([0, -1, 0, 1], np.int32), np.ones(4, bool))))
     # The same bad label on a padding row counts nowhere.
     self.assertTrue(np.isfinite(jitted(z, bad, np.array([True, False, True, True]))))
     with self.assertRaisesRegex(ValueError, "labels"):
-      reweight_jax.supcon_loss(z, bad, num_classes=2)
+      reweight_jax.baselines.supcon_loss(z, bad, num_classes=2)
     with self.assertRaisesRegex(ValueError, "labels"):
-      reweight_jax.supcon_loss(z, np.array([0, -1, 0, 1], np.int32))
+      reweight_jax.baselines.supcon_loss(z, np.array([0, -1, 0, 1], np.int32))
     with self.assertRaisesRegex(ValueError, "projections"):
-      reweight_jax.supcon_loss(z[0], labels)
+      reweight_jax.baselines.supcon_loss(z[0], labels)
     with self.assertRaisesRegex(ValueError, "projections"):
-      reweight_jax.supcon_loss(z[:3], labels)
+      reweight_jax.baselines.supcon_loss(z[:3], labels)
     with self.assertRaisesRegex(ValueError, "labels"):
-      reweight_jax.supcon_loss(z, labels[:, None])
+      reweight_jax.baselines.supcon_loss(z, labels[:, None])
     with self.assertRaisesRegex(TypeError, "labels"):
-      reweight_jax.supcon_loss(z, labels.astype(np.float32))
+      reweight_jax.baselines.supcon_loss(z, labels.astype(np.float32))
     with self.assertRaisesRegex(ValueError, "where"):
-      reweight_jax.supcon_loss(z, labels, where=np.ones(3, bool))
+      reweight_jax.baselines.supcon_loss(z, labels, where=np.ones(3, bool))
     with self.assertRaisesRegex(ValueError, "temperature"):
-      reweight_jax.supcon_loss(z, labels, temperature=0.0)
+      reweight_jax.baselines.supcon_loss(z, labels, temperature=0.0)
     with self.assertRaisesRegex(ValueError, "base_temperature"):
-      reweight_jax.supcon_loss(z, labels, base_temperature=-1.0)
+      reweight_jax.baselines.supcon_loss(z, labels, base_temperature=-1.0)
 
   def test_shard_map_equals_one_device(self):
     # Global positives and denominators: pmean of the shares is the loss on the concatenated batch,
@@ -171,7 +171,7 @@ class SupConTest(chex.TestCase):
 
     def loss_fn(w, x, y, m, axis_name=None):
       z = mr2_jax.l2_normalize(x @ w)
-      return reweight_jax.supcon_loss(z, y, where=m, axis_name=axis_name)[0]
+      return reweight_jax.baselines.supcon_loss(z, y, where=m, axis_name=axis_name)[0]
 
     loss1, (grad_w1, grad_x1) = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))(
         w, x, labels, where)
@@ -199,21 +199,21 @@ class SupConTest(chex.TestCase):
 
   def test_stack_views_is_view_major(self):
     views = np.arange(3 * 2 * 4, dtype=np.float32).reshape(3, 2, 4)
-    z, labels, where = reweight_jax.stack_views(views, np.array([5, 6, 7]),
+    z, labels, where = reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]),
                                                 where=np.array([True, False, True]))
     np.testing.assert_array_equal(z, np.concatenate([views[:, 0], views[:, 1]]))
     np.testing.assert_array_equal(labels, [5, 6, 7, 5, 6, 7])
     np.testing.assert_array_equal(where, [True, False, True, True, False, True])
     # Positional `where` (before 0.2.0) still works, with a DeprecationWarning until 0.3.0.
     with self.assertWarnsRegex(DeprecationWarning, "stack_views: pass `where` as a keyword"):
-      _, _, old = reweight_jax.stack_views(views, np.array([5, 6, 7]),
+      _, _, old = reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]),
                                            np.array([True, False, True]))
     np.testing.assert_array_equal(old, where)
     with self.assertRaisesRegex(TypeError, "keyword argument only"):
-      reweight_jax.stack_views(views, np.array([5, 6, 7]), np.ones(3, bool), where=np.ones(3, bool))
-    self.assertIsNone(reweight_jax.stack_views(views, np.array([5, 6, 7]))[2])
+      reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]), np.ones(3, bool), where=np.ones(3, bool))
+    self.assertIsNone(reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]))[2])
     with self.assertRaisesRegex(ValueError, "views"):
-      reweight_jax.stack_views(views[:2], np.array([5, 6, 7]))
+      reweight_jax.baselines.stack_views(views[:2], np.array([5, 6, 7]))
 
   def test_projection_head_is_unit_norm(self):
     pytest.importorskip("flax")
@@ -239,16 +239,16 @@ class SupConTest(chex.TestCase):
 
 
 def test_the_old_mr2_jax_names_are_deprecated_aliases_of_reweight_jax():
-  """SupCon moved to reweight_jax in 0.2.0; mr2_jax.supcon_loss / stack_views / SupConAux and the
+  """SupCon moved to reweight_jax.baselines in 0.2.0; mr2_jax.supcon_loss / stack_views / SupConAux and the
   module mr2_jax.supcon still give the same objects, with a DeprecationWarning, until 0.3.0."""
   for name in ("supcon_loss", "stack_views", "SupConAux"):
-    with pytest.warns(DeprecationWarning, match=f"reweight_jax.{name}"):
-      assert getattr(mr2_jax, name) is getattr(reweight_jax, name)
-    assert name not in mr2_jax.__all__ and name in reweight_jax.__all__
+    with pytest.warns(DeprecationWarning, match=f"reweight_jax.baselines.{name}"):
+      assert getattr(mr2_jax, name) is getattr(reweight_jax.baselines, name)
+    assert name not in mr2_jax.__all__ and name in reweight_jax.baselines.__all__
   import importlib
   import sys
   sys.modules.pop("mr2_jax.supcon", None)
-  with pytest.warns(DeprecationWarning, match="reweight_jax.supcon"):
+  with pytest.warns(DeprecationWarning, match="reweight_jax.baselines.supcon"):
     old = importlib.import_module("mr2_jax.supcon")
-  assert old.supcon_loss is reweight_jax.supcon_loss
+  assert old.supcon_loss is reweight_jax.baselines.supcon_loss
 

@@ -67,7 +67,7 @@ def _clipped(value):
 
 
 def _group_dro(value):
-  loss, q, _ = reweight_jax.group_dro_loss(PER_EXAMPLE, LABELS, reweight_jax.init_group_dro_q(K),
+  loss, q, _ = reweight_jax.baselines.group_dro_loss(PER_EXAMPLE, LABELS, reweight_jax.baselines.init_group_dro_q(K),
                                            eta=value)
   return jnp.concatenate([loss[None], q])
 
@@ -78,7 +78,7 @@ def _supcon(name):
   def loss(value):
     kwargs = dict(temperature=0.1, base_temperature=0.07)
     kwargs[name] = value
-    return reweight_jax.supcon_loss(projections, LABELS, **kwargs)[0]
+    return reweight_jax.baselines.supcon_loss(projections, LABELS, **kwargs)[0]
   return loss
 
 
@@ -88,13 +88,13 @@ def _representation_margin(value):
 
 
 def _gce(value):
-  return reweight_jax.gce_loss(LOGITS, LABELS, q=value)
+  return reweight_jax.baselines.gce_loss(LOGITS, LABELS, q=value)
 
 
 def _lff_ema(value):
-  state = reweight_jax.init_lff_state(12)
+  state = reweight_jax.baselines.init_lff_state(12)
   for scale in (1.0, 2.0):  # the second update blends with the first by α
-    state = reweight_jax.lff_update_ema(state, jnp.arange(12), PER_EXAMPLE * scale,
+    state = reweight_jax.baselines.lff_update_ema(state, jnp.arange(12), PER_EXAMPLE * scale,
                                         PER_EXAMPLE / scale, alpha=value)
   return jnp.concatenate([state.ema_biased, state.ema_debiased])
 

@@ -482,7 +482,7 @@ def test_etf_dr_with_mixup_over_8_devices_equals_one_device_and_keeps_m_fixed():
   results = run_steps(config, num_steps=2, modes=[("none", 1), ("shard_map", NUM_DEVICES)])
   assert_same_training(results["shard_map", NUM_DEVICES], results["none", 1])
   params = results["none", 1][0].params["head"]
-  expected = reweight_jax.etf_classifier(10, params["etf"].shape[0], config.seed)
+  expected = reweight_jax.baselines.etf_classifier(10, params["etf"].shape[0], config.seed)
   np.testing.assert_array_equal(np.asarray(params["etf"]), np.asarray(expected))
   assert not np.allclose(np.asarray(params["norm"]["scale"]), 1.0)
   assert np.isfinite(results["none", 1][1]["loss"])

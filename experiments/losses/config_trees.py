@@ -60,7 +60,7 @@ CONFIG_TREES = {
     # COMPARISONS spec, 'FairDRO, classes as groups': radius ρ, smoothing schedule, q ≥ 0 option.
     "fairdro": ConfigTree(lambda: dict(rho=0.5, schedule="linear", clip=False),
                           ranges=(("rho", *_POS),),
-                          choices=(("schedule", reweight_jax.FAIRDRO_SCHEDULES),)),
+                          choices=(("schedule", reweight_jax.baselines.FAIRDRO_SCHEDULES),)),
     # COMPARISONS spec, 'SupCon': λ (joint CE + λ·SupCon; ce=False is the pre-training stage of
     # the two-stage recipe, whose linear stage is `config.frozen_encoder_from`), τ, τ_b, head width.
     "supcon": ConfigTree(lambda: dict(lam=1.0, ce=True, temperature=0.1, base_temperature=0.07,

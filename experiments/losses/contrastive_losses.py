@@ -13,7 +13,7 @@ def _supcon(config, logits, features, labels, state, info):
   """CE + λ·SupCon on the V·B views (joint), or λ·SupCon alone (`supcon.ce=False`, pre-training)."""
   del features
   sc = config.supcon
-  contrastive, _ = reweight_jax.supcon_loss(
+  contrastive, _ = reweight_jax.baselines.supcon_loss(
       recipe_output(info, "projection", "supcon"), labels, temperature=sc.temperature,
       base_temperature=sc.base_temperature, axis_name=info.axis_name, num_classes=logits.shape[1])
   loss = sc.lam * contrastive

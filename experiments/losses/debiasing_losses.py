@@ -27,7 +27,7 @@ def _lff(config, logits, features, labels, state, info):
   if indices is None:
     raise ValueError("the 'lff' loss indexes its EMAs by dataset position: "
                      "StepInfo.recipe['indices'] is not given")
-  loss, lff_state, aux = reweight_jax.lff_loss(
+  loss, lff_state, aux = reweight_jax.baselines.lff_loss(
       recipe_output(info, "biased_logits", "lff"), logits, labels, indices, state["lff"],
       state["lff_labels"], q=config.lff.q, alpha=config.lff.alpha, axis_name=info.axis_name)
   return loss, {**state, "lff": lff_state}, {

@@ -12,8 +12,8 @@ from experiments.losses.entry import EpochPass
 def _group_dro(config, logits, features, labels, state, info):
   del features
   gd = config.group_dro
-  adjustment = (reweight_jax.group_dro_adjustment(info.class_counts, gd.c) if gd.c > 0 else None)
-  loss, q, aux = reweight_jax.group_dro_loss(
+  adjustment = (reweight_jax.baselines.group_dro_adjustment(info.class_counts, gd.c) if gd.c > 0 else None)
+  loss, q, aux = reweight_jax.baselines.group_dro_loss(
       reweight_jax.cross_entropy_loss(logits, labels), labels, state["group_dro_q"], eta=gd.eta,
       adjustment=adjustment, normalize=gd.normalize, axis_name=info.axis_name)
   metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
@@ -23,7 +23,7 @@ def _group_dro(config, logits, features, labels, state, info):
 
 def _fairdro(config, logits, features, labels, state, info):
   del config, features
-  loss, aux = reweight_jax.fairdro_loss(reweight_jax.cross_entropy_loss(logits, labels), labels,
+  loss, aux = reweight_jax.baselines.fairdro_loss(reweight_jax.cross_entropy_loss(logits, labels), labels,
                                         state["fairdro_q"], axis_name=info.axis_name)
   metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
              "class_present": aux.present}
@@ -36,6 +36,6 @@ def fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
   fd = config.fairdro
   present = epoch_pass.counts > 0
   class_losses = reweight_jax.class_mean(epoch_pass.loss_sums, epoch_pass.counts)
-  q_star = reweight_jax.fairdro_best_response(class_losses, fd.rho, clip=fd.clip, present=present)
-  q = reweight_jax.fairdro_update(state["fairdro_q"], q_star, epoch, num_epochs, fd.schedule)
+  q_star = reweight_jax.baselines.fairdro_best_response(class_losses, fd.rho, clip=fd.clip, present=present)
+  q = reweight_jax.baselines.fairdro_update(state["fairdro_q"], q_star, epoch, num_epochs, fd.schedule)
   return {**state, "fairdro_q": q}

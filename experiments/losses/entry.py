@@ -77,10 +77,10 @@ class EpochPass(NamedTuple):
 
 
 STATE_INIT = {"class_stats": mr2_jax.init_class_stats, "reweight": reweight_jax.init_reweight_state,
-              "group_dro_q": reweight_jax.init_group_dro_q, "fairdro_q": reweight_jax.init_fairdro_q}
+              "group_dro_q": reweight_jax.baselines.init_group_dro_q, "fairdro_q": reweight_jax.baselines.init_fairdro_q}
 # Per-example state, from the training labels int [N] (LfF's EMAs and the labels its class maxima
 # run over).
-EXAMPLE_STATE_INIT = {"lff": lambda labels: reweight_jax.init_lff_state(len(labels)),
+EXAMPLE_STATE_INIT = {"lff": lambda labels: reweight_jax.baselines.init_lff_state(len(labels)),
                       "lff_labels": lambda labels: jnp.asarray(labels, jnp.int32)}
 
 

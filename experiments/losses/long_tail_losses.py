@@ -28,7 +28,7 @@ def _weighted_ce(weights_of: Callable[[Any, jax.Array], jax.Array]) -> LossApply
 
 def _focal(config, logits, features, labels, state, info):
   del features
-  return (mean_share(reweight_jax.focal_loss(logits, labels, gamma=config.focal.gamma),
+  return (mean_share(reweight_jax.baselines.focal_loss(logits, labels, gamma=config.focal.gamma),
                      info.axis_name), state, {})
 
 
@@ -36,9 +36,9 @@ def _ldam(drw: bool) -> LossApply:
   def apply(config, logits, features, labels, state, info):
     del features
     ldam = config.ldam
-    per_example = reweight_jax.ldam_loss(logits, labels, info.class_counts,
+    per_example = reweight_jax.baselines.ldam_loss(logits, labels, info.class_counts,
                                          max_margin=ldam.max_margin, scale=ldam.scale)
-    weights = (_label_weights(reweight_jax.class_balanced_weights(info.class_counts, ldam.drw_beta),
+    weights = (_label_weights(reweight_jax.baselines.class_balanced_weights(info.class_counts, ldam.drw_beta),
                               labels) if drw else None)
     return mean_share(per_example, info.axis_name, weights), state, {}
   return apply
@@ -55,21 +55,21 @@ def _check_ldam_head(config):
 
 def _logit_adjust(config, logits, features, labels, state, info):
   del features
-  per_example = reweight_jax.logit_adjusted_loss(logits, labels, info.class_counts,
+  per_example = reweight_jax.baselines.logit_adjusted_loss(logits, labels, info.class_counts,
                                                  tau=config.logit_adjust.tau)
   return mean_share(per_example, info.axis_name), state, {}
 
 
 def _balanced_softmax(config, logits, features, labels, state, info):
   del config, features
-  per_example = reweight_jax.balanced_softmax_loss(logits, labels, info.class_counts)
+  per_example = reweight_jax.baselines.balanced_softmax_loss(logits, labels, info.class_counts)
   return mean_share(per_example, info.axis_name), state, {}
 
 
 def _ib(config, logits, features, labels, state, info):
-  per_example = reweight_jax.ib_loss(
+  per_example = reweight_jax.baselines.ib_loss(
       logits, labels, features, alpha=config.ib.alpha,
-      class_weights=reweight_jax.inverse_frequency_weights(info.class_counts))
+      class_weights=reweight_jax.baselines.inverse_frequency_weights(info.class_counts))
   return mean_share(per_example, info.axis_name), state, {}
 
 
@@ -77,8 +77,8 @@ def _eql(config, logits, features, labels, state, info):
   del features
   if info.rng is None:
     raise ValueError("the 'eql' loss draws its dropped logits per step: StepInfo.rng is None")
-  rare = reweight_jax.eql_rare_classes(info.class_counts, config.eql.lam)
-  dropped = reweight_jax.eql_dropped_at(info.rng, global_rows(labels.shape[0], info.axis_name),
+  rare = reweight_jax.baselines.eql_rare_classes(info.class_counts, config.eql.lam)
+  dropped = reweight_jax.baselines.eql_dropped_at(info.rng, global_rows(labels.shape[0], info.axis_name),
                                         logits.shape[1], config.eql.gamma)
-  return (mean_share(reweight_jax.eql_loss(logits, labels, rare, dropped), info.axis_name), state,
+  return (mean_share(reweight_jax.baselines.eql_loss(logits, labels, rare, dropped), info.axis_name), state,
           {"eql_rare": rare})

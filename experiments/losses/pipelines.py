@@ -18,15 +18,15 @@ def _etf_dr(config, logits, features, labels, state, info):
   and of a mixup batch λ·DR(h, y) + (1 − λ)·DR(h, y_π)."""
   del logits
   classifier = recipe_output(info, "etf_classifier", "etf_dr")
-  scale = (reweight_jax.given_ew(labels, classifier.shape[1], axis_name=info.axis_name)
+  scale = (reweight_jax.baselines.given_ew(labels, classifier.shape[1], axis_name=info.axis_name)
            if config.etf_dr.given_ew else None)
   mix = recipe_mix(info)
   if mix is None:
-    loss, _ = reweight_jax.dot_regression_loss(features, labels, classifier, class_scale=scale,
+    loss, _ = reweight_jax.baselines.dot_regression_loss(features, labels, classifier, class_scale=scale,
                                                axis_name=info.axis_name)
   else:
     labels_b, lam = mix
-    loss, _ = reweight_jax.mixup_dot_regression_loss(features, labels, labels_b, lam, classifier,
+    loss, _ = reweight_jax.baselines.mixup_dot_regression_loss(features, labels, labels_b, lam, classifier,
                                                      scale, axis_name=info.axis_name)
   return loss, state, {}
 
@@ -37,7 +37,7 @@ def _etf_dr_inverse_reweight(config, logits, features, labels, state, info):
   del logits
   classifier = recipe_output(info, "etf_classifier", "etf_dr+inverse_reweight")
   mix = recipe_mix(info)
-  per_label = [reweight_jax.dot_regression_loss(features, y, classifier,
+  per_label = [reweight_jax.baselines.dot_regression_loss(features, y, classifier,
                                                 axis_name=info.axis_name)[1]
                for y in ([labels] if mix is None else [labels, mix[0]])]
   return _reweighted(config, per_label[0], labels, state, info, mix, per_label[-1])
@@ -62,12 +62,13 @@ def _glmc_terms(config, logits, labels, info):
   half = labels.shape[0] // 2
   fc, projection, prediction = (recipe_output(info, key, "glmc")
                                 for key in ("logits_fc", "projection", "prediction"))
-  alpha = reweight_jax.glmc_alpha(info.epoch, config.num_epochs)
-  _, aux = reweight_jax.glmc_loss(
+  alpha = reweight_jax.baselines.glmc_alpha(info.epoch, config.num_epochs)
+  _, aux = reweight_jax.baselines.glmc_loss(
       fc[:half], fc[half:], logits[:half], logits[half:], prediction[:half], projection[:half],
-      prediction[half:], projection[half:], labels[:half], labels_b[:half], lam,
-      reweight_jax.glmc_class_weights(info.class_counts, gl.weight_exponent), alpha, gl.w_con,
-      axis_name=info.axis_name)
+      prediction[half:], projection[half:], labels[:half], labels_b[:half], lam=lam,
+      class_weights=reweight_jax.baselines.glmc_class_weights(info.class_counts,
+                                                              gl.weight_exponent),
+      alpha=alpha, w_con=gl.w_con, axis_name=info.axis_name)
   return aux, alpha
 
 

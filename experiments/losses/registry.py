@@ -91,8 +91,8 @@ REGISTRY: dict[str, Loss] = {
     "mr2+inverse_reweight": Loss(_mr2_inverse_reweight, reads=("mr2", "reweight"),
                                  state=("class_stats", "reweight"), start="reweight.start_epoch",
                                  before="mr2", check=_check_paper_form),
-    "inv_freq": Loss(_weighted_ce(lambda c, counts: reweight_jax.inverse_frequency_weights(counts))),
-    "class_balanced": Loss(_weighted_ce(lambda c, counts: reweight_jax.class_balanced_weights(
+    "inv_freq": Loss(_weighted_ce(lambda c, counts: reweight_jax.baselines.inverse_frequency_weights(counts))),
+    "class_balanced": Loss(_weighted_ce(lambda c, counts: reweight_jax.baselines.class_balanced_weights(
         counts, c.class_balanced.beta)), reads=("class_balanced",)),
     "focal": Loss(_focal, reads=("focal",)),
     "ldam": Loss(_ldam(drw=False), reads=("ldam",), check=_check_ldam_head),

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from mr2_jax.linen import CosineClassifier
-from reweight_jax import etf_dr
+from reweight_jax.baselines import etf_dr
 
 HEADS = ("linear", "cosine", "etf")
 
@@ -66,7 +66,7 @@ def classify(features: jax.Array, head: str, num_classes: int, cosine_scale: flo
 
 class ETFHead(nn.Module):
   """ETF-DR's head (PIPELINES spec §2): h = BatchNorm1d(f) (affine, trained), h ← h / max(‖h‖, 1e-8),
-  logits = hᵀM with M the fixed simplex ETF (`reweight_jax.etf_classifier(K, d, seed)`), kept as the
+  logits = hᵀM with M the fixed simplex ETF (`reweight_jax.baselines.etf_classifier(K, d, seed)`), kept as the
   parameter 'etf' so that it is checkpointed; the optimiser never changes it
   (`train_state.param_labels`: no gradient step, no weight decay). Returns (logits, h)."""
   num_classes: int

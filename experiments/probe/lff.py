@@ -47,7 +47,7 @@ def make_lff_epoch(recipe: Recipe, steps_per_epoch: int, q: float, alpha: float)
 def train_lff(features: np.ndarray, labels: np.ndarray, recipe: Recipe, seed: int, q: float,
               alpha: float):
   """The debiased head's params (initialised as ERM's head of the seed), losses, final state
-  (`ProbeState`; its loss state the entry's: {'lff': `reweight_jax.LfFState`, 'lff_labels'})."""
+  (`ProbeState`; its loss state the entry's: {'lff': `reweight_jax.baselines.LfFState`, 'lff_labels'})."""
   state, epoch_losses = train_probe(lff_key(q, alpha), features, labels, recipe, seed,
                                     head=TWIN_HEADS)
   return state.params["debiased"], epoch_losses, state

@@ -33,7 +33,7 @@ ahead; Easy / Medium / Hard fixed from ERM's mean per-class test accuracy), `per
 Methods with a recipe besides their batch loss (`experiments.train.recipes`), trained by the
 probe's one step (`experiments.probe.linear_head.make_train_epoch`) on the registry's entries:
   jtt  stage 1: ERM for `stage1_epochs` (the recipe's schedule over those epochs); error set E from
-       an eval pass over the training set (`reweight_jax.jtt_error_set`); stage 2: a fresh head
+       an eval pass over the training set (`reweight_jax.baselines.jtt_error_set`); stage 2: a fresh head
        trained on the registry's 'jtt' entry for the recipe's epochs on the up-sampled set (each
        example of E 1 + λ_up times, `experiments.train.jtt_error_set.upsampled_sample`, the
        trainer's sampler, a new order per epoch): the epoch grows.

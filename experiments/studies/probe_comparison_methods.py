@@ -119,7 +119,7 @@ def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels
   if method.kind == "jtt":
     stage1, _ = linear_head.train_probe("erm", features, labels,
                                         recipe._replace(epochs=params["jtt.stage1_epochs"]), seed)
-    errors = np.asarray(reweight_jax.jtt_error_set(
+    errors = np.asarray(reweight_jax.baselines.jtt_error_set(
         linear_head.logits_of(stage1.params, jnp.asarray(features)),
         jnp.asarray(labels, jnp.int32)))
     upweight = params["jtt.upweight"]

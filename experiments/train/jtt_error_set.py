@@ -34,16 +34,16 @@ def error_set(stage1_workdir: str, config, train: Split) -> tuple[np.ndarray, in
     raise ConfigError(f"config.jtt.stage1: {error}") from error
   if not np.array_equal(stage1.labels, train.labels):
     raise ConfigError(f"config.jtt.stage1: {source}'s training labels differ from this run's")
-  errors = reweight_jax.jtt_error_set(stage1.logits.astype(np.float32), stage1.labels)
+  errors = reweight_jax.baselines.jtt_error_set(stage1.logits.astype(np.float32), stage1.labels)
   return np.asarray(errors), stage1.step
 
 
 def upsampled_sample(errors: np.ndarray, labels: np.ndarray, upweight: int, seed,
                      num_classes: int) -> tuple[np.ndarray, dict]:
   """(each example of the error set E, bool [N], repeated 1 + λ_up times and shuffled with `seed`
-  (`reweight_jax.jtt_upsampled_indices`), the record of E: its size, per class of `labels` int [N],
+  (`reweight_jax.baselines.jtt_upsampled_indices`), the record of E: its size, per class of `labels` int [N],
   and the epoch's length N + λ_up·|E|). The trainer's sampler and the linear probe's JTT."""
-  sample = reweight_jax.jtt_upsampled_indices(errors, int(upweight), seed=seed)
+  sample = reweight_jax.baselines.jtt_upsampled_indices(errors, int(upweight), seed=seed)
   per_class = np.bincount(labels[errors], minlength=num_classes)
   return sample, {"jtt_error_set_size": int(errors.sum()),
                   "jtt_error_set_per_class": per_class.tolist(), "jtt_epoch_length": len(sample)}

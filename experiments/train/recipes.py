@@ -110,10 +110,10 @@ def glmc_pair(config, train):
   r = config.glmc.r
 
   def draw(rng, global_rows, height, width):
-    rows = reweight_jax.glmc_rebalanced_indices(train.labels, train.class_counts, r,
+    rows = reweight_jax.baselines.glmc_rebalanced_indices(train.labels, train.class_counts, r,
                                                 len(global_rows), rng)
     lam = float(rng.beta(1.0, 1.0))
-    return {"rows": rows, "lam": lam, "box": reweight_jax.cutmix_box(lam, height, width, rng)}
+    return {"rows": rows, "lam": lam, "box": reweight_jax.baselines.cutmix_box(lam, height, width, rng)}
   return draw
 
 
@@ -140,7 +140,7 @@ def mixup_mix(batch):
   `mixup_pair`: one λ and one permutation π of the global batch per step, drawn on the host), so
   nothing is gathered across devices. Returns (x̃, (y_π, λ))."""
   lam = batch["lam"][0]
-  return reweight_jax.mix_images(batch["image"], batch["image_b"], lam), (batch["label_b"], lam)
+  return reweight_jax.baselines.mix_images(batch["image"], batch["image_b"], lam), (batch["label_b"], lam)
 
 
 def glmc_mix(batch):
@@ -150,8 +150,8 @@ def glmc_mix(batch):
   (x_g, x_l) and the mix (partner labels, λ)."""
   images, partners = batch["image"], batch["image_b"]
   lam, box = batch["lam"][0], batch["box"][0]
-  mixed_global = reweight_jax.mix_images(images[:, 0], partners[:, 0], lam)
-  mixed_local = reweight_jax.cutmix(images[:, 1], partners[:, 1], box)
+  mixed_global = reweight_jax.baselines.mix_images(images[:, 0], partners[:, 0], lam)
+  mixed_local = reweight_jax.baselines.cutmix(images[:, 1], partners[:, 1], box)
   return jnp.stack([mixed_global, mixed_local], axis=1), (batch["label_b"], lam)
 
 

@@ -2,7 +2,7 @@
 
 Du et al., "Global and Local Mixture Consistency Cumulative Learning for Long-tailed Visual
 Recognitions", CVPR 2023, arXiv 2305.08661 (reference code `ynu-yangpeng/GLMC`): the re-balanced
-batch that is paired row by row with the instance-balanced one (see `reweight_jax.glmc`). Runs once
+batch that is paired row by row with the instance-balanced one (see `reweight_jax.baselines.glmc`). Runs once
 per step or epoch on the host, outside `jit`.
 """
 
@@ -72,7 +72,7 @@ def glmc_rebalanced_probabilities(labels: ArrayLike, class_counts: ArrayLike, r:
     >>> import numpy as np
     >>> import reweight_jax
     >>> labels = np.array([0, 0, 0, 1])
-    >>> print(reweight_jax.glmc_rebalanced_probabilities(labels, np.bincount(labels), r=1.0))
+    >>> print(reweight_jax.baselines.glmc_rebalanced_probabilities(labels, np.bincount(labels), r=1.0))
     [0.16666667 0.16666667 0.16666667 0.5       ]
   """
   labels, counts = _check_host_labels(labels, class_counts)
@@ -112,7 +112,7 @@ def glmc_rebalanced_indices(labels: ArrayLike, class_counts: ArrayLike, r: float
     >>> import numpy as np
     >>> import reweight_jax
     >>> labels = np.array([0, 0, 0, 1])
-    >>> rows = reweight_jax.glmc_rebalanced_indices(labels, np.bincount(labels), 1.0, size=6,
+    >>> rows = reweight_jax.baselines.glmc_rebalanced_indices(labels, np.bincount(labels), 1.0, size=6,
     ...                                             rng=np.random.default_rng(0))
     >>> print(rows.shape, rows.dtype)
     (6,) int64

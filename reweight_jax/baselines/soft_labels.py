@@ -53,7 +53,7 @@ def soft_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, where: ArrayLik
     >>> import reweight_jax
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]])
     >>> targets = jnp.array([[0.7, 0.3, 0.0], [0.0, 0.0, 1.0]])
-    >>> print(np.asarray(reweight_jax.soft_cross_entropy(logits, targets), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.soft_cross_entropy(logits, targets), float).round(4))
     [0.7698 1.0986]
   """
   logits = check_floating(logits, 2, "logits")
@@ -102,7 +102,7 @@ def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.mixed_targets(jnp.array([0, 1]), jnp.array([2, 1]), 0.75, 3))
+    >>> print(reweight_jax.baselines.mixed_targets(jnp.array([0, 1]), jnp.array([2, 1]), 0.75, 3))
     [[0.75 0.   0.25]
      [0.   1.   0.  ]]
   """

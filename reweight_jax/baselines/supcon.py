@@ -58,7 +58,7 @@ def stack_views(views: ArrayLike, labels: ArrayLike, *positional: ArrayLike,
     >>> import numpy as np
     >>> import reweight_jax
     >>> views = jnp.arange(12.0).reshape(2, 3, 2)  # [B = 2, V = 3, D = 2]
-    >>> projections, labels, where = reweight_jax.stack_views(views, jnp.array([4, 7]))
+    >>> projections, labels, where = reweight_jax.baselines.stack_views(views, jnp.array([4, 7]))
     >>> print(projections.shape, labels, where)
     (6, 2) [4 7 4 7 4 7] None
   """
@@ -150,7 +150,7 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: Array
     >>> import mr2_jax
     >>> import reweight_jax
     >>> z = mr2_jax.l2_normalize(jnp.array([[1.0, 0.1], [0.1, 1.0], [0.9, 0.2], [0.2, 0.9]]))
-    >>> loss, aux = reweight_jax.supcon_loss(z, jnp.array([0, 1, 0, 1]), temperature=0.1,
+    >>> loss, aux = reweight_jax.baselines.supcon_loss(z, jnp.array([0, 1, 0, 1]), temperature=0.1,
     ...                                 base_temperature=0.1)
     >>> print(f"{loss:.4f}", aux.num_positives)
     0.0030 [1 1 1 1]

@@ -38,7 +38,7 @@ def eql_rare_classes(class_counts: ArrayLike, lam: float = 5e-3) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.eql_rare_classes(jnp.array([900, 99, 1]), lam=0.05))
+    >>> print(reweight_jax.baselines.eql_rare_classes(jnp.array([900, 99, 1]), lam=0.05))
     [False False  True]
   """
   counts = check_counts(class_counts, "class_counts")
@@ -65,7 +65,7 @@ def eql_dropped(key: jax.Array, batch: int, num_classes: int, gamma: float = 0.9
   Examples:
     >>> import jax
     >>> import reweight_jax
-    >>> dropped = reweight_jax.eql_dropped(jax.random.key(0), 4, 3, gamma=0.9)
+    >>> dropped = reweight_jax.baselines.eql_dropped(jax.random.key(0), 4, 3, gamma=0.9)
     >>> print(dropped.shape, dropped.dtype)
     (4, 3) bool
   """
@@ -99,8 +99,8 @@ def eql_dropped_at(key: jax.Array, rows: ArrayLike, num_classes: int, gamma: flo
     >>> import jax.numpy as jnp
     >>> import reweight_jax
     >>> key = jax.random.key(0)
-    >>> whole = reweight_jax.eql_dropped_at(key, jnp.arange(4), 3)
-    >>> half = reweight_jax.eql_dropped_at(key, jnp.arange(2, 4), 3)  # rows 2, 3 on another device
+    >>> whole = reweight_jax.baselines.eql_dropped_at(key, jnp.arange(4), 3)
+    >>> half = reweight_jax.baselines.eql_dropped_at(key, jnp.arange(2, 4), 3)  # rows 2, 3 on another device
     >>> print(bool((whole[2:] == half).all()))
     True
   """
@@ -148,7 +148,7 @@ def eql_loss(logits: ArrayLike, labels: ArrayLike, rare: ArrayLike, dropped: Arr
     >>> labels = jnp.array([0, 1, 2, 1])
     >>> rare = jnp.array([False, False, True])
     >>> dropped = jnp.ones((4, 3), bool)  # β_ik = 1: every rare negative logit is dropped
-    >>> print(np.asarray(reweight_jax.eql_loss(logits, labels, rare, dropped), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.eql_loss(logits, labels, rare, dropped), float).round(4))
     [0.1269 0.4741 0.0949 0.3133]
     >>> print(np.asarray(reweight_jax.cross_entropy_loss(logits, labels), float).round(4))
     [0.1698 0.6803 0.0949 0.4644]

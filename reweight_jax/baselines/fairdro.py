@@ -38,8 +38,8 @@ from mr2_reweight_core.checks import check_class_vector
 from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_num_classes
 from mr2_reweight_core.checks import is_concrete
-from reweight_jax.group_dro import ClassWeightedAux
-from reweight_jax.group_dro import class_weighted_loss
+from reweight_jax.baselines.group_dro import ClassWeightedAux
+from reweight_jax.baselines.group_dro import class_weighted_loss
 
 FAIRDRO_SCHEDULES = ("linear", "cos")
 
@@ -63,7 +63,7 @@ def init_fairdro_q(num_classes: int) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.init_fairdro_q(4))
+    >>> print(reweight_jax.baselines.init_fairdro_q(4))
     [0.25 0.25 0.25 0.25]
   """
   num_classes = check_num_classes(num_classes)
@@ -117,7 +117,7 @@ def fairdro_best_response(class_losses: ArrayLike, rho: float = 0.5, *, clip: bo
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> q_star = reweight_jax.fairdro_best_response(jnp.array([0.5, 1.0, 1.5]), rho=0.1)
+    >>> q_star = reweight_jax.baselines.fairdro_best_response(jnp.array([0.5, 1.0, 1.5]), rho=0.1)
     >>> print(np.asarray(q_star, float).round(4), f"{q_star.sum():.4f}")
     [0.1508 0.3333 0.5159] 1.0000
   """
@@ -181,9 +181,9 @@ def fairdro_step_size(epoch: ArrayLike, num_epochs: int, schedule: str = "linear
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.fairdro_step_size(0, 10), reweight_jax.fairdro_step_size(5, 10))
+    >>> print(reweight_jax.baselines.fairdro_step_size(0, 10), reweight_jax.baselines.fairdro_step_size(5, 10))
     1.0 0.5
-    >>> print(f"{reweight_jax.fairdro_step_size(5, 10, 'cos'):.4f}")
+    >>> print(f"{reweight_jax.baselines.fairdro_step_size(5, 10, 'cos'):.4f}")
     0.5000
   """
   if (isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer))
@@ -229,8 +229,8 @@ def fairdro_update(q: ArrayLike, q_star: ArrayLike, epoch: ArrayLike, num_epochs
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> q = reweight_jax.init_fairdro_q(2)
-    >>> print(reweight_jax.fairdro_update(q, jnp.array([0.9, 0.1]), epoch=5, num_epochs=10))
+    >>> q = reweight_jax.baselines.init_fairdro_q(2)
+    >>> print(reweight_jax.baselines.fairdro_update(q, jnp.array([0.9, 0.1]), epoch=5, num_epochs=10))
     [0.7 0.3]
   """
   q = check_floating(q, 1, "q")
@@ -283,7 +283,7 @@ def fairdro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *
     >>> import numpy as np
     >>> import reweight_jax
     >>> per_example, labels = jnp.array([0.2, 0.4, 1.5, 0.9]), jnp.array([0, 0, 1, 2])
-    >>> loss, aux = reweight_jax.fairdro_loss(per_example, labels, jnp.array([0.2, 0.5, 0.3]))
+    >>> loss, aux = reweight_jax.baselines.fairdro_loss(per_example, labels, jnp.array([0.2, 0.5, 0.3]))
     >>> print(f"{loss:.4f}")  # 0.2·0.3 + 0.5·1.5 + 0.3·0.9
     1.0800
   """

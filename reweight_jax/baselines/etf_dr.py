@@ -69,7 +69,7 @@ def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> etf = reweight_jax.etf_classifier(3, 4, seed=0)
+    >>> etf = reweight_jax.baselines.etf_classifier(3, 4, seed=0)
     >>> print(etf.shape, np.asarray(etf.T @ etf, float).round(4))
     (4, 3) [[ 1.  -0.5 -0.5]
      [-0.5  1.  -0.5]
@@ -115,7 +115,7 @@ def etf_normalize(features: ArrayLike) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.etf_normalize(jnp.array([[3.0, 4.0], [0.0, 0.0]])))
+    >>> print(reweight_jax.baselines.etf_normalize(jnp.array([[3.0, 4.0], [0.0, 0.0]])))
     [[0.6 0.8]
      [0.  0. ]]
   """
@@ -169,7 +169,7 @@ def given_ew(labels: ArrayLike, num_classes: int, *, where: ArrayLike | None = N
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(np.asarray(reweight_jax.given_ew(jnp.array([0, 0, 0, 1]), 3), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.given_ew(jnp.array([0, 0, 0, 1]), 3), float).round(4))
     [0.8165 1.4142 1.    ]
   """
   num_classes = check_num_classes(num_classes)
@@ -283,12 +283,12 @@ def dot_regression_loss(features: ArrayLike, labels: ArrayLike, classifier: Arra
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> etf = reweight_jax.etf_classifier(3, 4, seed=0)
-    >>> h = reweight_jax.etf_normalize(etf.T + jnp.array([0.0, 0.0, 0.0, 0.5]))  # near its column
-    >>> loss, per_example = reweight_jax.dot_regression_loss(h, jnp.array([0, 1, 2]), etf)
+    >>> etf = reweight_jax.baselines.etf_classifier(3, 4, seed=0)
+    >>> h = reweight_jax.baselines.etf_normalize(etf.T + jnp.array([0.0, 0.0, 0.0, 0.5]))  # near its column
+    >>> loss, per_example = reweight_jax.baselines.dot_regression_loss(h, jnp.array([0, 1, 2]), etf)
     >>> print(f"{loss:.4f}", np.asarray(per_example, float).round(4))
     0.0031 [0.0001 0.0055 0.0035]
-    >>> print(f"{reweight_jax.dot_regression_loss(etf.T, jnp.array([0, 1, 2]), etf)[0]:.4f}")  # on the ETF
+    >>> print(f"{reweight_jax.baselines.dot_regression_loss(etf.T, jnp.array([0, 1, 2]), etf)[0]:.4f}")  # on the ETF
     0.0000
   """
   features, classifier = _check_classifier(features, classifier)
@@ -333,9 +333,9 @@ def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: 
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> etf = reweight_jax.etf_classifier(3, 4, seed=0)
-    >>> h = reweight_jax.etf_normalize(0.7 * etf.T + 0.3 * etf.T[jnp.array([1, 2, 0])])
-    >>> loss, _ = reweight_jax.mixup_dot_regression_loss(
+    >>> etf = reweight_jax.baselines.etf_classifier(3, 4, seed=0)
+    >>> h = reweight_jax.baselines.etf_normalize(0.7 * etf.T + 0.3 * etf.T[jnp.array([1, 2, 0])])
+    >>> loss, _ = reweight_jax.baselines.mixup_dot_regression_loss(
     ...     h, jnp.array([0, 1, 2]), jnp.array([1, 2, 0]), 0.7, etf, None)
     >>> print(f"{loss:.4f}")
     0.1789

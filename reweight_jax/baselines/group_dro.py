@@ -134,7 +134,7 @@ def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: Array
     >>> import numpy as np
     >>> import reweight_jax
     >>> per_example, labels = jnp.array([0.2, 0.4, 1.5, 0.9]), jnp.array([0, 0, 1, 2])
-    >>> loss, aux = reweight_jax.class_weighted_loss(per_example, labels, jnp.array([0.5, 0.25, 0.25]))
+    >>> loss, aux = reweight_jax.baselines.class_weighted_loss(per_example, labels, jnp.array([0.5, 0.25, 0.25]))
     >>> print(f"{loss:.4f}", np.asarray(aux.class_losses, float).round(4))  # 0.5·0.3 + 0.25·1.5 + 0.25·0.9
     0.7500 [0.3 1.5 0.9]
   """
@@ -159,7 +159,7 @@ def init_group_dro_q(num_classes: int) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.init_group_dro_q(4))
+    >>> print(reweight_jax.baselines.init_group_dro_q(4))
     [0.25 0.25 0.25 0.25]
   """
   return jnp.full((num_classes,), 1.0 / num_classes, jnp.float32)
@@ -183,7 +183,7 @@ def group_dro_adjustment(class_counts: ArrayLike, c: float) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.group_dro_adjustment(jnp.array([100, 4, 0]), c=1.0))
+    >>> print(reweight_jax.baselines.group_dro_adjustment(jnp.array([100, 4, 0]), c=1.0))
     [0.1 0.5 1. ]
   """
   counts = jnp.maximum(jnp.asarray(class_counts, jnp.float32), 1.0)
@@ -245,8 +245,8 @@ def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike,
     >>> import numpy as np
     >>> import reweight_jax
     >>> per_example, labels = jnp.array([0.2, 0.4, 1.5, 0.9]), jnp.array([0, 0, 1, 2])
-    >>> q = reweight_jax.init_group_dro_q(3)
-    >>> loss, q, aux = reweight_jax.group_dro_loss(per_example, labels, q, eta=1.0)
+    >>> q = reweight_jax.baselines.init_group_dro_q(3)
+    >>> loss, q, aux = reweight_jax.baselines.group_dro_loss(per_example, labels, q, eta=1.0)
     >>> print(f"{loss:.4f}", np.asarray(q, float).round(4))  # mass moves to the class with the largest loss
     1.1266 [0.1628 0.5405 0.2967]
   """

@@ -85,7 +85,7 @@ def init_lff_state(num_examples: int) -> LfFState:
 
   Examples:
     >>> import reweight_jax
-    >>> state = reweight_jax.init_lff_state(5)
+    >>> state = reweight_jax.baselines.init_lff_state(5)
     >>> print(state.ema_biased, state.seen)
     [0. 0. 0. 0. 0.] [False False False False False]
   """
@@ -131,7 +131,7 @@ def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: ArrayLike = 0.7,
     >>> import reweight_jax
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
-    >>> print(np.asarray(reweight_jax.gce_loss(logits, labels, q=0.7), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.gce_loss(logits, labels, q=0.7), float).round(4))
     [0.1056 0.2958 0.0622 0.2348]
   """
   q, q_ok = check_hyperparameter(q, "q", 0.0, 1.0, low_closed=False, high_closed=True,
@@ -230,10 +230,10 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> state = reweight_jax.init_lff_state(4)
-    >>> state = reweight_jax.lff_update_ema(state, jnp.array([1, 3]), jnp.array([1.0, 2.0]),
+    >>> state = reweight_jax.baselines.init_lff_state(4)
+    >>> state = reweight_jax.baselines.lff_update_ema(state, jnp.array([1, 3]), jnp.array([1.0, 2.0]),
     ...                                     jnp.array([0.5, 0.5]))
-    >>> state = reweight_jax.lff_update_ema(state, jnp.array([1]), jnp.array([0.0]), jnp.array([1.5]),
+    >>> state = reweight_jax.baselines.lff_update_ema(state, jnp.array([1]), jnp.array([0.0]), jnp.array([1.5]),
     ...                                     alpha=0.5)
     >>> print(state.ema_biased, state.ema_debiased, state.seen)
     [0.  0.5 0.  2. ] [0.  1.  0.  0.5] [False  True False  True]
@@ -311,11 +311,11 @@ def lff_weights(state: LfFState, indices: ArrayLike, labels: ArrayLike, dataset_
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> state = reweight_jax.init_lff_state(3)
-    >>> state = reweight_jax.lff_update_ema(state, jnp.array([0, 1, 2]), jnp.array([2.0, 1.0, 1.0]),
+    >>> state = reweight_jax.baselines.init_lff_state(3)
+    >>> state = reweight_jax.baselines.lff_update_ema(state, jnp.array([0, 1, 2]), jnp.array([2.0, 1.0, 1.0]),
     ...                                     jnp.array([1.0, 1.0, 0.5]))
     >>> dataset_labels = jnp.array([0, 0, 1])
-    >>> weights = reweight_jax.lff_weights(state, jnp.array([0, 1, 2]), dataset_labels, dataset_labels, 2)
+    >>> weights = reweight_jax.baselines.lff_weights(state, jnp.array([0, 1, 2]), dataset_labels, dataset_labels, 2)
     >>> print(np.asarray(weights, float).round(4))
     [0.5    0.3333 0.5   ]
   """
@@ -400,9 +400,9 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
     >>> import reweight_jax
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
-    >>> state = reweight_jax.init_lff_state(4)  # a training set of 4 examples, all in this batch
+    >>> state = reweight_jax.baselines.init_lff_state(4)  # a training set of 4 examples, all in this batch
     >>> indices, dataset_labels = jnp.array([0, 1, 2, 3]), labels
-    >>> loss, state, aux = reweight_jax.lff_loss(logits, 2 * logits, labels, indices, state,
+    >>> loss, state, aux = reweight_jax.baselines.lff_loss(logits, 2 * logits, labels, indices, state,
     ...                                          dataset_labels)
     >>> print(f"{loss:.4f}", np.asarray(aux.weights, float).round(4), int(state.seen.sum()))
     0.2551 [0.5   0.5   0.5   0.621] 4

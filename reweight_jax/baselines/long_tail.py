@@ -53,7 +53,7 @@ def inverse_frequency_weights(class_counts: ArrayLike) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(np.asarray(reweight_jax.inverse_frequency_weights(jnp.array([100, 10, 1])), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.inverse_frequency_weights(jnp.array([100, 10, 1])), float).round(4))
     [0.027  0.2703 2.7027]
   """
   return class_prior(check_counts(class_counts, "class_counts"), "inv_freq")
@@ -82,7 +82,7 @@ def class_balanced_weights(class_counts: ArrayLike, beta: float = 0.9999) -> jax
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(np.asarray(reweight_jax.class_balanced_weights(jnp.array([100, 10, 1]), 0.99), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.class_balanced_weights(jnp.array([100, 10, 1]), 0.99), float).round(4))
     [0.0422 0.28   2.6777]
   """
   class_counts = check_counts(class_counts, "class_counts")
@@ -119,9 +119,9 @@ def ldam_drw_weights(class_counts: ArrayLike, epoch: ArrayLike, *, drw_epoch: in
     >>> import numpy as np
     >>> import reweight_jax
     >>> counts = jnp.array([100, 10, 1])
-    >>> print(reweight_jax.ldam_drw_weights(counts, epoch=10, drw_epoch=160))
+    >>> print(reweight_jax.baselines.ldam_drw_weights(counts, epoch=10, drw_epoch=160))
     [1. 1. 1.]
-    >>> print(np.asarray(reweight_jax.ldam_drw_weights(counts, epoch=160, beta=0.99), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.ldam_drw_weights(counts, epoch=160, beta=0.99), float).round(4))
     [0.0422 0.28   2.6777]
   """
   balanced = class_balanced_weights(class_counts, beta)
@@ -161,9 +161,9 @@ def focal_loss(logits: ArrayLike, labels: ArrayLike, *, gamma: float = 1.0,
     >>> import reweight_jax
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
-    >>> print(np.asarray(reweight_jax.focal_loss(logits, labels, gamma=2.0), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.focal_loss(logits, labels, gamma=2.0), float).round(4))
     [0.0041 0.1657 0.0008 0.0641]
-    >>> print(np.asarray(reweight_jax.focal_loss(logits, labels, gamma=0.0), float).round(4))  # γ = 0: CE
+    >>> print(np.asarray(reweight_jax.baselines.focal_loss(logits, labels, gamma=0.0), float).round(4))  # γ = 0: CE
     [0.1698 0.6803 0.0949 0.4644]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
@@ -192,7 +192,7 @@ def ldam_margins(class_counts: ArrayLike, max_margin: float = 0.5) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(np.asarray(reweight_jax.ldam_margins(jnp.array([10000, 625, 16])), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.ldam_margins(jnp.array([10000, 625, 16])), float).round(4))
     [0.1 0.2 0.5]
   """
   class_counts = check_counts(class_counts, "class_counts")
@@ -235,7 +235,7 @@ def ldam_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
     >>> counts = jnp.array([100, 10, 1])
-    >>> print(np.asarray(reweight_jax.ldam_loss(logits / 30, labels, counts), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.ldam_loss(logits / 30, labels, counts), float).round(4))
     [ 3.1026  8.4094 12.6931  7.9096]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
@@ -277,7 +277,7 @@ def logit_adjusted_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Arra
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
     >>> counts = jnp.array([100, 10, 1])
-    >>> print(np.asarray(reweight_jax.logit_adjusted_loss(logits, labels, counts, tau=1.0), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.logit_adjusted_loss(logits, labels, counts, tau=1.0), float).round(4))
     [0.0139 1.9604 1.8682 1.5478]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)
@@ -319,7 +319,7 @@ def balanced_softmax_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Ar
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
     >>> counts = jnp.array([100, 10, 1])
-    >>> print(np.asarray(reweight_jax.balanced_softmax_loss(logits, labels, counts), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.balanced_softmax_loss(logits, labels, counts), float).round(4))
     [0.0139 1.9604 1.8682 1.5478]
   """
   return logit_adjusted_loss(logits, labels, class_counts, tau=1.0, where=where)
@@ -360,7 +360,7 @@ def ib_loss(logits: ArrayLike, labels: ArrayLike, features: ArrayLike, *, alpha:
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
     >>> features = jnp.array([[1.0, 0.0], [0.5, 0.5], [0.0, 2.0], [1.0, 1.0]])
-    >>> print(np.asarray(reweight_jax.ib_loss(logits, labels, features, alpha=1.0), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.ib_loss(logits, labels, features, alpha=1.0), float).round(4))
     [0.5419 0.6885 0.2613 0.3123]
   """
   logits, labels, in_range = _check_logits_and_labels(logits, labels, where)

@@ -25,17 +25,18 @@ actually replaces: that is the method's definition (as released), kept and not c
 
 This module holds GLMC's own terms: the re-balanced head's class weights, the consistency term, the
 α schedule and the loss. The pieces it shares with other methods live in modules named for what
-they are: the host-side re-balanced sampler in `reweight_jax.rebalanced_sampling`, the mixup and
-CutMix image ops in `reweight_jax.image_mixing`, the soft-target cross-entropy and the mixed targets
-in `reweight_jax.soft_labels` (reading the sampler's and the image ops' names from
-`reweight_jax.glmc` warns until 0.3.0; the soft-label functions are still imported here, for
-`glmc_loss`; the top-level `reweight_jax.<name>` is unchanged). Inference uses the re-balanced head fc_cb.
+they are: the host-side re-balanced sampler in `reweight_jax.baselines.rebalanced_sampling`, the mixup and
+CutMix image ops in `reweight_jax.baselines.image_mixing`, the soft-target cross-entropy and the mixed targets
+in `reweight_jax.baselines.soft_labels` (reading the sampler's and the image ops' names from
+`reweight_jax.baselines.glmc` warns until 0.3.0; the soft-label functions are still imported here, for
+`glmc_loss`; every name is also `reweight_jax.baselines.<name>`). Inference uses the re-balanced head fc_cb.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import typing
 import warnings
 from typing import NamedTuple
 
@@ -52,10 +53,11 @@ from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_positive_int
 from mr2_reweight_core.checks import check_where
 from mr2_reweight_core.checks import is_concrete
+from mr2_reweight_core.checks import keyword_only_arguments
 from mr2_reweight_core.checks import nan_where_negative
 from mr2_reweight_core.checks import unit_scalar_or_nan
-from reweight_jax.soft_labels import mixed_targets
-from reweight_jax.soft_labels import soft_cross_entropy
+from reweight_jax.baselines.soft_labels import mixed_targets
+from reweight_jax.baselines.soft_labels import soft_cross_entropy
 
 # ε of the cosine's norms, as torch's F.cosine_similarity (the reference's SimSiam loss).
 _COSINE_EPS = 1e-8
@@ -75,7 +77,7 @@ class GLMCAux(NamedTuple):
   consistency: jax.Array
 
 
-# Names that lived here before 0.2.0 (module → new home); `reweight_jax.glmc.<name>` warns.
+# Names that lived here before 0.2.0 (module → new home); `reweight_jax.baselines.glmc.<name>` warns.
 _MOVED = {"glmc_rebalanced_probabilities": "rebalanced_sampling",
           "glmc_rebalanced_indices": "rebalanced_sampling",
           "cutmix_box": "image_mixing", "mix_images": "image_mixing", "cutmix": "image_mixing"}
@@ -83,11 +85,12 @@ _MOVED = {"glmc_rebalanced_probabilities": "rebalanced_sampling",
 
 def __getattr__(name: str):
   if name in _MOVED:
-    home = f"reweight_jax.{_MOVED[name]}"
-    warnings.warn(f"reweight_jax.glmc.{name} moved to {home}.{name} (and is reweight_jax.{name}); "
-                  f"the old path goes in 0.3.0.", DeprecationWarning, stacklevel=2)
+    home = f"reweight_jax.baselines.{_MOVED[name]}"
+    warnings.warn(f"reweight_jax.baselines.glmc.{name} moved to {home}.{name} (and is "
+                  f"reweight_jax.baselines.{name}); the old path goes in 0.3.0.", DeprecationWarning,
+                  stacklevel=2)
     return getattr(importlib.import_module(home), name)
-  raise AttributeError(f"module 'reweight_jax.glmc' has no attribute {name!r}")
+  raise AttributeError(f"module 'reweight_jax.baselines.glmc' has no attribute {name!r}")
 
 
 def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
@@ -117,7 +120,7 @@ def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(np.asarray(reweight_jax.glmc_class_weights(jnp.array([100, 10, 0]), 1.0), float).round(4))
+    >>> print(np.asarray(reweight_jax.baselines.glmc_class_weights(jnp.array([100, 10, 0]), 1.0), float).round(4))
     [0.1818 1.8182 0.    ]
   """
   counts = check_counts(class_counts, "class_counts")
@@ -175,7 +178,7 @@ def glmc_consistency(pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike, pr
     >>> import numpy as np
     >>> import reweight_jax
     >>> p, z = jnp.array([[1.0, 0.0], [0.6, 0.8]]), jnp.array([[1.0, 0.0], [1.0, 0.0]])
-    >>> print(reweight_jax.glmc_consistency(p, z, p, z))  # −2 cos(p, z): −2 and −1.2
+    >>> print(reweight_jax.baselines.glmc_consistency(p, z, p, z))  # −2 cos(p, z): −2 and −1.2
     [-2.  -1.2]
   """
   pred_g = check_floating(pred_g, 2, "pred_g")
@@ -219,7 +222,7 @@ def glmc_alpha(epoch: ArrayLike, num_epochs: int) -> jax.Array:
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.glmc_alpha(0, 200), reweight_jax.glmc_alpha(100, 200))
+    >>> print(reweight_jax.baselines.glmc_alpha(0, 200), reweight_jax.baselines.glmc_alpha(100, 200))
     1.0 0.75
   """
   num_epochs = check_positive_int(num_epochs, "num_epochs")
@@ -238,8 +241,9 @@ def glmc_alpha(epoch: ArrayLike, num_epochs: int) -> jax.Array:
 
 def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: ArrayLike,
               logits_cb_l: ArrayLike, pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike,
-              proj_l: ArrayLike, labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike,
-              class_weights: ArrayLike, alpha: ArrayLike, w_con: ArrayLike, *,
+              proj_l: ArrayLike, labels_a: ArrayLike, labels_b: ArrayLike, *positional: ArrayLike,
+              lam: ArrayLike | None = None, class_weights: ArrayLike | None = None,
+              alpha: ArrayLike | None = None, w_con: ArrayLike | None = None,
               axis_name: str | None = None, where: ArrayLike | None = None
               ) -> tuple[jax.Array, GLMCAux]:
   """GLMC's loss of one step (`Trainer.train`), returns `(loss, GLMCAux)`.
@@ -280,6 +284,8 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
     proj_l: float [B, D] projection z of the local pass.
     labels_a: int [B] labels of the instance-balanced rows.
     labels_b: int [B] labels of the paired re-balanced rows.
+    *positional: none (0.2.0 made λ, the class weights, α and w_con keyword-only; given
+      positionally, in that order, they still work with a DeprecationWarning until 0.3.0).
     lam: scalar λ of the step in [0, 1].
     class_weights: [K] v (`glmc_class_weights`), or ŵ.
     alpha: scalar α in [0, 1] (`glmc_alpha`; NaN loss under `jit` when outside).
@@ -305,12 +311,18 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
     >>> import reweight_jax
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0]])
     >>> pred, proj = jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([[1.0, 0.1], [0.1, 1.0]])
-    >>> loss, aux = reweight_jax.glmc_loss(
+    >>> from reweight_jax import baselines
+    >>> loss, aux = baselines.glmc_loss(
     ...     logits, logits, logits, logits, pred, proj, pred, proj, jnp.array([0, 1]),
-    ...     jnp.array([2, 2]), 0.6, jnp.array([0.5, 1.0, 1.5]), alpha=0.75, w_con=1.0)
+    ...     jnp.array([2, 2]), lam=0.6, class_weights=jnp.array([0.5, 1.0, 1.5]), alpha=0.75,
+    ...     w_con=1.0)
     >>> print(f"{loss:.4f}", f"{aux.balanced:.4f}", f"{aux.rebalanced:.4f}", f"{aux.consistency:.4f}")
     0.6898 2.4501 3.3692 -1.9901
   """
+  lam, class_weights, alpha, w_con = typing.cast(
+      tuple[ArrayLike, ArrayLike, ArrayLike, ArrayLike],
+      keyword_only_arguments(positional, {"lam": lam, "class_weights": class_weights,
+                                          "alpha": alpha, "w_con": w_con}, "glmc_loss"))
   logits_fc_g = check_floating(logits_fc_g, 2, "logits_fc_g")
   for name, value in (("logits_fc_l", logits_fc_l), ("logits_cb_g", logits_cb_g),
                       ("logits_cb_l", logits_cb_l)):

@@ -69,9 +69,9 @@ def jtt_error_set(logits: ArrayLike, labels: ArrayLike, *, where: ArrayLike | No
     >>> import reweight_jax
     >>> logits = jnp.array([[2.0, 0.0, -1.0], [0.5, 1.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.5]])
     >>> labels = jnp.array([0, 1, 2, 1])
-    >>> print(reweight_jax.jtt_error_set(logits, labels))
+    >>> print(reweight_jax.baselines.jtt_error_set(logits, labels))
     [False False False False]
-    >>> print(reweight_jax.jtt_error_set(logits, jnp.array([0, 1, 2, 0])))  # row 3 predicts 1
+    >>> print(reweight_jax.baselines.jtt_error_set(logits, jnp.array([0, 1, 2, 0])))  # row 3 predicts 1
     [False False False  True]
   """
   logits = check_floating(logits, 2, "logits")
@@ -119,7 +119,7 @@ def jtt_epoch_length(error_set: ArrayLike, upweight: int) -> int:
   Examples:
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.jtt_epoch_length(np.array([False, True, False, True]), upweight=20))
+    >>> print(reweight_jax.baselines.jtt_epoch_length(np.array([False, True, False, True]), upweight=20))
     44
   """
   error_set = _check_error_set(error_set)
@@ -153,7 +153,7 @@ def jtt_upsampled_indices(error_set: ArrayLike, upweight: int, *, seed: Any = No
     >>> import numpy as np
     >>> import reweight_jax
     >>> error_set = np.array([False, True, False])
-    >>> indices = reweight_jax.jtt_upsampled_indices(error_set, 2, seed=(0, 1))
+    >>> indices = reweight_jax.baselines.jtt_upsampled_indices(error_set, 2, seed=(0, 1))
     >>> print(sorted(indices.tolist()))  # example 1 three times
     [0, 1, 1, 1, 2]
   """

@@ -64,7 +64,7 @@ def cutmix_box(lam: float, height: int, width: int,
   Examples:
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.cutmix_box(0.75, 8, 8, np.random.default_rng(0)))
+    >>> print(reweight_jax.baselines.cutmix_box(0.75, 8, 8, np.random.default_rng(0)))
     (4, 8, 3, 7)
   """
   lam = _check_host_lam(lam)
@@ -115,7 +115,7 @@ def mix_images(images_a: ArrayLike, images_b: ArrayLike, lam: ArrayLike) -> jax.
     >>> import jax.numpy as jnp
     >>> import numpy as np
     >>> import reweight_jax
-    >>> print(reweight_jax.mix_images(jnp.zeros((1, 2)), jnp.ones((1, 2)), 0.75))
+    >>> print(reweight_jax.baselines.mix_images(jnp.zeros((1, 2)), jnp.ones((1, 2)), 0.75))
     [[0.25 0.25]]
   """
   images_a, images_b = _check_images(images_a, images_b)
@@ -152,7 +152,7 @@ def cutmix(images_a: ArrayLike, images_b: ArrayLike, box: ArrayLike) -> jax.Arra
     >>> import numpy as np
     >>> import reweight_jax
     >>> a, b = jnp.zeros((1, 4, 4, 1)), jnp.ones((1, 4, 4, 1))
-    >>> print(reweight_jax.cutmix(a, b, (1, 3, 0, 2))[0, :, :, 0])
+    >>> print(reweight_jax.baselines.cutmix(a, b, (1, 3, 0, 2))[0, :, :, 0])
     [[0. 0. 0. 0.]
      [1. 1. 0. 0.]
      [1. 1. 0. 0.]
