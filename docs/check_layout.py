@@ -1,6 +1,6 @@
 """Checks that nothing on the built site is cut off in a window 1280 px wide.
 
-    python docs/check_layout.py [docs/_build/html] [--width 1280] [--chromium PATH]
+    python docs/check_layout.py [docs/_build/html] [--width 1280] [--chromium PATH] [--wrapped]
 
 Opens every page of the build in headless Chromium (Debian's `chromium-headless-shell` or
 `chromium`; no Python package), driven over the DevTools protocol on a pipe, at the given viewport
@@ -16,7 +16,8 @@ width. On each page, once the fonts are loaded and MathJax has typeset, it repor
   site must render offline.
 
 It prints one line per finding and exits with 1 if there is any. Nothing is fetched: the pages are
-read from the build folder (file:// URLs).
+read from the build folder (file:// URLs). Code wraps its long lines on purpose (docs/_static/
+mr2.css), so a long line is not a finding; `--wrapped` lists the code blocks that wrap one.
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ MEASURE = r"""
   }
   return found;
 })()
+"""
+
+# Runs in the page after MEASURE: the code blocks that wrap a line (not a finding: the site's CSS
+# wraps long lines on purpose, so that none is cut off), as "<lines> lines shown in <rows> rows".
+WRAPPED = r"""
+(() => [...document.querySelectorAll('article pre')].flatMap(pre => {
+  const style = getComputedStyle(pre);
+  const rows = Math.round((pre.clientHeight - parseFloat(style.paddingTop)
+                           - parseFloat(style.paddingBottom)) / parseFloat(style.lineHeight));
+  const lines = pre.innerText.replace(/\n$/, '').split('\n').length;
+  return rows > lines ? [`${lines} lines shown in ${rows} rows: ` +
+                         JSON.stringify(pre.innerText.trim().split('\n')[0].slice(0, 60))] : [];
+}))()
 """
 
 
@@ -166,6 +180,8 @@ def main() -> int:
   parser.add_argument("--width", type=int, default=1280)
   parser.add_argument("--height", type=int, default=900)
   parser.add_argument("--chromium", default=find_chromium())
+  parser.add_argument("--wrapped", action="store_true",
+                      help="also list the code blocks that wrap a line (not counted as findings)")
   args = parser.parse_args()
   if args.chromium is None:
     sys.exit("no Chromium found: apt-get install chromium-headless-shell (or pass --chromium)")
@@ -185,6 +201,9 @@ def main() -> int:
       for finding in found:
         print(f"{page.relative_to(args.build.resolve())}: {finding}")
         findings += 1
+      if args.wrapped:
+        for block in browser.evaluate(WRAPPED):
+          print(f"{page.relative_to(args.build.resolve())}: (wraps) {block}")
   finally:
     browser.close()
   print(f"{len(pages)} pages at {args.width} px: {findings} findings")

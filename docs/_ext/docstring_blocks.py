@@ -4,7 +4,8 @@ The docstrings are written for `help()` and the source: equations are lines inde
 sentence that introduces them, and `|x|` is an absolute value. Before napoleon parses the Google
 sections, every such indented block outside a section becomes a literal block (so it keeps its
 alignment, and a formula is never read as a definition list or a block quote), and a `|` outside
-code is escaped (it is not a substitution reference).
+code is escaped (it is not a substitution reference). Written maths is left alone: a `:math:` role
+is a code span here, and a `.. math::` directive keeps its body as written, rendered by MathJax.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ _SECTION = re.compile(
     r"Notes|Other Parameters|Parameters|Raises|References|Return|Returns|See Also|Warning|"
     r"Warnings|Warns|Yield|Yields):\s*$")
 _CODE_SPAN = re.compile(r"(``.+?``|`[^`]+`)")
+# A directive whose body is maths or code, not text: its lines are passed on untouched.
+_VERBATIM = re.compile(r"^\.\. (math|code|code-block|sourcecode|testcode|testoutput|doctest)::")
 
 
 def _indent(line: str) -> int:
@@ -36,6 +39,15 @@ def literal_blocks(lines: list[str]) -> list[str]:
   while i < len(lines):
     line = lines[i]
     stripped = line.strip()
+    if _VERBATIM.match(stripped):
+      # `.. math::` and its indented body (a `|` there is an absolute value, not a substitution).
+      indent = _indent(line)
+      out.append(line)
+      i += 1
+      while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > indent):
+        out.append(lines[i])
+        i += 1
+      continue
     if _SECTION.match(line):
       in_section = True
       out.append(line)
