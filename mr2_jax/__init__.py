@@ -35,6 +35,7 @@ from mr2_jax.objective import mr2_loss
 from mr2_jax.objective import mr2_terms
 from mr2_jax.representation_margin import mean_class_deviation
 from mr2_jax.representation_margin import representation_margin_loss
+from mr2_reweight_core import metrics as _metrics
 from mr2_reweight_core.checks import traced_checks
 from mr2_reweight_core.version import __version__
 
@@ -72,18 +73,12 @@ def __getattr__(name: str):
 
 __all__ = [
     "__version__",
-    "GROUP_NAMES",
     "ClassStats",
     "CosineClassifier",
     "MR2Aux",
     "MR2Margins",
     "SupConProjection",
-    "accuracy_from_counts",
-    "class_accuracy_std",
     "class_margins",
-    "class_mean",
-    "difficulty_tertiles",
-    "group_accuracy",
     "init_class_stats",
     "l2_normalize",
     "lp_sq_norm",
@@ -91,12 +86,9 @@ __all__ = [
     "mean_class_deviation",
     "mr2_loss",
     "mr2_terms",
-    "per_class_accuracy",
-    "per_class_correct",
-    "per_class_loss_sums",
     "representation_margin_loss",
-    "rho",
     "traced_checks",
     "update_class_stats",
-    "worst_class_accuracy",
 ]
+# The per-class metrics: the one set both libraries export (`mr2_reweight_core.metrics`).
+__all__ += _metrics.__all__

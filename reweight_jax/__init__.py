@@ -15,6 +15,7 @@ function cites its paper. Their old top-level names warn until 0.3.0 (`reweight_
 
 from typing import TYPE_CHECKING
 
+from mr2_reweight_core import metrics as _metrics
 from mr2_reweight_core.checks import traced_checks
 from mr2_reweight_core.cross_entropy import cross_entropy_loss
 from mr2_reweight_core.metrics import GROUP_NAMES
@@ -88,15 +89,6 @@ __all__ = [
     "mixed_inverse_reweighted_loss",
     "nc_metrics",
     "traced_checks",
-    "GROUP_NAMES",
-    "accuracy_from_counts",
-    "class_accuracy_std",
-    "class_mean",
-    "difficulty_tertiles",
-    "group_accuracy",
-    "per_class_accuracy",
-    "per_class_correct",
-    "per_class_loss_sums",
-    "rho",
-    "worst_class_accuracy",
 ]
+# The per-class metrics: the one set both libraries export (`mr2_reweight_core.metrics`).
+__all__ += _metrics.__all__
