@@ -109,7 +109,8 @@ html_theme_options = {
     "repository_branch": "main",
     "path_to_docs": "docs",
     "use_repository_button": True,
-    "use_source_button": True,
+    # Off: a generated page (API, examples, reports) has no source file in the repository.
+    "use_source_button": False,
     "use_download_button": False,
     "use_fullscreen_button": False,
     "home_page_in_toc": True,
@@ -120,7 +121,6 @@ html_theme_options = {
     "navigation_with_keys": False,
     "logo": {"text": f"mr2-jax {release}"},
 }
-html_last_updated_fmt = None
 html_show_sourcelink = False
 
 # Where links to the repository's files point (the results and benchmark pages link raw files).
