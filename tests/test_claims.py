@@ -9,8 +9,8 @@ from experiments.report import claims
 
 
 def _report(tmp_path, deltas, groups=None):
-  table = {"ce": {"overall": [0.9, 0.01]},
-           "method": {"delta_vs_reference": deltas},
+  table = {"ce": {"overall": [0.9, 0.01], "per_class_mean": [0.9] * 10},
+           "method": {"delta_vs_reference": deltas, "per_class_mean": [0.9] * 9 + [0.928]},
            "_paired_against": "ce"}
   if groups is not None:
     table["_groups"] = groups
@@ -30,6 +30,8 @@ def test_a_one_class_few_group_is_named_and_its_spread_read(tmp_path):
   assert "within the seeds' spread: no evidence either way" in lines[0]
   if len(few) == 1:
     assert "that class's test accuracy alone" in lines[0]
+  else:  # the group's gain is class 9's alone, and the line says so
+    assert lines[0].endswith("+2.8 (all of it is class 9's).")
   assert "Δ overall: +0.1 ± 0.4 points, 2/3 seeds ahead" in lines[1]
 
 
@@ -38,7 +40,7 @@ def test_difficulty_groups_come_from_the_reference_groups(tmp_path):
   report = _report(tmp_path, {"hard": [0.017, 0.007, 3, 3]}, groups)
   text = claims.what_the_table_supports(report, ["hard", "easy"], [10] * 10)
   assert text == ("- method, Δ Hard (3 classes: 7, 8, 9): +1.7 ± 0.7 points, 3/3 seeds ahead — "
-                  "ahead in every seed.")
+                  "ahead in every seed; by class: 7 +0.0, 8 +0.0, 9 +2.8 (all of it is class 9's).")
 
 
 def test_verdicts_say_no_more_than_the_seeds():

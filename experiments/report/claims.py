@@ -43,6 +43,18 @@ def verdict(mean: float, std: float, ahead: int, paired: int) -> str:
   return f"ahead in {ahead} of {paired} seeds: mixed"
 
 
+def by_class(table: dict, method: str, classes: Sequence[int]) -> str:
+  """The group's Δ class by class (mean over seeds, points), and which classes carry it: a group
+  mean can be one class's gain."""
+  reference = table[table["_paired_against"]]["per_class_mean"]
+  deltas = {k: 100 * (table[method]["per_class_mean"][k] - reference[k]) for k in classes}
+  text = "; by class: " + ", ".join(f"{k} {d:+.1f}" for k, d in deltas.items())
+  moved = [k for k, d in deltas.items() if abs(d) >= 0.05]
+  if len(moved) == 1:
+    text += f" (all of it is class {moved[0]}'s)"
+  return text
+
+
 def what_the_table_supports(report_dir: pathlib.Path, metrics: Sequence[str],
                             class_counts: Sequence[int]) -> str:
   """One line per (method, claimed metric) of the report's paired Δ table (comparison.json)."""
@@ -65,5 +77,7 @@ def what_the_table_supports(report_dir: pathlib.Path, metrics: Sequence[str],
               f"{int(ahead)}/{int(paired)} seeds ahead — {verdict(mean, std, int(ahead), int(paired))}")
       if classes is not None and len(classes) == 1:
         line += "; one class, so this is that class's test accuracy alone"
+      elif classes:
+        line += by_class(table, method, classes)
       lines.append(line + ".")
   return "\n".join(lines)
