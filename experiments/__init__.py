@@ -4,8 +4,12 @@ below it (checked by tests/test_harness_layout.py):
     common   errors and their one-line CLI form, XLA's CPU flags
     data     sources, long-tailed subsets and splits, augmentation, batches, the input pipeline
     models   the networks and their heads, pretrained weights
-    losses   the loss registry: one batch objective per method
-    configs  one Python file per recipe, returning an ml_collections.ConfigDict
+    methods  one module per method: its objective, config sub-tree, state, recipe (model wrapper,
+             views, sampler, paired batches, epoch-end pass) and per-example loss
+    losses   the loss registry, built from the method modules (the reweighting wraps every
+             method with a per-example loss)
+    configs  the schema (default.py: defaults, ranges, the one check) and one self-contained file
+             per recipe over it, returning an ml_collections.ConfigDict
     train    train state, the step, runners (jit / pmap / shard_map), checkpoints, the loop
     report   seed statistics, tables and plots over finished runs, the diagnosis
     probe    linear probes on frozen features

@@ -21,9 +21,9 @@ from absl import logging
 from ml_collections import config_flags
 
 from experiments.common import cli as cli_errors
-from experiments.studies import method_comparison as comparison
-from experiments.losses import registry as losses
-from experiments.report import seed_stats as reporting
+from experiments.studies import method_comparison
+from experiments import losses
+from experiments.report import seed_stats
 from experiments.common import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
@@ -31,7 +31,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/compare", "Output folder.")
 _METHODS = flags.DEFINE_list(
     "methods", ["ce", "mr2", "inverse_reweight"],
-    f"Methods to compare, the first is the reference (ERM). A method is a loss from {losses.LOSSES}, "
+    f"Methods to compare, the first is the reference (ERM). A method is a loss from {tuple(losses.REGISTRY)}, "
     "or `name=loss:field=value:...` for a variant, e.g. `mr2_gamma_only=mr2:mr2.lam=0`.")
 
 
@@ -58,11 +58,11 @@ def main(argv):
   seeds = [int(s) for s in _SEEDS.value]
   report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
   with cli_errors.one_line_errors():
-    markdown = comparison.compare(base, _METHODS.value, seeds, workdir, report_dir,
+    markdown = method_comparison.compare(base, _METHODS.value, seeds, workdir, report_dir,
                                   start_deferred_from_reference=_SHARE_REFERENCE.value)
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
-        f"final-epoch test accuracy (%), {reporting.MEAN_STD} over seeds {seeds}; groups from "
-        f"{comparison.parse_method(_METHODS.value[0])[0]}:\n")
+        f"final-epoch test accuracy (%), {seed_stats.MEAN_STD} over seeds {seeds}; groups from "
+        f"{method_comparison.parse_method(_METHODS.value[0])[0]}:\n")
   print(markdown)
   print(f"report: {report_dir}; per-run summaries: {workdir}")
 

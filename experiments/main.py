@@ -19,7 +19,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from experiments.common import cli as cli_errors
-from experiments.train import loop as train
+from experiments.train import loop
 from experiments.common import xla_cpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
@@ -56,7 +56,7 @@ def main(argv):
   if _NUM_PROCESSES.value > 1:
     initialize_distributed()
   with cli_errors.one_line_errors():
-    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, max_steps=_MAX_STEPS.value,
+    summary = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, max_steps=_MAX_STEPS.value,
                                        resume_from_previous=_RESUME_FROM_PREVIOUS.value)
   print(json.dumps({k: summary[k] for k in ("loss", "overall_accuracy", "worst_class_accuracy",
                                             "steps")}))

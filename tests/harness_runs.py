@@ -1,10 +1,13 @@
-"""Short digits runs through the whole trainer, one per trainer hook, reduced to what a refactor of
-the harness must not change: a plain CE run, a paired GLMC run with the inverse reweighting, a JTT
-run (its error set from the CE run), a mixup run, SupCon (two views, projection head), LfF (biased
-twin, dataset positions, per-example state), FairDRO (epoch-end pass), ETF-DR + reweighting with
-mixup (ETF head wrapper, deferred start, mixed batches) and MR2 on the released recipe's three
-views. A run's record is the SHA-256 of its whole train state at the end, the losses of
-metrics.jsonl and the test summary.
+"""Short digits runs through the whole trainer, reduced to what a refactor of the harness must not
+change. `NAMES`, one per trainer hook: a plain CE run, a paired GLMC run with the inverse
+reweighting, a JTT run (its error set from the CE run), a mixup run, SupCon (two views, projection
+head), LfF (biased twin, dataset positions, per-example state), FairDRO (epoch-end pass), ETF-DR +
+reweighting with mixup (ETF head wrapper, deferred start, mixed batches) and MR2 on the released
+recipe's three views; `ENTRY_RUNS`, one for each other entry of the loss registry (deferred ones
+start at epoch 1, so both phases train); `NEW_RUNS`, the inverse reweighting around the methods
+with a per-example loss that no earlier registry listed (recorded at the working tree only). A
+run's record is the SHA-256 of its whole train state at the end, the losses of metrics.jsonl and
+the test summary.
 
 Two uses, because XLA:CPU's float summation order depends on the CPU it compiles for (a last-bit
 difference grows over training steps; see docs/harness.md, "Checking a refactor"):
@@ -12,12 +15,14 @@ difference grows over training steps; see docs/harness.md, "Checking a refactor"
 * **Before/after a refactor, bit for bit, on one machine** (not a test: a command whose output a
   refactor's closing note quotes)::
 
-      python -m tests.harness_runs --against <base commit> [NAME ...]
+      python -m tests.harness_runs --against <base commit> --recorder head [NAME ...]
 
   clones this repository at the base commit into a temporary folder, records the runs there (its
   own code, imported from the clone, with this environment's packages), records them at the
   working tree, and prints, per run, whether the state's SHA-256, every logged loss and the test
-  summary are identical; the exit status is 1 if any differs.
+  summary are identical; the exit status is 1 if any differs. `--recorder head` (the recorder of
+  the working tree in both; needed for the runs past the nine of `NAMES`) records every run; a run
+  of `NEW_RUNS` is recorded at the working tree only and printed as new.
 * **The default test run** (`tests/test_harness_runs.py`) trains short versions of the runs (2
   epochs of 5 steps, JTT's of 12: `config_of(short=True)`) and compares them with the records committed in
   tests/fixtures/harness_runs/ within the tolerances stated there, which hold on any x86-64 CPU
@@ -44,6 +49,22 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "harness_runs"
 NAMES = ("ce", "glmc_inverse_reweight", "jtt", "mixup", "supcon", "lff", "fairdro", "etf_dr_mixup",
          "mr2_views3")
+# Run name → registry entry, for the entries the runs above do not train themselves.
+ENTRY_RUNS = {"inverse_reweight": "inverse_reweight", "mr2": "mr2",
+              "mr2_inverse_reweight": "mr2+inverse_reweight", "inv_freq": "inv_freq",
+              "class_balanced": "class_balanced", "focal": "focal", "ldam": "ldam",
+              "ldam_drw": "ldam_drw", "logit_adjust": "logit_adjust",
+              "balanced_softmax": "balanced_softmax", "ib": "ib", "group_dro": "group_dro",
+              "eql": "eql", "glmc": "glmc", "etf_dr": "etf_dr"}
+# The inverse reweighting around the methods with a per-example loss that the registry of the
+# earlier commits did not list: recorded at the working tree only.
+NEW_RUNS = {"focal_inverse_reweight": "focal+inverse_reweight",
+            "ldam_inverse_reweight": "ldam+inverse_reweight",
+            "logit_adjust_inverse_reweight": "logit_adjust+inverse_reweight",
+            "balanced_softmax_inverse_reweight": "balanced_softmax+inverse_reweight",
+            "eql_inverse_reweight": "eql+inverse_reweight",
+            "jtt_inverse_reweight": "jtt+inverse_reweight"}
+ALL = (*NAMES, *ENTRY_RUNS, *NEW_RUNS)
 # The packages a record imports, which must come from the checkout being recorded.
 PACKAGES = ("experiments", "mr2_jax", "reweight_jax", "mr2_reweight_core")
 
@@ -82,6 +103,15 @@ def config_of(name: str, workdirs: pathlib.Path, short: bool = False):
     config.loss = "mr2"
     config.views = 3
     config.augmentation = "released"
+  elif name in ENTRY_RUNS or name in NEW_RUNS:
+    config.loss = {**ENTRY_RUNS, **NEW_RUNS}[name]
+    config.ldam.drw_epoch = config.ib.start_epoch = 1  # both phases of a deferred entry train
+    if config.loss.startswith("etf_dr"):
+      config.head = "etf"
+    if config.loss.startswith("glmc"):
+      config.glmc.projection_dim = 16
+    if config.loss.startswith("jtt"):
+      config.jtt.stage1 = str(workdirs / "ce")
   return config
 
 
@@ -120,7 +150,7 @@ def record(name: str, workdirs: pathlib.Path, short: bool = False) -> dict:
 
 def record_all(workdirs: pathlib.Path, names=NAMES, short: bool = False) -> dict[str, dict]:
   """The records of `names` (JTT's error set comes from the CE run, trained first if not asked)."""
-  if "jtt" in names and "ce" not in names:
+  if any(n.startswith("jtt") for n in names) and "ce" not in names:
     record("ce", workdirs, short)
   return {name: record(name, workdirs, short) for name in names}
 
@@ -231,16 +261,24 @@ def against(commit: str, names=NAMES, recorder: str = "own") -> int:
       for helper in ("harness_runs.py", "checkpoints.py"):
         (base_dir / "tests" / helper).write_text((REPO / "tests" / helper).read_text())
     print(f"== base {sha}: {base_dir}", flush=True)
-    base = _record_in(base_dir, tmp / "base_records", names)
+    compared = [n for n in names if n not in NEW_RUNS]
+    base = _record_in(base_dir, tmp / "base_records", compared)
     print(f"== head: the working tree {REPO}", flush=True)
     head = _record_in(REPO, tmp / "head_records", names)
   failed = 0
-  for name in names:
+  for name in compared:
     diff = differences(base[name], head[name])
     failed += bool(diff)
-    print(f"{name:24s} {'identical' if not diff else 'DIFFERS in ' + ', '.join(diff)} "
+    print(f"{name:34s} {'identical' if not diff else 'DIFFERS in ' + ', '.join(diff)} "
           f"(state {head[name]['state_sha256'][:12]})")
-  print(f"{len(names) - failed} of {len(names)} runs bit-identical to {sha}")
+  for name in names:
+    if name in NEW_RUNS:
+      finite = all(np.isfinite(head[name]["losses"]))
+      print(f"{name:34s} new at the working tree (state {head[name]['state_sha256'][:12]}, "
+            f"{len(head[name]['losses'])} losses {'finite' if finite else 'NOT FINITE'}, "
+            f"test accuracy {head[name]['overall_accuracy']:.4f})")
+  print(f"{len(compared) - failed} of {len(compared)} runs bit-identical to {sha}"
+        + (f"; {len(names) - len(compared)} new" if len(names) > len(compared) else ""))
   return 1 if failed else 0
 
 
@@ -257,12 +295,18 @@ def main(argv=None) -> int:
                       help="the default test's short runs (2 epochs of 5 steps), with --out")
   parser.add_argument("--spread", nargs="+", metavar="DIR",
                       help="print the largest differences between these record folders")
-  parser.add_argument("names", nargs="*", metavar="NAME", help=f"runs (default all: {NAMES})")
+  parser.add_argument("names", nargs="*", metavar="NAME",
+                      help=f"runs (default: with --against --recorder head all, {ALL}; else the "
+                           f"nine of {NAMES})")
   args = parser.parse_args(argv)
-  names = tuple(args.names) or NAMES
-  unknown = set(names) - set(NAMES)
+  everything = args.against and args.recorder == "head"
+  names = tuple(args.names) or (ALL if everything else NAMES)
+  unknown = set(names) - set(ALL)
   if unknown:
-    parser.error(f"unknown runs {sorted(unknown)}; expected some of {NAMES}")
+    parser.error(f"unknown runs {sorted(unknown)}; expected some of {ALL}")
+  if args.against and args.recorder == "own" and set(names) - set(NAMES):
+    parser.error("runs past the nine of NAMES need --recorder head (the base's recorder has only "
+                 "those)")
   if args.spread:
     print(json.dumps(spread(args.spread), indent=1))
     return 0

@@ -22,10 +22,10 @@ from experiments.data import input_pipeline
 from experiments.data import normalization
 from experiments.data.split import Split
 from experiments.train import device_input
-from experiments.train import loop as train
+from experiments.train import loop
 from experiments.train import runners
 from experiments.train import steps
-from experiments.train.config_validation import validate_config
+from experiments.configs import default
 
 
 @functools.lru_cache(maxsize=None)
@@ -123,14 +123,14 @@ def test_each_runner_layout_gets_the_host_images_where_its_step_reads_them(paral
 def test_input_on_device_is_checked():
   config = digits_lt.get_config()
   assert config.input_on_device is False  # default: the host path, nothing changes
-  validate_config(dict_update(config, input_on_device=True, augment=True))
+  default.validate(dict_update(config, input_on_device=True, augment=True))
   for overrides, message in (
       (dict(augment=True, augmentation="released"), "'crop_flip' crops only"),
       (dict(input_pipeline="grain"), "'numpy' pipeline"),
       (dict(dataset="tfds:cifar100"), "decodes its images on index")):
     with pytest.raises(ConfigError, match=rf"^config\.input_on_device: .*{message}"):
-      validate_config(dict_update(config, input_on_device=True, **overrides))
-  validate_config(dict_update(config, augment=True, augmentation="released"))  # off: anything
+      default.validate(dict_update(config, input_on_device=True, **overrides))
+  default.validate(dict_update(config, augment=True, augmentation="released"))  # off: anything
   with pytest.raises(DataError, match="'crop_flip' only"):
     batches_lib.train_batch(split(), np.arange(4), key=[0, 0, 0], augment=True,
                             augmentation="simclr", crops_on_device=True)
@@ -162,10 +162,10 @@ def test_a_digits_run_trains_the_same_losses_with_the_input_on_the_device(tmp_pa
                      augment=True, log_every_steps=1, checkpoint_every_steps=5,
                      class_loss_every_epochs=0))
   on_device = dict_update(config, input_on_device=True)
-  host = train.train_and_evaluate(config, tmp_path / "host")
-  device = train.train_and_evaluate(on_device, tmp_path / "device")
-  train.train_and_evaluate(config, tmp_path / "switched", max_steps=5)
-  switched = train.train_and_evaluate(on_device, tmp_path / "switched")
+  host = loop.train_and_evaluate(config, tmp_path / "host")
+  device = loop.train_and_evaluate(on_device, tmp_path / "device")
+  loop.train_and_evaluate(config, tmp_path / "switched", max_steps=5)
+  switched = loop.train_and_evaluate(on_device, tmp_path / "switched")
   host_losses = per_step_losses(tmp_path / "host")
   assert len(host_losses) == host["steps"] == device["steps"] == switched["steps"] > 10
   for run in ("device", "switched"):

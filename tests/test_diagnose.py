@@ -12,7 +12,7 @@ from scipy import stats
 
 from experiments import diagnose as diagnose_cli
 from experiments.common.errors import DiagnoseError
-from experiments.report import diagnosis as diagnose
+from experiments.report import diagnosis
 from experiments.report import diagnosis_report
 from experiments.train import run_features
 
@@ -106,7 +106,7 @@ def _spearman(x, y):
 def test_every_number_against_float64_reference():
   features, labels, classifier, bias = _synthetic()
   c_bar = 1.5
-  result = diagnose.diagnose(features, labels, NUM_CLASSES, classifier=classifier, bias=bias,
+  result = diagnosis.diagnose(features, labels, NUM_CLASSES, classifier=classifier, bias=bias,
                              c_bar=c_bar, top_pairs=6)
   ref = _reference(features, labels, features @ classifier.T + bias, classifier, bias, c_bar)
 
@@ -147,13 +147,13 @@ def test_spearman_ranks_ties_by_their_average_and_leaves_out_non_finite_entries(
   """Ties share their average rank (scipy.stats.rankdata); a NaN or inf entry drops the class."""
   x = np.array([0.5, 0.5, 0.2, np.nan, 0.9, 0.2, 0.2, 0.7])
   y = np.array([3.0, 1.0, 1.0, 2.0, 4.0, np.inf, 0.5, 1.0])
-  got = diagnose.spearman(x, y)
+  got = diagnosis.spearman(x, y)
   expected = _spearman(x, y)
   assert got["classes"] == 6
   assert got["rho"] == pytest.approx(expected.statistic, abs=1e-12)
   assert got["pvalue"] == pytest.approx(expected.pvalue, rel=1e-9)
-  assert np.isnan(diagnose.spearman(x, np.ones_like(x))["rho"])  # constant: undefined
-  assert "need 3" in diagnose.spearman(x[3:6], y[3:6])["note"]  # one finite pair
+  assert np.isnan(diagnosis.spearman(x, np.ones_like(x))["rho"])  # constant: undefined
+  assert "need 3" in diagnosis.spearman(x[3:6], y[3:6])["note"]  # one finite pair
 
 
 def test_given_logits_and_a_separate_evaluation_set():
@@ -162,7 +162,7 @@ def test_given_logits_and_a_separate_evaluation_set():
                                                                                    NUM_CLASSES))
   eval_features, eval_labels, _, _ = _synthetic(seed=2)
   eval_logits = eval_features @ classifier.T
-  result = diagnose.diagnose(features, labels, NUM_CLASSES, logits=logits,
+  result = diagnosis.diagnose(features, labels, NUM_CLASSES, logits=logits,
                              eval_labels=eval_labels, eval_logits=eval_logits)
   ref = _reference(features, labels, logits, classifier, bias, 1.0)
   np.testing.assert_allclose(result["class_loss"], ref["class_loss"], rtol=2e-6)
@@ -180,7 +180,7 @@ def test_given_logits_and_a_separate_evaluation_set():
 
 def test_statistics_only_says_what_is_skipped(tmp_path):
   features, labels, _, _ = _synthetic()
-  result = diagnose.diagnose(features, labels, NUM_CLASSES, p=5.0)
+  result = diagnosis.diagnose(features, labels, NUM_CLASSES, p=5.0)
   ref_a = np.array([np.sum(np.abs(features[labels == k].mean(0)) ** 5) ** 0.4
                     if CLASS_SIZES[k] else np.nan for k in range(NUM_CLASSES)])
   np.testing.assert_allclose(result["A"], ref_a, rtol=2e-6)
@@ -215,14 +215,14 @@ def test_bad_inputs_name_the_array(change, message):
   args = dict(features=np.ones((4, 2)), labels=np.array([0, 1, 2, 2]), num_classes=NUM_CLASSES)
   args.update(change)
   with pytest.raises(DiagnoseError) as error:
-    diagnose.diagnose(**args)
+    diagnosis.diagnose(**args)
   assert message in str(error.value)
 
 
 def test_float_labels_with_integer_values_are_accepted():
   features, labels, _, _ = _synthetic()
-  a = diagnose.diagnose(features, labels.astype(np.float32), NUM_CLASSES)["A"]
-  np.testing.assert_array_equal(a, diagnose.diagnose(features, labels, NUM_CLASSES)["A"])
+  a = diagnosis.diagnose(features, labels.astype(np.float32), NUM_CLASSES)["A"]
+  np.testing.assert_array_equal(a, diagnosis.diagnose(features, labels, NUM_CLASSES)["A"])
 
 
 def test_cli_on_a_feature_file(tmp_path, capsys):
@@ -239,7 +239,7 @@ def test_cli_on_a_feature_file(tmp_path, capsys):
   for heading in ("## Per-class table", "## Neural collapse", "## Most confused pairs",
                   "Sorted by accuracy (lowest first)", "the feature file feats.npz (59 examples)"):
     assert heading in report
-  result = diagnose.diagnose(features.astype(np.float32), labels, NUM_CLASSES,
+  result = diagnosis.diagnose(features.astype(np.float32), labels, NUM_CLASSES,
                              classifier=classifier, bias=bias, class_names=names, top_pairs=3)
   # The table's first row is the hardest class, with its name and 4-digit values.
   hardest = int(np.nanargmin(np.where(np.isnan(result["accuracy"]), np.inf,
@@ -285,13 +285,13 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 def test_interrupted_training_workdir(tmp_path, capsys):
   """A 3-step digits run; with summary.json removed (an interrupted run) the CLI still diagnoses it,
   and the numbers agree with what the trainer itself reported."""
-  from experiments.train import loop as train
+  from experiments.train import loop
   from experiments.configs import digits_lt
   config = digits_lt.get_config()
   config.nc_metrics = True  # the trainer's own NC1–NC4 and ρ, to compare with (under a second)
   config.progress_bar = False
   workdir = tmp_path / "run"
-  train.train_and_evaluate(config, workdir, max_steps=3)
+  loop.train_and_evaluate(config, workdir, max_steps=3)
   summary = json.loads((workdir / "summary.json").read_text())
   (workdir / "summary.json").unlink()
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments.report import run_tables as evaluate
+from experiments.report import run_tables
 
 
 def _write_run(path, seed, per_class, history=True):
@@ -35,7 +35,7 @@ def test_report_tables_groups_and_plots(tmp_path):
     for seed, acc in enumerate(accs):
       _write_run(tmp_path / name / f"seed{seed}", seed, acc)
       runs[name].append(tmp_path / name / f"seed{seed}")
-  markdown = evaluate.write_report(runs, "ce", tmp_path / "report")
+  markdown = run_tables.write_report(runs, "ce", tmp_path / "report")
   table = json.loads((tmp_path / "report" / "comparison.json").read_text())
   # Groups from ERM's seed-mean accuracy: classes 0, 1 easy; 2, 3 medium; 4, 5 hard.
   assert table["_groups"] == [0, 0, 1, 1, 2, 2]
@@ -86,7 +86,7 @@ def test_paired_against_another_method_keeps_erm_groups(tmp_path):
     for seed, acc in enumerate(accs):
       _write_run(tmp_path / name / f"seed{seed}", seed, acc, history=False)
       runs[name].append(tmp_path / name / f"seed{seed}")
-  markdown = evaluate.write_report(runs, "ce", tmp_path / "report", paired_against="uniform")
+  markdown = run_tables.write_report(runs, "ce", tmp_path / "report", paired_against="uniform")
   table = json.loads((tmp_path / "report" / "comparison.json").read_text())
   assert table["_groups"] == [0, 0, 1, 1, 2, 2]  # still from ERM, not from the uniform runs
   assert table["_paired_against"] == "uniform"
@@ -97,12 +97,12 @@ def test_paired_against_another_method_keeps_erm_groups(tmp_path):
   assert table["ce"]["delta_vs_reference"]["hard"][2:] == [2, 2]
   assert "Paired Δ vs uniform, same seed" in markdown
   with pytest.raises(KeyError, match="paired_against"):
-    evaluate.method_table({"ce": []}, "ce", paired_against="nope")
+    run_tables.method_table({"ce": []}, "ce", paired_against="nope")
 
 
 def test_missing_summary_is_a_clear_error(tmp_path):
   with pytest.raises(FileNotFoundError, match="summary.json"):
-    evaluate.load_summaries([tmp_path / "nope"])
+    run_tables.load_summaries([tmp_path / "nope"])
 
 
 def test_rho_over_training_mean_std_at_common_epochs_table_and_plot(tmp_path):
@@ -120,7 +120,7 @@ def test_rho_over_training_mean_std_at_common_epochs_table_and_plot(tmp_path):
         rows.append({"step": 40, "epoch": 4.0, "train_rho": 0.1})
       (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
       runs[name].append(run)
-  markdown = evaluate.write_report(runs, "ce", tmp_path / "report")
+  markdown = run_tables.write_report(runs, "ce", tmp_path / "report")
   table = json.loads((tmp_path / "report" / "comparison.json").read_text())
   history = table["_rho_history"]["rw"]
   assert history["epoch"] == [1.0, 2.0, 3.0]
@@ -132,13 +132,13 @@ def test_rho_over_training_mean_std_at_common_epochs_table_and_plot(tmp_path):
   assert "training (mean ± sample std (ddof = 1) over 2 seeds):" in markdown
   assert (tmp_path / "report" / "rho_over_training.png").stat().st_size > 1000
   # Runs without the records: no section, no plot.
-  assert evaluate.metric_history([tmp_path / "nope"]) is None
+  assert run_tables.metric_history([tmp_path / "nope"]) is None
 
 
 def test_rho_table_uses_the_epochs_every_method_logged():
   histories = {"a": {"epoch": [1.0, 2.0, 3.0], "mean": [0.9, 0.8, 0.7], "std": [0.0, 0.0, 0.0]},
                "b": {"epoch": [2.0, 3.0], "mean": [0.5, 0.4], "std": [0.1, 0.1]}}
-  text = evaluate.rho_markdown(histories)
+  text = run_tables.rho_markdown(histories)
   assert "| method | epoch 2 | epoch 3 |" in text
   assert "| a | 0.800 ± 0.000 | 0.700 ± 0.000 |" in text
   assert "| b | 0.500 ± 0.100 | 0.400 ± 0.100 |" in text
@@ -149,9 +149,9 @@ def test_rho_table_shows_every_logged_epoch_up_to_ten_then_ten_spread_over_them(
     return {"a": {"epoch": epochs, "mean": [0.5] * len(epochs), "std": [0.0] * len(epochs)}}
 
   every_20 = [float(e) for e in range(20, 201, 20)]  # a 200-epoch run's ten records
-  header = evaluate.rho_markdown(histories(every_20)).splitlines()[2]
+  header = run_tables.rho_markdown(histories(every_20)).splitlines()[2]
   assert header == "| method | " + " | ".join(f"epoch {e:g}" for e in every_20) + " |"
-  header = evaluate.rho_markdown(histories([float(e) for e in range(1, 41)])).splitlines()[2]
+  header = run_tables.rho_markdown(histories([float(e) for e in range(1, 41)])).splitlines()[2]
   shown = [float(cell.split()[1]) for cell in header.strip("| ").split(" | ")[1:]]
   assert len(shown) == 10 and shown[0] == 1.0 and shown[-1] == 40.0
 
@@ -177,7 +177,7 @@ def test_nc_over_training_mean_std_table_and_plot_where_the_runs_logged_it(tmp_p
     (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "epoch": 1.0, "train_rho": 0.4})
                                        + "\n")
     runs["plain"].append(run)
-  markdown = evaluate.write_report(runs, "ce", tmp_path / "report")
+  markdown = run_tables.write_report(runs, "ce", tmp_path / "report")
   table = json.loads((tmp_path / "report" / "comparison.json").read_text())
   assert set(table["_nc_history"]) == {"ce", "rw"}
   history = table["_nc_history"]["rw"]["train_nc2"]

@@ -16,10 +16,10 @@ from experiments.data import batches
 from experiments.data import loading
 from experiments.data import long_tail
 from experiments.data import normalization
-from experiments.losses import registry as losses
-from experiments.models import registry as models
+from experiments import losses
+from experiments import models
 from experiments.train import evaluation
-from experiments.train import loop as train
+from experiments.train import loop
 from experiments.train import runners
 from experiments.train import steps
 from experiments.train import train_state
@@ -134,7 +134,7 @@ def test_logged_training_metrics_are_window_means(tmp_path):
     config.progress_bar = False
     config.nc_metrics = False
     workdir = tmp_path / f"every{every}"
-    train.train_and_evaluate(config, workdir, max_steps=6)
+    loop.train_and_evaluate(config, workdir, max_steps=6)
     records[every] = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     records[every, "class"] = [json.loads(line) for line in
                                (workdir / "class_history.jsonl").read_text().splitlines()]

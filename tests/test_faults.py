@@ -20,7 +20,8 @@ from experiments.configs import digits_lt
 from experiments.data import input_pipeline
 from experiments.data import loading
 from experiments.train import checkpoints
-from experiments.train import loop as train
+from experiments.train import loop
+from experiments.train import loop_events
 from experiments.train import metric_writer
 from tests import checkpoints as checkpoint_files
 
@@ -43,7 +44,7 @@ def config_for(loss="mr2", **overrides):
 
 def train_state_template(config=None):
   """The initial host train state of `config_for()` (the template checkpoints restore into)."""
-  from experiments.models import registry as models
+  from experiments import models
   from experiments.train import train_state
   config = config or config_for()
   split, _, _ = loading.load_data(config)
@@ -73,7 +74,7 @@ def assert_same_final_state(workdir_a, workdir_b):
 def straight(tmp_path_factory):
   """An uninterrupted 21-step run (checkpoints 7, 14, 21), the reference for every resume here."""
   workdir = tmp_path_factory.mktemp("straight") / "run"
-  train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
+  loop.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
   return workdir
 
 
@@ -96,11 +97,11 @@ def test_interrupted_checkpoint_write_is_never_read(tmp_path, straight, monkeypa
   workdir = tmp_path / "run"
   monkeypatch.setattr(async_path, "rename", dying_rename)
   with pytest.raises(KeyboardInterrupt):
-    train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
+    loop.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
   monkeypatch.setattr(async_path, "rename", rename)
   leftovers = [p.name for p in (workdir / "checkpoints").iterdir() if not p.name.isdigit()]
   assert steps_in(workdir) == [EVERY] and any("tmp" in name for name in leftovers), leftovers
-  train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
+  loop.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
   assert steps_in(workdir) == [2 * EVERY, 3 * EVERY]
   assert_same_final_state(workdir, straight)
 
@@ -108,7 +109,7 @@ def test_interrupted_checkpoint_write_is_never_read(tmp_path, straight, monkeypa
 KILL_SCRIPT = r"""
 import os, signal, sys
 from orbax.checkpoint._src.path import async_path
-from experiments.train import loop as train
+from experiments.train import loop
 from tests.test_faults import config_for, EVERY
 rename = async_path.rename
 async def dying_rename(src, dst):
@@ -116,7 +117,7 @@ async def dying_rename(src, dst):
     os.kill(os.getpid(), signal.SIGKILL)
   return await rename(src, dst)
 async_path.rename = dying_rename
-train.train_and_evaluate(config_for(), sys.argv[1], max_steps=3 * EVERY)
+loop.train_and_evaluate(config_for(), sys.argv[1], max_steps=3 * EVERY)
 """
 
 
@@ -128,7 +129,7 @@ def test_sigkill_during_checkpoint_write_resumes_from_the_previous_checkpoint(tm
                           capture_output=True, text=True, timeout=600)
   assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
   assert steps_in(workdir) == [EVERY]
-  train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
+  loop.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
   assert_same_final_state(workdir, straight)
 
 
@@ -160,9 +161,9 @@ def test_damaged_latest_checkpoint_names_the_step_and_falls_back_on_request(tmp_
   with pytest.raises(checkpoints.CheckpointError,
                      match=rf"checkpoint at step {3 * EVERY} .*--resume_from_previous to resume "
                            rf"from step {2 * EVERY}"):
-    train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
+    loop.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
   assert steps_in(workdir) == [2 * EVERY, 3 * EVERY]  # nothing touched by the refusal
-  train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY, resume_from_previous=True)
+  loop.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY, resume_from_previous=True)
   assert (workdir / "checkpoints" / f"corrupt-{3 * EVERY}").is_dir()  # set aside, not deleted
   assert_same_final_state(workdir, straight)
 
@@ -190,7 +191,7 @@ def test_digest_refuses_a_rewritten_state_that_orbax_reads_without_complaint(tmp
   np.testing.assert_array_equal(jax.tree.leaves(read_back)[index], leaves[index])
   with pytest.raises(checkpoints.CheckpointError,
                      match=rf"checkpoint at step {3 * EVERY} .*does not match the digest"):
-    train.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
+    loop.train_and_evaluate(config_for(), workdir, max_steps=3 * EVERY)
 
 
 def test_digest_detects_a_changed_value():
@@ -227,7 +228,7 @@ def test_nan_stops_the_run_naming_step_classes_and_last_good_checkpoint(tmp_path
   _poison_batches(monkeypatch, bad_step)
   workdir = tmp_path / "run"
   with pytest.raises(FloatingPointError) as error:
-    train.train_and_evaluate(config_for("mr2"), workdir, max_steps=3 * EVERY)
+    loop.train_and_evaluate(config_for("mr2"), workdir, max_steps=3 * EVERY)
   message = str(error.value)
   assert f"first at step {bad_step} " in message, message
   # The NaN entered through the loss: the parameters diverged; MR2's statistics stayed finite here
@@ -251,7 +252,7 @@ def test_divergence_error_names_the_non_finite_class_statistics(tmp_path):
     params = {"w": np.ones(3)}
 
   manager = checkpoints.manager(tmp_path, config_for())
-  message = str(train.divergence_error(12, HostState(), manager, "mr2"))
+  message = str(loop_events.divergence_error(12, HostState(), manager, "mr2"))
   assert "first at step 12 (loss mr2)" in message, message
   assert "class_stats.sq_mean_norm classes [2]" in message, message
   assert "class_stats.mean_sq_deviation classes [5]" in message, message
@@ -288,7 +289,7 @@ def test_full_disk_while_writing_metrics_is_a_clear_error_and_checkpoints_stay(t
                       lambda path, *a, **k: _FullDiskFile(path, budget=2), raising=False)
   workdir = tmp_path / "run"
   with pytest.raises(metric_writer.MetricWriteError) as error:
-    train.train_and_evaluate(config_for(), workdir, max_steps=4 * EVERY)
+    loop.train_and_evaluate(config_for(), workdir, max_steps=4 * EVERY)
   message = str(error.value)
   assert "No space left on device" in message and "jsonl at step " in message, message
   written = steps_in(workdir)
@@ -328,10 +329,10 @@ def test_data_read_once_survives_deletion_and_a_resume_names_the_missing_file(tm
 
   monkeypatch.setattr(input_pipeline.BatchAt, "__call__", deleting)
   workdir = tmp_path / "run"
-  summary = train.train_and_evaluate(config, workdir, max_steps=2 * EVERY)
+  summary = loop.train_and_evaluate(config, workdir, max_steps=2 * EVERY)
   assert summary["steps"] == 2 * EVERY and not folder.exists()
   with pytest.raises(DataError, match=str(folder)):
-    train.train_and_evaluate(config, workdir, max_steps=3 * EVERY)
+    loop.train_and_evaluate(config, workdir, max_steps=3 * EVERY)
   assert steps_in(workdir) == [EVERY, 2 * EVERY]
 
 
@@ -340,5 +341,5 @@ def test_corrupted_data_file_names_the_file(tmp_path):
   (folder / "train.npz").write_bytes((folder / "train.npz").read_bytes()[:1000])
   config = config_for("ce", dataset="mnist", data_dir=str(folder), batch_size=30)
   with pytest.raises(DataError, match=f"cannot read {folder / 'train.npz'}"):
-    train.train_and_evaluate(config, tmp_path / "run", max_steps=EVERY)
+    loop.train_and_evaluate(config, tmp_path / "run", max_steps=EVERY)
   assert not (tmp_path / "run").exists()  # refused before anything was written

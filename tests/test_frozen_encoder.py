@@ -14,9 +14,9 @@ from experiments.common.errors import ConfigError
 from experiments.data import batches
 from experiments.data import loading
 from experiments.data import long_tail
-from experiments.losses import registry as losses
+from experiments import losses
 from experiments.train import checkpoints
-from experiments.train import loop as train
+from experiments.train import loop
 from experiments.train import runners
 from experiments.train import steps
 from experiments.train import train_state
@@ -45,9 +45,9 @@ def variables_of(workdir, config):
 def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("frozen")
   pretrained = root / "supcon"
-  train.train_and_evaluate(pretrain_config(), pretrained, max_steps=PRETRAIN_STEPS)
+  loop.train_and_evaluate(pretrain_config(), pretrained, max_steps=PRETRAIN_STEPS)
   linear = root / "linear"
-  summary = train.train_and_evaluate(linear_config(pretrained), linear, max_steps=LINEAR_STEPS)
+  summary = loop.train_and_evaluate(linear_config(pretrained), linear, max_steps=LINEAR_STEPS)
   return pretrained, linear, summary
 
 
@@ -152,7 +152,7 @@ def test_linear_stage_refuses_a_source_on_another_training_set(runs, tmp_path, o
   config = linear_config(pretrained, **overrides)
   with pytest.raises(ConfigError,
                      match=rf"config\.frozen_encoder_from: .* config \(fields {field} \("):
-    train.train_and_evaluate(config, tmp_path / "run")
+    loop.train_and_evaluate(config, tmp_path / "run")
   checkpoint_dir = tmp_path / "run" / "checkpoints"
   assert not checkpoint_dir.exists() or not any(checkpoint_dir.iterdir())
 
@@ -179,4 +179,4 @@ def test_linear_stage_refuses_a_source_with_another_model(runs):
 
 def test_linear_stage_refuses_a_source_without_a_checkpoint(tmp_path):
   with pytest.raises(ConfigError, match=r"config\.frozen_encoder_from: .* holds no config.json"):
-    train.train_and_evaluate(linear_config(tmp_path / "nothing"), tmp_path / "run")
+    loop.train_and_evaluate(linear_config(tmp_path / "nothing"), tmp_path / "run")

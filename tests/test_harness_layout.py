@@ -13,8 +13,8 @@ pytestmark = pytest.mark.harness
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "experiments"
 # Bottom to top: a module may import its own package and the ones before it.
-LAYERS = ("common", "data", "models", "losses", "configs", "train", "report", "probe", "studies",
-          "benchmarks")
+LAYERS = ("common", "data", "models", "methods", "losses", "configs", "train", "report", "probe",
+          "studies", "benchmarks")
 ENTRY_POINTS = ("main", "compare", "demo", "launch", "diagnose")  # `python -m experiments.<name>`
 # Dependencies a module may import inside a function, because a run can do without them (an
 # accelerator image without grain, plots without a display, PyTorch only for references).
@@ -23,6 +23,9 @@ OPTIONAL = ("grain", "torch", "torchvision", "timm", "matplotlib", "tensorflow_d
 # Harness modules that themselves need an optional dependency at import (torch).
 OPTIONAL_MODULES = ("experiments.benchmarks.torch_resnet",)
 MAX_LINES = 450
+# The trainer reads top to bottom: no function of experiments/train/ longer than this (the loop is
+# `plan`, `start`, `train`, `summarize` and the events after a step).
+MAX_TRAIN_FUNCTION_LINES = 80
 # Data tables may be longer (none yet).
 LONG_TABLES = ()
 
@@ -151,6 +154,17 @@ def test_no_module_over_450_lines(name):
     return
   count = len(path.read_text().splitlines())
   assert count <= MAX_LINES, f"{path.relative_to(ROOT)}: {count} lines"
+
+
+def test_no_function_of_the_trainer_over_80_lines():
+  long = []
+  for path in sorted((HARNESS / "train").rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_TRAIN_FUNCTION_LINES:
+          long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+  assert not long, long
 
 
 def test_the_checks_see_a_cycle_an_upward_import_and_a_function_import(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import json
 import chex
 import pytest
 
-from experiments.train import loop as train
+from experiments.train import loop
 from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 from tests import checkpoints as checkpoint_files
@@ -37,7 +37,7 @@ def config_for(loss, **overrides):
 def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("init_from")
   source = root / "ce"
-  train.train_and_evaluate(config_for("ce"), source)  # keeps epoch 2 (reweight.start_epoch)
+  loop.train_and_evaluate(config_for("ce"), source)  # keeps epoch 2 (reweight.start_epoch)
   return root, source
 
 
@@ -50,9 +50,9 @@ def test_source_run_keeps_its_switch_epoch_checkpoint(runs):
 def test_deferred_run_from_the_switch_equals_the_uninterrupted_run(runs):
   root, source = runs
   straight = root / "straight"
-  train.train_and_evaluate(config_for("inverse_reweight"), straight)
+  loop.train_and_evaluate(config_for("inverse_reweight"), straight)
   started = root / "started"
-  summary = train.train_and_evaluate(
+  summary = loop.train_and_evaluate(
       config_for("inverse_reweight", init_from=f"{source}:{SWITCH}"), started)
   (step_a, a), (step_b, b) = (checkpoint_files.restore_latest(straight),
                               checkpoint_files.restore_latest(started))
@@ -96,7 +96,7 @@ def test_init_from_refuses_a_run_that_differs(runs, tmp_path, loss, overrides, m
                for k, v in overrides.items()}
   overrides.setdefault("init_from", f"{source}:{SWITCH}")
   with pytest.raises(ConfigError, match=message):
-    train.train_and_evaluate(config_for(loss, **overrides), tmp_path / "run")
+    loop.train_and_evaluate(config_for(loss, **overrides), tmp_path / "run")
 
 
 def test_init_from_refuses_an_epoch_after_the_start(runs, tmp_path):
@@ -104,4 +104,4 @@ def test_init_from_refuses_an_epoch_after_the_start(runs, tmp_path):
   config = config_for("inverse_reweight", init_from=f"{source}:{SWITCH}")
   config.reweight.start_epoch = 1
   with pytest.raises(ConfigError, match="after the start of 'inverse_reweight'"):
-    train.train_and_evaluate(config, tmp_path / "run")
+    loop.train_and_evaluate(config, tmp_path / "run")

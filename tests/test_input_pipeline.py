@@ -23,7 +23,7 @@ from experiments.data import lazy_images
 from experiments.data import loading
 from experiments.data import normalization
 from experiments.train import checkpoints
-from experiments.train import loop as train
+from experiments.train import loop
 from experiments.train import steps
 from tests import checkpoints as checkpoint_files
 from tests import test_sources
@@ -165,11 +165,11 @@ def tiny_config(**overrides):
 def runs(tmp_path_factory):
   """A NumPy-pipeline run, and a grain run killed (max_steps) after 5 steps then resumed."""
   root = tmp_path_factory.mktemp("pipelines")
-  train.train_and_evaluate(tiny_config(), root / "numpy")
-  train.train_and_evaluate(tiny_config(input_pipeline="grain"), root / "grain", max_steps=5)
+  loop.train_and_evaluate(tiny_config(), root / "numpy")
+  loop.train_and_evaluate(tiny_config(input_pipeline="grain"), root / "grain", max_steps=5)
   stopped = checkpoint_files.restore_latest(root / "grain")
   shutil.copytree(root / "grain", root / "grain_stopped")
-  summary = train.train_and_evaluate(tiny_config(input_pipeline="grain"), root / "grain")
+  summary = loop.train_and_evaluate(tiny_config(input_pipeline="grain"), root / "grain")
   return root, stopped, summary
 
 
@@ -196,15 +196,15 @@ def test_a_saved_input_position_that_does_not_match_the_step_is_refused(runs, tm
   saved["start"] = 1  # the same grain position counted from another start: step 6, not 5
   state_file.write_text(json.dumps(saved))
   with pytest.raises(DataError, match="batch of step 6 at step 5"):
-    train.train_and_evaluate(tiny_config(input_pipeline="grain"), tmp_path / "run")
+    loop.train_and_evaluate(tiny_config(input_pipeline="grain"), tmp_path / "run")
 
 
 def test_pipeline_config_is_checked():
-  from experiments.train.config_validation import validate_config
+  from experiments.configs import default
   with pytest.raises(ConfigError, match="input_pipeline"):
-    validate_config(tiny_config(input_pipeline="tf"))
+    default.validate(tiny_config(input_pipeline="tf"))
   with pytest.raises(ConfigError, match="data_workers"):
-    validate_config(tiny_config(data_workers=-1))
+    default.validate(tiny_config(data_workers=-1))
   assert checkpoints.InputState({"a": 1}).get_state() == b'{"a": 1}'
 
 
@@ -215,9 +215,9 @@ def test_the_numpy_pipeline_runs_without_grain_installed(tmp_path):
   import sys  # pylint: disable=g-import-not-at-top
   script = (
       "import sys; sys.modules['grain'] = None  # `import grain` now raises ImportError\n"
-      "from experiments.train import loop as train\n"
+      "from experiments.train import loop\n"
       "from tests.test_input_pipeline import tiny_config\n"
-      f"summary = train.train_and_evaluate(tiny_config(), {str(tmp_path / 'run')!r}, max_steps=3)\n"
+      f"summary = loop.train_and_evaluate(tiny_config(), {str(tmp_path / 'run')!r}, max_steps=3)\n"
       "assert summary['steps'] == 3\n")
   subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=300,
                  cwd=pathlib.Path(__file__).resolve().parents[1])

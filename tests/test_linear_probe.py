@@ -60,7 +60,7 @@ def test_setting_indices_balanced_and_long_tailed():
 @pytest.mark.parametrize("method", lp.METHODS)
 def test_every_method_learns_separable_features(method):
   features, labels = synthetic_features()
-  recipe = lp.Recipe(learning_rate=0.05, epochs=6, batch_size=60)
+  recipe = lp.ProbeSchedule(learning_rate=0.05, epochs=6, batch_size=60)
   state, losses = lp.train_probe(method, features, labels, recipe, seed=0)
   assert len(losses) == 6 and np.all(np.isfinite(losses)) and losses[-1] < losses[0]
   accuracy = lp.class_accuracy(state.params, features, labels)
@@ -81,7 +81,7 @@ def test_every_method_learns_separable_features(method):
 
 def test_training_is_a_function_of_the_seed():
   features, labels = synthetic_features()
-  recipe = lp.Recipe(learning_rate=0.05, epochs=2, batch_size=60)
+  recipe = lp.ProbeSchedule(learning_rate=0.05, epochs=2, batch_size=60)
   first, _ = lp.train_probe("erm", features, labels, recipe, seed=7)
   second, _ = lp.train_probe("erm", features, labels, recipe, seed=7)
   other, _ = lp.train_probe("erm", features, labels, recipe, seed=8)
@@ -137,7 +137,7 @@ def test_plot_is_written(tmp_path):
 def test_report_rebuilds_tables_from_the_run_files(tmp_path):
   (tmp_path / "runs").mkdir()
   for run in fake_runs("lt100") + fake_runs("balanced"):
-    run.update(recipe=lp.RECIPE._asdict(), resolution=64)
+    run.update(recipe=lp.SCHEDULE._asdict(), resolution=64)
     (tmp_path / "runs" / f"{run['setting']}-{run['method']}-seed{run['seed']}.json").write_text(
         json.dumps(run))
   assert study.main(["--noxla_cpu_tuning", "report", "--quiet", "--out", str(tmp_path)]) == 0

@@ -1,6 +1,10 @@
 """experiments.losses.registry: every registry entry before and after its start epoch, against the float64
 NumPy references (what is computed, which state changes), under jit and without; deferred entries
-compile to a conditional (one branch per step); config validation names the field."""
+compile to a conditional (one branch per step); config validation names the field. The inverse
+reweighting around every method with a per-example loss (`<method>+inverse_reweight`) is an entry
+like the others and is checked the same way."""
+
+import dataclasses
 
 import chex
 import jax
@@ -10,8 +14,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from experiments.losses import registry as losses
-from experiments.train import recipes
+from experiments import losses
 from experiments.common.errors import ConfigError
 from experiments.configs import default
 from tests.reference import numpy_comparisons as ref_cmp
@@ -46,18 +49,21 @@ PREDICTION = _extra.normal(size=(B, 8)).astype(np.float32)
 LABELS_B = _extra.integers(0, K, B).astype(np.int32)
 LAM = 0.35
 PAIRED = {"glmc", "glmc+inverse_reweight"}
+LOSSES = tuple(losses.REGISTRY)
+REWEIGHTED = "+inverse_reweight"
 
 
 def step_info(epoch, step_in_epoch, rows=B, name=None):
-  mix = ((jnp.asarray(LABELS_B[:rows]), jnp.float32(LAM)) if name in PAIRED else None)
-  return losses.StepInfo(epoch=jnp.asarray(epoch), step_in_epoch=jnp.asarray(step_in_epoch),
-                         class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG,
-                         recipe={"outputs": {"projection": jnp.asarray(PROJECTION[:rows]),
-                                             "biased_logits": jnp.asarray(BIASED_LOGITS[:rows]),
-                                             "etf_classifier": jnp.asarray(ETF),
-                                             "logits_fc": jnp.asarray(LOGITS_FC[:rows]),
-                                             "prediction": jnp.asarray(PREDICTION[:rows])},
-                                 "indices": jnp.asarray(INDICES[:rows]), "mix": mix})
+  mix = (losses.Mix(jnp.asarray(LABELS_B[:rows]), jnp.float32(LAM)) if name in PAIRED else None)
+  return losses.StepInfo(
+      epoch=jnp.asarray(epoch), step_in_epoch=jnp.asarray(step_in_epoch),
+      class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG,
+      recipe=losses.RecipeInputs(
+          outputs={"projection": jnp.asarray(PROJECTION[:rows]),
+                   "biased_logits": jnp.asarray(BIASED_LOGITS[:rows]),
+                   "etf_classifier": jnp.asarray(ETF), "logits_fc": jnp.asarray(LOGITS_FC[:rows]),
+                   "prediction": jnp.asarray(PREDICTION[:rows])},
+          indices=jnp.asarray(INDICES[:rows]), mix=mix))
 
 
 def init_state(config):
@@ -101,8 +107,35 @@ def run(loss: str, epoch: int, jit: bool, seed=0, config=None):
   return state, out, (logits, features, labels)
 
 
+def per_example_reference(name: str, logits, features, labels):
+  """float64 per-example losses of the methods whose entry is a plain mean of them."""
+  del features
+  if name in ("ce", "jtt"):
+    return ref_rw._per_example_ce(logits, labels)
+  if name == "focal":
+    return ref_rw.focal_loss(logits, labels, gamma=1.0)
+  if name == "ldam":
+    return ref_rw.ldam_loss(logits, labels, COUNTS, max_margin=0.5, scale=30.0)
+  if name == "logit_adjust":
+    return ref_rw.logit_adjusted_loss(logits, labels, COUNTS, tau=1.0)
+  if name == "balanced_softmax":
+    return ref_rw.balanced_softmax_loss(logits, labels, COUNTS)
+  if name == "eql":
+    # The draws are an input of the loss: β from the library's per-row draw, the loss from NumPy.
+    rare = COUNTS / COUNTS.sum() < 0.05
+    dropped = np.asarray(reweight_jax.baselines.eql_dropped_at(RNG, np.arange(len(labels)), K, 0.9))
+    return ref_cmp.eql_loss(logits, labels, rare, dropped)[0]
+  return None
+
+
 def reference_loss(name: str, logits, features, labels, state, epoch=0):
   """float64 NumPy value of entry `name` once active, from the spec formulas (tests/reference)."""
+  base = name[:-len(REWEIGHTED)] if name.endswith(REWEIGHTED) else None
+  if base is not None and per_example_reference(base, logits, features, labels) is not None:
+    # The reweighting of the method's per-example losses (the batch's classes, first refresh).
+    beta = ref_rw.macro_factor((np.bincount(labels, minlength=K) > 0).astype(float))
+    return ref_rw.inverse_reweighted_loss_value(
+        per_example_reference(base, logits, features, labels), labels, K, beta, np.ones(K))[0]
   if name == "ce":
     return np.mean(ref_rw._per_example_ce(logits, labels))
   if name == "mr2":
@@ -150,10 +183,7 @@ def reference_loss(name: str, logits, features, labels, state, epoch=0):
     q = np.asarray(state["fairdro_q"], np.float64)
     return ref_fairdro.step_loss(ref_rw._per_example_ce(logits, labels), labels, q)[0]
   if name == "eql":
-    # The draws are an input of the loss: β from the library's per-row draw, the loss from NumPy.
-    rare = COUNTS / COUNTS.sum() < 0.05
-    dropped = np.asarray(reweight_jax.baselines.eql_dropped_at(RNG, np.arange(len(labels)), K, 0.9))
-    return np.mean(ref_cmp.eql_loss(logits, labels, rare, dropped)[0])
+    return np.mean(per_example_reference(name, logits, features, labels))
   if name == "jtt":  # JTT's step is ERM; its method is the sampler (tests/test_stage1.py)
     return np.mean(ref_rw._per_example_ce(logits, labels))
   if name == "supcon":  # joint: CE + λ·SupCon (λ = 1, τ = 0.1, τ_b = 0.07)
@@ -192,7 +222,7 @@ def reference_loss(name: str, logits, features, labels, state, epoch=0):
 
 
 def test_every_loss_has_a_reference_here():
-  for name in losses.LOSSES:
+  for name in LOSSES:
     logits, features, labels = batch()
     config = config_for(name)
     assert np.isfinite(reference_loss(name, logits, features, labels,
@@ -200,7 +230,7 @@ def test_every_loss_has_a_reference_here():
 
 
 @pytest.mark.parametrize("jit", [False, True])
-@pytest.mark.parametrize("name", losses.LOSSES)
+@pytest.mark.parametrize("name", LOSSES)
 def test_entry_before_and_after_its_start(name, jit):
   entry = losses.get(name)
   before_epoch, after_epoch = START - 1, START
@@ -216,7 +246,8 @@ def test_entry_before_and_after_its_start(name, jit):
       present = present | (np.bincount(LABELS_B, minlength=K) > 0)
     for field in state:
       new, old = new_state[field], state[field]
-      updates = field in losses.get(expected_entry).state
+      trained = losses.get(expected_entry)
+      updates = field in {**trained.state, **trained.example_state}
       if field == "class_stats":
         changed = np.asarray(new.seen) != np.asarray(old.seen)
         np.testing.assert_array_equal(changed, present if updates else np.zeros(K, bool))
@@ -247,7 +278,7 @@ def _deferral_conditionals(config, logits, features, labels, state, info) -> int
 
 def test_deferred_entries_compile_one_conditional_and_others_none():
   logits, features, labels = batch()
-  for name in losses.LOSSES:
+  for name in LOSSES:
     config = config_for(name)
     state = init_state(config)
     info = step_info(0, 0, name=name)
@@ -273,8 +304,9 @@ def test_deferred_gradient_is_the_before_entrys_gradient():
 
 def test_registry_entries_are_well_formed():
   for name, entry in losses.REGISTRY.items():
+    assert entry.name == name
     assert set(entry.reads) <= set(losses.CONFIG_TREES), name
-    assert set(entry.state) <= set(losses.STATE_INIT) | set(losses.EXAMPLE_STATE_INIT), name
+    assert set(entry.trees) <= set(entry.reads), name
     if entry.start is not None:
       assert entry.start.split(".")[0] in entry.reads, name
       assert entry.before in losses.REGISTRY and losses.get(entry.before).start is None, name
@@ -299,21 +331,21 @@ def test_validation_names_the_field(field, value, message):
   else:
     config[head] = value
   with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-    losses.validate(config)
+    default.validate_method(config)
 
 
 def test_combination_refuses_the_released_form_and_ldam_the_double_cosine_scale():
   config = config_for("mr2+inverse_reweight")
   config.mr2.form = "released"
   with pytest.raises(ConfigError, match="paper form only"):
-    losses.validate(config)
+    default.validate_method(config)
   config = config_for("ldam")
   config.head = "cosine"
   with pytest.raises(ConfigError, match="ldam.scale"):
-    losses.validate(config)
+    default.validate_method(config)
 
 
-@pytest.mark.parametrize("name", losses.LOSSES)
+@pytest.mark.parametrize("name", LOSSES)
 def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
   """The one label guard (`mr2_reweight_core.checks.index_labels` / `take_class_values`) in every entry:
   a label outside [0, K) under jit makes the batch loss NaN — never the loss of a clipped class —
@@ -358,10 +390,10 @@ def test_epoch_end_hook_sets_fairdro_q_from_the_training_pass(schedule, clip):
   """FairDRO's q after three epochs of hook calls against the float64 loop reference (classes
   without training examples left out), and the step loss reads the new q; entries without the
   hook have none."""
-  assert [n for n in losses.LOSSES if recipes.method_recipe(n).epoch_end is not None] == ["fairdro"]
+  assert [n for n in LOSSES if losses.get(n).recipe.epoch_end is not None] == ["fairdro"]
   config = config_for("fairdro")
   config.fairdro.schedule, config.fairdro.clip, config.fairdro.rho = schedule, clip, 0.3
-  entry = recipes.method_recipe("fairdro")
+  entry = losses.get("fairdro").recipe
   state = init_state(config)
   rng = np.random.default_rng(0)
   q_ref = np.full(K, 1.0 / K)
@@ -395,18 +427,18 @@ def test_mixup_and_etf_head_are_refused_where_they_do_not_apply(loss, field, val
     config.mixup_alpha = 1.0
   config[field] = value
   with pytest.raises(ConfigError, match=message):
-    losses.validate(config)
-    recipes.validate(config)
+    default.validate_method(config)
 
 
 def _with_mix(info, labels_b, lam):
-  return info._replace(recipe={**info.recipe, "mix": (jnp.asarray(labels_b), jnp.float32(lam))})
+  return info._replace(recipe=info.recipe._replace(
+      mix=losses.Mix(jnp.asarray(labels_b), jnp.float32(lam))))
 
 
-@pytest.mark.parametrize("name", losses.LOSSES)
+@pytest.mark.parametrize("name", LOSSES)
 def test_an_entry_reads_the_mix_exactly_when_it_says_so_and_then_uses_it(name):
-  """`Loss.reads_mix` is the one statement of whether a method trains on mixed batches
-  (`recipes.takes_mixup` derives from it). Each phase of every entry is traced given a mix: the
+  """`Method.reads_mix` is the one statement of whether a method trains on mixed batches
+  (`losses.takes_mixup` derives from it). Each phase of every entry is traced given a mix: the
   registry raises when the apply's reads disagree with the flag (an LfF marked reads_mix=True
   fails here). A mixup method's loss uses the mix: with partner labels y_b it is its plain loss on
   y at λ = 1 and on y_b at λ = 0."""
@@ -420,9 +452,9 @@ def test_an_entry_reads_the_mix_exactly_when_it_says_so_and_then_uses_it(name):
     info = step_info(epoch, 1, name=name)
     mixed, *_ = loss_fn(logits, features, labels, state, _with_mix(info, LABELS_B, LAM))
     assert np.isfinite(float(mixed)), (name, epoch)
-    if not recipes.takes_mixup(name):
+    if not losses.takes_mixup(name):
       continue
-    plain = info._replace(recipe={**info.recipe, "mix": None})
+    plain = info._replace(recipe=info.recipe._replace(mix=None))
     for lam, expected_labels in ((1.0, labels), (0.0, labels_b)):
       got, *_ = loss_fn(logits, features, labels, state, _with_mix(info, labels_b, lam))
       want, *_ = loss_fn(logits, features, expected_labels, state, plain)
@@ -431,17 +463,16 @@ def test_an_entry_reads_the_mix_exactly_when_it_says_so_and_then_uses_it(name):
 
 
 def test_a_flag_that_disagrees_with_the_loss_is_an_error_naming_the_entry(monkeypatch):
-  lff = losses.get("lff")
-  monkeypatch.setitem(losses.REGISTRY, "lff", lff.__class__(**{**lff.__dict__, "reads_mix": True}))
-  assert recipes.takes_mixup("lff")  # what the flag alone would let through
+  monkeypatch.setitem(losses.REGISTRY, "lff",
+                      dataclasses.replace(losses.get("lff"), reads_mix=True))
+  assert losses.takes_mixup("lff")  # what the flag alone would let through
   config = config_for("lff")
   logits, features, labels = batch()
-  with pytest.raises(ValueError, match="'lff' loss entry says reads_mix=True, but its apply does "
+  with pytest.raises(ValueError, match="'lff' loss entry says reads_mix=True, but its loss does "
                                        "not read"):
     losses.make_loss_fn(config)(logits, features, labels, init_state(config),
                                 _with_mix(step_info(0, 1), LABELS_B, LAM))
-  ce = losses.get("ce")
-  monkeypatch.setitem(losses.REGISTRY, "ce", ce.__class__(**{**ce.__dict__, "reads_mix": False}))
-  with pytest.raises(ValueError, match="'ce' loss entry says reads_mix=False, but its apply reads"):
+  monkeypatch.setitem(losses.REGISTRY, "ce", dataclasses.replace(losses.get("ce"), reads_mix=False))
+  with pytest.raises(ValueError, match="'ce' loss entry says reads_mix=False, but its loss reads"):
     losses.make_loss_fn(config_for("ce"))(logits, features, labels, init_state(config_for("ce")),
                                           step_info(0, 1))

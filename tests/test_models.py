@@ -1,11 +1,11 @@
-"""Tests for experiments/models/registry.py: parameter counts, output shapes, heads, BatchNorm state."""
+"""Tests for experiments/models (the networks by name, `zoo`): parameter counts, output shapes, heads, BatchNorm state."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.models import registry as models
+from experiments import models
 
 
 def init(model, shape, seed=0):

@@ -21,7 +21,7 @@ from experiments.configs import imagenet_lt
 from experiments.configs import imagenet_mr2
 from experiments.configs import inat2018
 from experiments.data import array_records
-from experiments.train import loop as train
+from experiments.train import loop
 from tests import checkpoints as checkpoint_files
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -101,14 +101,14 @@ def tiny(module, data_dir, **overrides):
 def test_config_runs_on_its_fixture_and_resumes_exactly(benchmarks, tmp_path, name, loss):
   config = tiny(CONFIGS[name], benchmarks, loss=loss)
   assert config.input_pipeline == "grain"
-  straight = train.train_and_evaluate(config, tmp_path / "straight", max_steps=3)
+  straight = loop.train_and_evaluate(config, tmp_path / "straight", max_steps=3)
   # 23 images, batch 8: 2 steps an epoch, so step 3 is in epoch 1 (the reweighting's).
   assert straight["steps"] == 3
   # ImageNet-LT's K is the benchmark's (1,000; the fixture fills four); the others' from the files.
   assert len(straight["per_class_accuracy"]) == (1000 if name == "imagenet_lt" else len(COUNTS))
   assert np.isfinite(straight["overall_accuracy"])
-  train.train_and_evaluate(config, tmp_path / "resumed", max_steps=1)
-  train.train_and_evaluate(config, tmp_path / "resumed", max_steps=3)
+  loop.train_and_evaluate(config, tmp_path / "resumed", max_steps=1)
+  loop.train_and_evaluate(config, tmp_path / "resumed", max_steps=3)
   (step_a, a), (step_b, b) = (checkpoint_files.restore_latest(tmp_path / "straight"),
                               checkpoint_files.restore_latest(tmp_path / "resumed"))
   assert step_a == step_b == 3
@@ -130,7 +130,7 @@ def test_cifar100_lt_runs_on_mock_tfds(tmp_path):
   assert (config.views, config.augmentation, config.schedule) == (3, "released", "milelr")
   config.milelr_switch_epoch = 1
   with tfds.testing.mock_data(num_examples=400):
-    summary = train.train_and_evaluate(config, tmp_path / "run", max_steps=2)
+    summary = loop.train_and_evaluate(config, tmp_path / "run", max_steps=2)
   assert summary["steps"] == 2 and len(summary["per_class_accuracy"]) == 100
 
 

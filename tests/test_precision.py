@@ -16,9 +16,9 @@ import pytest
 
 import mr2_jax
 import reweight_jax
-from experiments.train import config_validation
-from experiments.models import registry as models
-from experiments.train import loop as train
+from experiments.configs import default
+from experiments import models
+from experiments.train import loop
 from experiments.train import train_state
 from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
@@ -102,7 +102,7 @@ def test_compute_dtype_is_validated_as_a_choice():
   assert config.compute_dtype == "float32"
   config.compute_dtype = "float16"
   with pytest.raises(ConfigError, match="config.compute_dtype"):
-    config_validation.validate_config(config)
+    default.validate(config)
 
 
 def _losses_and_stats(model, variables, images, labels):
@@ -168,7 +168,7 @@ def test_bf16_trainer_run_finishes_with_a_finite_summary(tmp_path):
   config.num_epochs = 2
   config.progress_bar = False
   config.nc_metrics = False  # its passes read the same float32 features; their compiles are 1/3
-  summary = train.train_and_evaluate(config, tmp_path, max_steps=3)
+  summary = loop.train_and_evaluate(config, tmp_path, max_steps=3)
   assert summary["steps"] == 3
   numbers = _numbers(summary)
   assert numbers and all(math.isfinite(x) for x in numbers), summary

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from safetensors import numpy as safetensors_numpy
 
-from experiments.models import registry as models
-from experiments.train import loop as train
+from experiments import models
+from experiments.train import loop
 from experiments.train import train_state
 from experiments.common.errors import ConfigError
-from experiments.train.config_validation import validate_config
+from experiments.configs import default
 from experiments.configs import imagenet_vit_finetune
 from experiments.configs import imagenet_vit_probe
 from experiments.models.pretrained import torch_state_dict as tsd
@@ -81,7 +81,7 @@ def test_bad_weights_are_refused_naming_the_field(tmp_path):
   config = imagenet_vit_finetune.get_config()
   config.pretrained, config.frozen_encoder_from = str(path), str(path)
   with pytest.raises(ConfigError, match="not both"):
-    validate_config(config)
+    default.validate(config)
 
 
 @pytest.mark.slow  # ≈ 3 min on 2 cores: ViT-B/16 at 224 px, a random 86 M-parameter timm file
@@ -95,11 +95,11 @@ def test_vit_b16_probe_and_fine_tuning_configs_run_from_a_weight_file(tmp_path):
                data_dir=str(root))
   probe = imagenet_vit_probe.get_config()
   probe.update(dict(small, frozen_encoder_from=str(path)))
-  train.train_and_evaluate(probe, tmp_path / "probe", max_steps=1)
+  loop.train_and_evaluate(probe, tmp_path / "probe", max_steps=1)
   fine = imagenet_vit_finetune.get_config()
   # A tiny step: the random 12-layer file's gradients are large, and the test is where it started.
   fine.update(dict(small, pretrained=str(path), learning_rate=1e-9))
-  train.train_and_evaluate(fine, tmp_path / "fine", max_steps=1)
+  loop.train_and_evaluate(fine, tmp_path / "fine", max_steps=1)
   model = train_state.base_model(probe, 4)
   loaded = weights.encoder_variables(path, "vit_b16", model, "pretrained")["params"]
   probed = checkpoint_files.restore_latest(tmp_path / "probe")[1]["params"]

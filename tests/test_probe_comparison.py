@@ -16,11 +16,11 @@ from experiments.probe import adapter
 from experiments.probe import lff
 from experiments.probe import linear_head as lp
 from experiments.studies import probe_comparison as pc
-from experiments.studies import probe_comparison_methods as methods
+from experiments.studies import probe_comparison_methods
 from tests.reference import numpy_fairdro as ref_fairdro
 
 N, D = 320, 12
-RECIPE = lp.Recipe(learning_rate=0.05, epochs=2, batch_size=32)
+RECIPE = lp.ProbeSchedule(learning_rate=0.05, epochs=2, batch_size=32)
 
 
 def synthetic(seed=0):
@@ -34,15 +34,15 @@ def synthetic(seed=0):
 # EQL (the per-step rng) in the default run; every other method has its own test below or is a
 # registry entry tested in test_losses.py, so the sweep over all of them is slow.
 @pytest.mark.parametrize("name", [name if name == "eql" else pytest.param(name, marks=pytest.mark.slow)
-                                  for name in methods.METHODS])
+                                  for name in probe_comparison_methods.METHODS])
 def test_every_method_trains_with_each_candidate_shape(name):
   features, labels = synthetic()
-  params = methods.METHODS[name].candidates()[-1]
+  params = probe_comparison_methods.METHODS[name].candidates()[-1]
   flipped = features + 0.1 * np.random.default_rng(1).normal(size=features.shape).astype(np.float32)
-  head, epoch_losses, _ = methods.train_method(name, params, features, labels, RECIPE, seed=0,
+  head, epoch_losses, _ = probe_comparison_methods.train_method(name, params, features, labels, RECIPE, seed=0,
                                                flipped=flipped)
   assert len(epoch_losses) == RECIPE.epochs and np.all(np.isfinite(epoch_losses))
-  accuracy = methods.class_accuracy(name, head, features, labels)
+  accuracy = probe_comparison_methods.class_accuracy(name, head, features, labels)
   assert np.mean(accuracy) > 0.3, name  # learnt something (chance is 0.1)
 
 
@@ -57,7 +57,7 @@ def test_jtt_stage_two_reads_each_error_example_one_plus_upweight_times(monkeypa
     return real_train(method, f, y, recipe, seed, num_classes, epoch_order)
 
   monkeypatch.setattr(lp, "train_probe", recording)
-  _, _, record = methods.train_method("jtt", {"jtt.stage1_epochs": 1, "jtt.upweight": 3},
+  _, _, record = probe_comparison_methods.train_method("jtt", {"jtt.stage1_epochs": 1, "jtt.upweight": 3},
                                       features, labels, RECIPE, seed=0)
   stage1, _ = real_train("erm", features, labels, RECIPE._replace(epochs=1), 0)
   errors = np.argmax(np.asarray(lp.logits_of(stage1.params, jnp.asarray(features))), 1) != labels
@@ -106,7 +106,7 @@ def test_fairdro_q_follows_the_epoch_end_passes(monkeypatch):
 
   monkeypatch.setattr(lp, "class_loss_sums", recording)
   recipe = RECIPE._replace(epochs=3)
-  state, _ = lp.train_probe(methods.loss_key(methods.METHODS["fairdro"], {"fairdro.rho": 0.5}),
+  state, _ = lp.train_probe(probe_comparison_methods.loss_key(probe_comparison_methods.METHODS["fairdro"], {"fairdro.rho": 0.5}),
                             features, labels, recipe, seed=0)
   assert len(heads) == recipe.epochs
   q = np.full(lp.NUM_CLASSES, 1.0 / lp.NUM_CLASSES)
@@ -132,12 +132,12 @@ def test_tune_scores_on_validation_and_records_the_choice(monkeypatch, tmp_path)
     return real_accuracy(params, f, y)
 
   monkeypatch.setattr(lp, "class_accuracy", recording)
-  record = methods.tune(features, labels, RECIPE, ["erm", "focal"], seeds=(0,),
+  record = probe_comparison_methods.tune(features, labels, RECIPE, ["erm", "focal"], seeds=(0,),
                         log=lambda *_: None)
-  held_out = stratified_holdout(labels, lp.NUM_CLASSES, methods.VALIDATION_FRACTION, seed=0)[1]
+  held_out = stratified_holdout(labels, lp.NUM_CLASSES, probe_comparison_methods.VALIDATION_FRACTION, seed=0)[1]
   assert set(scored) == {len(held_out)}  # every score on the held-out rows, never training rows
   focal = record["methods"]["focal"]
-  assert len(focal["candidates"]) == len(methods.METHODS["focal"].candidates())
+  assert len(focal["candidates"]) == len(probe_comparison_methods.METHODS["focal"].candidates())
   best = max(focal["candidates"], key=lambda c: (c["val_worst_class"], c["val_mean_class"]))
   assert focal["chosen"] == best["params"]
   assert record["methods"]["erm"]["chosen"] == {}
@@ -199,4 +199,4 @@ def test_jtt_entry_trains_only_on_given_epochs():
   """The 'jtt' entry's recipe samples its epochs: the probe refuses it without `epoch_order`."""
   features, labels = synthetic()
   with pytest.raises(ValueError, match="pass epoch_order"):
-    lp.train_probe(("jtt", (("jtt.stage1", methods.JTT_STAGE1),)), features, labels, RECIPE, 0)
+    lp.train_probe(("jtt", (("jtt.stage1", probe_comparison_methods.JTT_STAGE1),)), features, labels, RECIPE, 0)

@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) of every training loss: each entry of the loss registry
-(`experiments.losses.registry.LOSSES`, MR2 also in its released form, its ablations λ = 0 and uniform margin and
+(`experiments.losses.REGISTRY`, MR2 also in its released form, its ablations λ = 0 and uniform margin and
 with the tiled representation margin forced; inverse reweighting with and without stop-gradient),
 `mr2_jax.mr2_loss` with `where`, `reweight_jax.inverse_reweighted_loss` and the baselines' `where`
 handling. Inputs: tests/strategies.py; profiles: tests/conftest.py.
@@ -48,9 +48,9 @@ from jax.sharding import PartitionSpec as P
 
 import mr2_jax
 import reweight_jax
-from experiments.losses import registry as losses
-from experiments.train import recipes
+from experiments import losses
 from experiments.configs import default
+from experiments.methods.mr2 import mr2_kwargs
 from mr2_jax import representation_margin_forms
 from tests import strategies as S
 from tests.reference import numpy_comparisons as ref_cmp
@@ -105,29 +105,35 @@ def config_for(variant: str) -> ml_collections.ConfigDict:
   for field, value in overrides.items():
     head, tail = field.split(".")
     config[head][tail] = value
-  losses.validate(config)
+  default.validate_method(config)
   return config
 
 
 # Entries whose step is another entry's function (JTT trains by ERM on an edited training set: its
 # step is CE's; the sampler is tested in tests/test_stage1.py).
 SAME_STEP_AS = {"jtt": "ce"}
-# Entries that read model outputs of their recipe's wrapper (`recipes.Recipe.model`): SupCon's projection, LfF's
+# Entries that read model outputs of their recipe's wrapper (`Recipe.model`): SupCon's projection, LfF's
 # biased logits, ETF-DR's fixed ETF, GLMC's heads. Their library functions are checked against the
 # float64 references with the same properties — (a)–(f) for SupCon and LfF in
 # tests/test_properties_comparisons.py, hypothesis properties in tests/test_reweight_etf_dr.py and
 # tests/test_reweight_glmc.py — and their registry steps in tests/test_losses.py.
 MODEL_OUTPUT_ENTRIES = {"supcon", "lff", "etf_dr", "etf_dr+inverse_reweight", "glmc",
                         "glmc+inverse_reweight"}
+# The inverse reweighting around the other methods with a per-example loss: its weighting is the
+# 'inverse_reweight' variants' (the same function, `experiments.methods.inverse_reweight`), the
+# rows the wrapped method's; each entry is checked against the float64 references in
+# tests/test_losses.py.
+WRAPPED_ENTRIES = {f"{base}+inverse_reweight" for base in
+                   ("balanced_softmax", "eql", "focal", "jtt", "ldam", "logit_adjust")}
 
 
 def test_every_loss_is_tested():
   for name, same in SAME_STEP_AS.items():
-    assert losses.get(name).apply is losses.get(same).apply and not losses.get(name).state, name
-  assert MODEL_OUTPUT_ENTRIES == {n for n in losses.LOSSES
-                                  if recipes.method_recipe(n).model is not None}
+    assert losses.get(name).loss is losses.get(same).loss and not losses.get(name).state, name
+  assert MODEL_OUTPUT_ENTRIES == {n for n in losses.REGISTRY
+                                  if losses.get(n).recipe.model is not None}
   assert ({loss for loss, _ in VARIANTS.values()} | set(SAME_STEP_AS) | MODEL_OUTPUT_ENTRIES
-          == set(losses.LOSSES))
+          | WRAPPED_ENTRIES == set(losses.REGISTRY))
 
 
 def patched(variant):
@@ -757,7 +763,7 @@ def mr2_config(form):
 
 
 def _mr2_objective(config, stats, where_all, axis_name=None, rows=None):
-  kwargs = losses.mr2_kwargs(config.mr2)
+  kwargs = mr2_kwargs(config.mr2)
 
   def objective(logits, features, labels, where):
     if rows is not None:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from experiments.report import seed_stats as reporting
+from experiments.report import seed_stats
 
 
 def _sample_std(values):
@@ -16,7 +16,7 @@ def _sample_std(values):
 
 def test_mean_std_is_the_sample_std():
   values = [0.31, 0.29, 0.335, 0.302, 0.288]
-  mean, std = reporting.mean_std(values)
+  mean, std = seed_stats.mean_std(values)
   assert mean == pytest.approx(sum(values) / 5, rel=1e-15)
   assert std == pytest.approx(_sample_std(values), rel=1e-14)
   assert std == pytest.approx(np.std(values) * math.sqrt(5 / 4), rel=1e-14)  # vs the old ddof = 0
@@ -24,25 +24,25 @@ def test_mean_std_is_the_sample_std():
 
 
 def test_a_single_seed_has_no_std_and_prints_na():
-  mean, std = reporting.mean_std([0.42])
+  mean, std = seed_stats.mean_std([0.42])
   assert mean == 0.42 and math.isnan(std)
-  assert reporting.percent_cell((mean, std)) == "42.0 ± n/a"
-  assert reporting.spread(1) == "mean ± sample std (ddof = 1) over 1 seed"
-  per_class_mean, per_class_std = reporting.mean_std_arrays([[0.5, 0.25]])
+  assert seed_stats.percent_cell((mean, std)) == "42.0 ± n/a"
+  assert seed_stats.spread(1) == "mean ± sample std (ddof = 1) over 1 seed"
+  per_class_mean, per_class_std = seed_stats.mean_std_arrays([[0.5, 0.25]])
   np.testing.assert_array_equal(per_class_mean, [0.5, 0.25])
   assert np.isnan(per_class_std).all()
-  assert reporting.error_bars(per_class_std) is None
-  delta = reporting.paired_delta({3: 0.5}, {3: 0.4})
+  assert seed_stats.error_bars(per_class_std) is None
+  delta = seed_stats.paired_delta({3: 0.5}, {3: 0.4})
   assert delta.mean == pytest.approx(0.1) and math.isnan(delta.std)
   assert (delta.ahead, delta.paired) == (1, 1)
-  assert reporting.delta_cell(delta) == "+10.0 ± n/a (1/1)"
+  assert seed_stats.delta_cell(delta) == "+10.0 ± n/a (1/1)"
   with pytest.raises(ValueError):
-    reporting.mean_std([])
+    seed_stats.mean_std([])
 
 
 def test_per_class_arrays_are_the_sample_std_over_seeds():
   rows = np.array([[0.9, 0.1, 0.5], [0.8, 0.2, 0.5], [0.95, 0.0, 0.5]])
-  mean, std = reporting.mean_std_arrays(rows)
+  mean, std = seed_stats.mean_std_arrays(rows)
   np.testing.assert_allclose(mean, rows.sum(0) / 3, rtol=1e-15)
   np.testing.assert_allclose(std, [_sample_std(rows[:, k]) for k in range(3)], rtol=1e-14)
   assert std[2] == 0.0
@@ -52,7 +52,7 @@ def test_per_class_arrays_are_the_sample_std_over_seeds():
 def test_paired_delta_over_the_common_seeds_ties_are_not_ahead():
   method = {0: 0.50, 1: 0.40, 2: 0.70, 3: 0.33, 5: 0.9}  # seed 5: no reference run
   reference = {0: 0.45, 1: 0.40, 2: 0.60, 3: 0.35, 4: 0.1}  # seed 4: no method run; seed 1 a tie
-  delta = reporting.paired_delta(method, reference)
+  delta = seed_stats.paired_delta(method, reference)
   by_hand = [0.50 - 0.45, 0.40 - 0.40, 0.70 - 0.60, 0.33 - 0.35]  # seeds 0-3
   assert delta.mean == pytest.approx(sum(by_hand) / 4, rel=1e-14)
   assert delta.std == pytest.approx(_sample_std(by_hand), rel=1e-14)
@@ -60,7 +60,7 @@ def test_paired_delta_over_the_common_seeds_ties_are_not_ahead():
   assert delta.paired == 4
   assert list(delta) == [delta.mean, delta.std, 2, 4]  # stored as a JSON list
   with pytest.raises(ValueError, match="common seed"):
-    reporting.paired_delta({0: 1.0}, {1: 1.0})
+    seed_stats.paired_delta({0: 1.0}, {1: 1.0})
 
 
 def test_metric_spreads_and_deltas_are_mean_std_and_paired_delta_per_metric():
@@ -69,32 +69,32 @@ def test_metric_spreads_and_deltas_are_mean_std_and_paired_delta_per_metric():
   an empty group (NaN) stays NaN, never ahead."""
   method = {0: {"overall": 0.5, "few": math.nan}, 1: {"overall": 0.7, "few": math.nan}}
   reference = {1: {"overall": 0.6, "few": math.nan}, 0: {"overall": 0.5, "few": math.nan}}
-  spreads = reporting.metric_spreads(method)
+  spreads = seed_stats.metric_spreads(method)
   assert list(spreads) == ["overall", "few"]
-  assert spreads["overall"] == reporting.mean_std([0.5, 0.7])
+  assert spreads["overall"] == seed_stats.mean_std([0.5, 0.7])
   assert all(math.isnan(v) for v in spreads["few"])
-  deltas = reporting.metric_deltas(method, reference)
-  assert deltas["overall"] == reporting.paired_delta({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.6})
+  deltas = seed_stats.metric_deltas(method, reference)
+  assert deltas["overall"] == seed_stats.paired_delta({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.6})
   assert math.isnan(deltas["few"].mean) and deltas["few"][2:] == (0, 2)
 
 
 def test_markdown_table_lines():
-  assert reporting.markdown_table(["method", "a", "b"], [["ce", "1", "2"], ["mr2", "3", "4"]]) == [
+  assert seed_stats.markdown_table(["method", "a", "b"], [["ce", "1", "2"], ["mr2", "3", "4"]]) == [
       "| method | a | b |", "|---|---|---|", "| ce | 1 | 2 |", "| mr2 | 3 | 4 |"]
-  assert reporting.markdown_table(["method"], iter([])) == ["| method |", "|---|"]
+  assert seed_stats.markdown_table(["method"], iter([])) == ["| method |", "|---|"]
 
 
 def test_cells_and_headers():
-  assert reporting.percent_cell((0.3039, 0.00969)) == "30.4 ± 1.0"
-  assert reporting.percent_cell((0.3039, 0.00969), digits=2) == "30.39 ± 0.97"
-  assert reporting.cell(13.57, 3.238, fmt=".3g", std_fmt=".2g") == "13.6 ± 3.2"
-  assert reporting.cell(float("nan"), float("nan")) == "n/a"  # an empty group over seeds
-  assert reporting.cell(None, None) == "n/a"  # an empty group in one run's summary (JSON null)
-  assert reporting.delta_cell([0.016, 0.0031, 5, 5]) == "+1.6 ± 0.3 (5/5)"
-  assert reporting.delta_cell([-6.25, 0.65, 0, 10], scale=1.0, digits=2) == "-6.25 ± 0.65 (0/10)"
-  assert reporting.spread(5) == "mean ± sample std (ddof = 1) over 5 seeds"
-  assert reporting.spread([3, 5, 3]) == "mean ± sample std (ddof = 1) over 3–5 seeds"
-  assert "sample std (ddof = 1)" in reporting.PAIRED and "a tie is not ahead" in reporting.PAIRED
+  assert seed_stats.percent_cell((0.3039, 0.00969)) == "30.4 ± 1.0"
+  assert seed_stats.percent_cell((0.3039, 0.00969), digits=2) == "30.39 ± 0.97"
+  assert seed_stats.cell(13.57, 3.238, fmt=".3g", std_fmt=".2g") == "13.6 ± 3.2"
+  assert seed_stats.cell(float("nan"), float("nan")) == "n/a"  # an empty group over seeds
+  assert seed_stats.cell(None, None) == "n/a"  # an empty group in one run's summary (JSON null)
+  assert seed_stats.delta_cell([0.016, 0.0031, 5, 5]) == "+1.6 ± 0.3 (5/5)"
+  assert seed_stats.delta_cell([-6.25, 0.65, 0, 10], scale=1.0, digits=2) == "-6.25 ± 0.65 (0/10)"
+  assert seed_stats.spread(5) == "mean ± sample std (ddof = 1) over 5 seeds"
+  assert seed_stats.spread([3, 5, 3]) == "mean ± sample std (ddof = 1) over 3–5 seeds"
+  assert "sample std (ddof = 1)" in seed_stats.PAIRED and "a tie is not ahead" in seed_stats.PAIRED
 
 
 def test_export_runs_is_the_inverse_of_link_runs(tmp_path):

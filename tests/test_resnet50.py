@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.models import registry as models
+from experiments import models
 from experiments.models.pretrained import torch_state_dict as tsd
 from experiments.models.resnet50 import ResNet50
 

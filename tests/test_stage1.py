@@ -1,4 +1,4 @@
-"""JTT end to end (experiments/train/jtt_error_set.py, losses 'jtt'): the error set of a finished stage-1 ERM run,
+"""JTT end to end (experiments/methods/jtt.py, the 'jtt' method): the error set of a finished stage-1 ERM run,
 recomputed here from its logits with NumPy, is what the 'jtt' run up-samples (summary counts, the
 sampler's per-position counts, the longer epoch); and the configs JTT refuses."""
 
@@ -13,9 +13,9 @@ from experiments.configs import digits_lt
 from experiments.data import batches
 from experiments.data import loading
 from experiments.data import long_tail
-from experiments.losses import registry as losses
-from experiments.train import jtt_error_set
-from experiments.train import loop as train
+from experiments.configs import default
+from experiments.methods import jtt
+from experiments.train import loop
 from experiments.train import run_features
 
 UPWEIGHT = 3
@@ -54,7 +54,7 @@ def stage1(tmp_path_factory):
   """A finished 2-epoch CE run and its error set, computed here: argmax of its eval-mode training
   logits (read with diagnose) against the labels of the training set rebuilt in this file."""
   workdir = tmp_path_factory.mktemp("jtt") / "stage1"
-  train.train_and_evaluate(tiny_config("ce"), workdir)
+  loop.train_and_evaluate(tiny_config("ce"), workdir)
   train_split = digits_train()
   features = run_features.features_from_workdir(workdir, "train")
   np.testing.assert_array_equal(features.labels, train_split.labels)
@@ -72,7 +72,7 @@ def test_jtt_upsamples_the_stage1_error_set(stage1, tmp_path):
   n, size = len(train_split), int(errors.sum())
   assert 0 < size < n  # a useful check: neither no error nor every example
   config = jtt_config(workdir)
-  summary = train.train_and_evaluate(config, tmp_path / "jtt", max_steps=JTT_STEPS)
+  summary = loop.train_and_evaluate(config, tmp_path / "jtt", max_steps=JTT_STEPS)
   assert summary["jtt_stage1"] == str(workdir)
   assert summary["jtt_error_set_size"] == size
   assert summary["jtt_error_set_per_class"] == np.bincount(train_split.labels[errors],
@@ -85,7 +85,7 @@ def test_jtt_upsamples_the_stage1_error_set(stage1, tmp_path):
   saved = json.loads((tmp_path / "jtt" / "summary.json").read_text())
   assert saved["jtt_error_set_size"] == size and saved["jtt_epoch_length"] == n + UPWEIGHT * size
 
-  sample, record = jtt_error_set.upsampled_epoch(config, train_split)
+  sample, record = jtt.upsampled_epoch(config, train_split, run_features.read_run(config, train_split))
   assert record["jtt_error_set_size"] == size
   np.testing.assert_array_equal(np.bincount(sample, minlength=n), 1 + UPWEIGHT * errors)
   assert len(sample) == n + UPWEIGHT * size
@@ -100,7 +100,7 @@ def test_jtt_upsamples_the_stage1_error_set(stage1, tmp_path):
   record_path.write_text(json.dumps({**recorded, "jtt_stage1_step": 1}))
   with pytest.raises(ConfigError,
                      match=r"from a different run \(.*: fields jtt_stage1_step \(1 there, "):
-    train.train_and_evaluate(config, tmp_path / "jtt", max_steps=JTT_STEPS + 1)
+    loop.train_and_evaluate(config, tmp_path / "jtt", max_steps=JTT_STEPS + 1)
 
 
 def test_jtt_with_upweight_0_is_one_permutation_of_the_training_set(stage1):
@@ -108,7 +108,7 @@ def test_jtt_with_upweight_0_is_one_permutation_of_the_training_set(stage1):
   workdir, train_split, errors = stage1
   config = jtt_config(workdir)
   config.jtt.upweight = 0
-  sample, record = jtt_error_set.upsampled_epoch(config, train_split)
+  sample, record = jtt.upsampled_epoch(config, train_split, run_features.read_run(config, train_split))
   np.testing.assert_array_equal(np.sort(sample), np.arange(len(train_split)))
   assert record["jtt_error_set_size"] == int(errors.sum())
   assert record["jtt_epoch_length"] == len(train_split)
@@ -117,7 +117,7 @@ def test_jtt_with_upweight_0_is_one_permutation_of_the_training_set(stage1):
 def test_jtt_refuses_a_config_without_its_stage1_run(tmp_path):
   config = tiny_config("jtt")
   with pytest.raises(ConfigError, match="needs the workdir of its stage-1 ERM run"):
-    train.train_and_evaluate(config, tmp_path / "run")
+    loop.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()
 
 
@@ -128,10 +128,10 @@ def test_jtt_refuses_a_non_integer_upweight(stage1, tmp_path):
   config = tiny_config("jtt")
   config.jtt = ml_collections.ConfigDict({"stage1": str(workdir), "upweight": 2.5})
   with pytest.raises(ConfigError, match=r"config\.jtt\.upweight: .*must be an integer"):
-    train.train_and_evaluate(config, tmp_path / "run")
+    loop.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()
   config.jtt = ml_collections.ConfigDict({"stage1": str(workdir), "upweight": 3.0})
-  losses.validate(config)
+  default.validate_method(config)
 
 
 @pytest.mark.parametrize("field, value", [
@@ -144,13 +144,13 @@ def test_jtt_refuses_a_stage1_run_on_another_training_set(stage1, tmp_path, fiel
   config = jtt_config(workdir, **{field: value})
   with pytest.raises(ConfigError, match=rf"config\.jtt\.stage1: .* config \(fields {field} \("):
     if field == "dataset":
-      jtt_error_set.upsampled_epoch(config, train_split)
+      jtt.upsampled_epoch(config, train_split, run_features.read_run(config, train_split))
     else:
-      train.train_and_evaluate(config, tmp_path / "run")
+      loop.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()
 
 
 def test_jtt_refuses_a_stage1_workdir_that_is_not_a_run(tmp_path):
   config = jtt_config(tmp_path / "nothing")
   with pytest.raises(ConfigError, match="holds no config.json of a run"):
-    train.train_and_evaluate(config, tmp_path / "run")
+    loop.train_and_evaluate(config, tmp_path / "run")

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments.report import run_tables as evaluate
+from experiments.report import run_tables
 from experiments.report import sweep_table
 from tests.test_experiments_evaluate import _write_run
 
@@ -17,7 +17,7 @@ def _report(root, accuracies):
     for seed, acc in enumerate(per_seed):
       _write_run(root / name / f"seed{seed}", seed, acc, history=False)
       runs[name].append(root / name / f"seed{seed}")
-  evaluate.write_report(runs, "ce", root / "report")
+  run_tables.write_report(runs, "ce", root / "report")
   return root / "report"
 
 

@@ -24,9 +24,10 @@ from experiments.configs import digits_lt
 from experiments.data import batches as batches_lib
 from experiments.data import loading
 from experiments.data import long_tail
-from experiments.losses import registry as losses
-from experiments.models import registry as models
-from experiments.train import loop as train
+from experiments import losses
+from experiments import models
+from experiments.train import loop
+from experiments.methods import glmc
 from experiments.train import recipes
 from experiments.train import runners
 from experiments.train import steps
@@ -114,7 +115,7 @@ DEFAULT_LOSSES = ("ce", "mr2+inverse_reweight")
 
 @pytest.mark.parametrize("loss", [
     loss if loss in DEFAULT_LOSSES else pytest.param(loss, marks=pytest.mark.slow)
-    for loss in losses.LOSSES])
+    for loss in losses.REGISTRY])
 def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(loss):
   assert jax.local_device_count() == NUM_DEVICES
   modes = [("none", 1), ("jit", NUM_DEVICES), ("pmap", NUM_DEVICES), ("shard_map", NUM_DEVICES)]
@@ -178,7 +179,7 @@ def _fairdro_one_epoch(tmp_path):
   config = tiny_config("fairdro")
   config.fairdro.rho = 0.3
   steps_per_epoch = batches_lib.steps_per_epoch(digits_train(), config.batch_size)
-  summary = train.train_and_evaluate(config, tmp_path / "one", max_steps=steps_per_epoch)
+  summary = loop.train_and_evaluate(config, tmp_path / "one", max_steps=steps_per_epoch)
   class_loss = np.asarray(summary["train_class_loss"], np.float64)
   q_star = ref_fairdro.best_response(class_loss, 0.3, present=np.isfinite(class_loss))
   np.testing.assert_allclose(summary["fairdro_q"], q_star, rtol=2e-4, atol=2e-5)
@@ -198,7 +199,7 @@ def test_fairdro_q_after_two_epochs_is_the_smoothed_update(tmp_path):
   """… and after two epochs the smoothed update of it (the hook gets the finished epoch's index)."""
   from tests.reference import numpy_fairdro as ref_fairdro
   config, steps_per_epoch, summary = _fairdro_one_epoch(tmp_path)
-  two = train.train_and_evaluate(config, tmp_path / "two", max_steps=2 * steps_per_epoch)
+  two = loop.train_and_evaluate(config, tmp_path / "two", max_steps=2 * steps_per_epoch)
   class_loss = np.asarray(two["train_class_loss"], np.float64)
   q_star = ref_fairdro.best_response(class_loss, 0.3, present=np.isfinite(class_loss))
   # q after epoch 1 is not in the summary of run two; its own epoch-0 q is run one's (same seed).
@@ -209,7 +210,7 @@ def test_fairdro_q_after_two_epochs_is_the_smoothed_update(tmp_path):
 def test_train_and_evaluate_writes_summary_metrics_and_history(tmp_path):
   config = tiny_config("mr2+inverse_reweight")
   config.log_every_steps = 5
-  summary = train.train_and_evaluate(config, tmp_path, max_steps=10)
+  summary = loop.train_and_evaluate(config, tmp_path, max_steps=10)
   assert summary["steps"] == 10
   saved = json.loads((tmp_path / "summary.json").read_text())
   assert saved["overall_accuracy"] == summary["overall_accuracy"]
@@ -228,7 +229,7 @@ def test_class_loss_every_epochs_logs_training_set_class_loss_rho_and_nc(tmp_pat
   config.num_epochs = 2
   config.class_loss_every_epochs = 1
   config.nc_metrics = True
-  summary = train.train_and_evaluate(config, tmp_path)
+  summary = loop.train_and_evaluate(config, tmp_path)
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   rho_records = [r for r in records if "train_rho" in r]
   assert [r["epoch"] for r in rho_records] == [1.0, 2.0]
@@ -254,7 +255,7 @@ def test_evaluation_counts_every_test_example_in_a_relative_workdir(tmp_path, mo
   config.eval_batch_size = 64  # 599 test examples: the last batch is padded
   config.nc_metrics = False
   monkeypatch.chdir(tmp_path)
-  train.train_and_evaluate(config, "relative/run", max_steps=2)
+  loop.train_and_evaluate(config, "relative/run", max_steps=2)
   tmp_path = tmp_path / "relative" / "run"
   assert (tmp_path / "checkpoints" / "2").is_dir()
   train_split, _, test_split = loading.load_data(config)
@@ -399,7 +400,7 @@ def test_glmc_paired_batches_are_one_global_draw_mixed_as_the_spec_says():
   config = tiny_config("glmc")
   config.glmc.r = 0.5
   recipe = recipes.of(config)
-  assert (recipe.pair, recipe.mix, recipe.views) == (recipes.glmc_pair, recipes.glmc_mix, 2)
+  assert (recipe.pair, recipe.mix, recipe.views) == (glmc.glmc_pair, glmc.glmc_mix, 2)
   draw = recipe.pair(config, split)
   kwargs = dict(seed=3, epoch=2, augment=True, views=2, pair=draw)
   whole = list(batches_lib.train_batches(split, 32, **kwargs))[:3]
@@ -415,7 +416,7 @@ def test_glmc_paired_batches_are_one_global_draw_mixed_as_the_spec_says():
       assert {part[b][key][0].tobytes() for part in parts} == {batch[key][0].tobytes()}
       assert np.all(batch[key] == batch[key][0])
   batch = whole[0]
-  mixed, (labels_b, lam) = jax.jit(recipes.glmc_mix)(batch)
+  mixed, (labels_b, lam) = jax.jit(glmc.glmc_mix)(batch)
   lam, (y0, y1, x0, x1) = float(lam), batch["box"][0]
   np.testing.assert_allclose(mixed[:, 0], lam * batch["image"][:, 0]
                              + (1 - lam) * batch["image_b"][:, 0], rtol=1e-6, atol=1e-6)
@@ -495,16 +496,16 @@ def test_a_run_written_before_new_config_fields_resumes_and_a_changed_one_does_n
   config = tiny_config("ce")
   config.num_epochs = 2
   workdir = tmp_path / "run"
-  train.train_and_evaluate(config, workdir, max_steps=2)
+  loop.train_and_evaluate(config, workdir, max_steps=2)
   saved = json.loads((workdir / "config.json").read_text())
   for field in ("compute_dtype", "glmc", "views"):
     del saved[field]
   (workdir / "config.json").write_text(json.dumps(saved))
-  assert train.train_and_evaluate(config, workdir, max_steps=3)["steps"] == 3
+  assert loop.train_and_evaluate(config, workdir, max_steps=3)["steps"] == 3
   config.views = 2
   with pytest.raises(ConfigError,
                      match=r"different config \(fields views \(1 there, 2 here\)\); its checkpoint"):
-    train.train_and_evaluate(config, workdir, max_steps=4)
+    loop.train_and_evaluate(config, workdir, max_steps=4)
 
 
 def test_trainer_milelr_schedule_is_the_library_one():

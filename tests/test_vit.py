@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mr2_jax
-from experiments.models import registry as models
+from experiments import models
 from experiments.models.pretrained import torch_state_dict as tsd
 from experiments.models.vit import ViT
 from experiments.models.vit import ViTB16

@@ -19,8 +19,8 @@ import sys
 import numpy as np
 import jax
 import jax.numpy as jnp
-from experiments.losses import registry as losses
-from experiments.models import registry as models
+from experiments import losses
+from experiments import models
 from experiments.train import steps
 from experiments.train import train_state
 from experiments.configs import digits_lt

@@ -1,10 +1,11 @@
 """One page per entry of the harness's loss registry, written from the registry at build time.
 
 Everything on a page is read from the code, so the pages cannot drift from it:
-`experiments.losses.registry.REGISTRY` (the entry: its config sub-trees, state, start, before entry, trainer
-hooks), `experiments.losses.registry.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
+`experiments.losses.REGISTRY` (the entry, a `Method` declared in one module of
+`experiments/methods/`: its config sub-trees, state, start, before entry, recipe),
+`experiments.losses.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
 (defaults), the shipped configs (which select the entry), and the docstrings of the library
-functions the entry's step calls (found in the code objects of its `apply`), whose summary,
+functions the entry's step calls (found in the code objects of its `loss`), whose summary,
 equation and argument descriptions are quoted.
 """
 
@@ -36,7 +37,10 @@ def _indent(text: str, by: str = "   ") -> str:
   return "\n".join(by + line if line.strip() else "" for line in text.splitlines())
 
 
-def _called_names(fn, module, seen=None) -> dict[str, None]:
+METHODS_PACKAGE = "experiments.methods"
+
+
+def _called_names(fn, seen=None) -> dict[str, None]:
   """Global and attribute names the function (its nested code, closures and the module's helpers
   it calls) refers to, in order of first reference."""
   seen = {} if seen is None else seen
@@ -48,25 +52,25 @@ def _called_names(fn, module, seen=None) -> dict[str, None]:
     code = codes.pop(0)
     for name in code.co_names:
       seen.setdefault(name, None)
-      # The entry's helpers live beside it, in the modules of the registry's package.
+      # The entry's helpers live beside it, in the modules of the methods package.
       helper = fn.__globals__.get(name)
       if (isinstance(helper, types.FunctionType)
-          and helper.__module__.rpartition(".")[0] == module.__name__.rpartition(".")[0]):
-        _called_names(helper, module, seen)
+          and helper.__module__.rpartition(".")[0] == METHODS_PACKAGE):
+        _called_names(helper, seen)
     codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
   for cell in fn.__closure__ or ():
     try:
-      _called_names(cell.cell_contents, module, seen)
+      _called_names(cell.cell_contents, seen)
     except ValueError:  # an empty cell
       pass
   return seen
 
 
-def library_functions(entry, losses) -> list[tuple[str, object]]:
+def library_functions(entry) -> list[tuple[str, object]]:
   """(qualified name, object) of the public library functions the entry's step calls."""
   import mr2_jax
   import reweight_jax
-  names = _called_names(entry.apply, losses)
+  names = _called_names(entry.loss)
   found = []
   for name in names:
     if name == "__ids__":
@@ -156,12 +160,34 @@ def _summary_line(module) -> str:
   return _SPEC.sub("", first)
 
 
-def entry_page(name, entry, losses, defaults, configs) -> str:
+def declared_in(losses) -> dict[str, list[str]]:
+  """Entry name → the files of `experiments/methods/` that declare it (a wrapped entry: the
+  method's and the wrapper's)."""
+  registry = importlib.import_module("experiments.losses.registry")
+  modules = registry.method_modules()
+  path = {m: f"experiments/methods/{m.__name__.rpartition('.')[2]}.py" for m in modules}
+  own = {method.name: path[m] for m in modules for method in getattr(m, "METHODS", ())}
+  wrappers = [(m.WRAPPER, path[m]) for m in modules if hasattr(m, "WRAPPER")]
+  files = {}
+  for name, entry in losses.REGISTRY.items():
+    if name in own:
+      files[name] = [own[name]]
+    else:
+      wrapper, wrapper_file = next((w, f) for w, f in wrappers
+                                   if name == w.name_around(entry.before))
+      files[name] = [own[entry.before], wrapper_file]
+  return files
+
+
+def entry_page(name, entry, losses, defaults, configs, files) -> str:
   out = [_title(f"``{name}``")]
-  out.append(f"Train with ``--config.loss={name}`` (the entry ``experiments.losses.registry.REGISTRY"
-             f"[{name!r}]``). Generated from the registry at build time.\n")
-  own = inspect.getdoc(entry.apply)
-  functions = library_functions(entry, losses)
+  wrapped = len(files) > 1
+  out.append(f"Train with ``--config.loss={name}`` (the entry ``experiments.losses.REGISTRY"
+             f"[{name!r}]``, declared in ``{files[0]}``"
+             + (f", wrapped by ``{files[1]}``" if wrapped else "")
+             + "). Generated from the registry at build time.\n")
+  own = inspect.getdoc(entry.loss)
+  functions = library_functions(entry)
   out.append(_title("What a step computes", "-"))
   if own:
     out.append(_SPEC.sub("", own) + "\n")
@@ -224,9 +250,10 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
         f"itself, and ``experiments.compare`` does so by itself for a method compared with its "
         f"reference.\n")
   out.append(_title("State", "-"))
-  fields = list(entry.state)
+  inits = {**entry.state}
   if entry.start is not None:
-    fields += [f for f in losses.get(entry.before).state if f not in fields]
+    inits.update(losses.get(entry.before).state)
+  fields = list(inits) + [f for f in entry.example_state if f not in inits]
   if not fields:
     out.append("No loss state: the entry is a function of the batch (and the training-set class "
                "counts).\n")
@@ -234,8 +261,8 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
     out.append("Carried in the train state (checkpointed, reduced across devices like the "
                "parameters):\n")
     for field in fields:
-      if field in losses.STATE_INIT:
-        init = losses.STATE_INIT[field]
+      if field in inits:
+        init = inits[field]
         out.append(f"* ``{field}``: :func:`{init.__module__.split('.')[0]}.{init.__name__}` "
                    f"(K classes) — {_docstring_parts(init)[0]}")
       else:
@@ -243,33 +270,38 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
                    "training labels.")
     out.append("")
   hooks = []
-  recipe = importlib.import_module("experiments.train.recipes").method_recipe(name)
+  recipe = entry.recipe
   if recipe.model is not None:
     hooks.append(f"model wrapper ``{recipe.model.__name__}``: "
                  + _docstring_parts(recipe.model)[0] + " The loss reads its outputs from "
-                 "``StepInfo.recipe['outputs']``; the base model's parameters stay in place")
+                 "``StepInfo.recipe.outputs``; the base model's parameters stay in place")
   if recipe.views != 1:
     hooks.append(f"{recipe.views} augmented views per example, view-major, labels repeated")
   if recipe.indices:
-    hooks.append("the rows' training-set positions (``StepInfo.recipe['indices']``)")
+    hooks.append("the rows' training-set positions (``StepInfo.recipe.indices``)")
   if recipe.sampler is not None:
-    sampler = importlib.import_module("experiments.train.samplers").SAMPLERS[recipe.sampler]
-    hooks.append(f"per-epoch sampler ``{recipe.sampler}`` (``{sampler.__module__}."
-                 f"{sampler.__name__}``): "
+    sampler = recipe.sampler
+    hooks.append(f"per-epoch sampler ``{sampler.__module__}.{sampler.__name__}``: "
                  + (inspect.getdoc(sampler) or "the dataset positions an epoch draws"))
   if recipe.epoch_end is not None:
     hooks.append(f"epoch-end pass ``{recipe.epoch_end.__name__}`` over the training set (eval "
                  "mode, no augmentation): " + (inspect.getdoc(recipe.epoch_end) or ""))
-  if importlib.import_module("experiments.train.recipes").takes_mixup(name):
+  if losses.takes_mixup(name):
     hooks.append("takes mixup batches (``config.mixup_alpha`` > 0): one λ and one permutation of "
                  "the global batch per step, the loss against both labels "
-                 "(``StepInfo.recipe['mix']``)")
+                 "(``StepInfo.recipe.mix``)")
   if recipe.pair is not None:
     hooks.append(f"paired batches ``{recipe.pair.__name__}``: each row's partner, the step's λ and "
                  f"CutMix box, drawn on the host, mixed on the device by ``{recipe.mix.__name__}`` "
-                 "(``StepInfo.recipe['mix']``)")
+                 "(``StepInfo.recipe.mix``)")
+  if entry.per_example is not None:
+    registry = importlib.import_module("experiments.losses.registry")
+    for wrapper in registry.WRAPPERS.values():
+      wrapped = wrapper.name_around(name)
+      hooks.append(f"a per-example loss (``{entry.per_example.__name__}``), which "
+                   f"``{wrapper.name}`` wraps: :doc:`{wrapped} <{page_name(wrapped)}>`")
   if hooks:
-    out.append(_title("What the trainer provides (its recipe, ``experiments.train.recipes``)", "-"))
+    out.append(_title("What the trainer provides (its recipe, declared with the method)", "-"))
     out += [f"* {' '.join(h.split())}" for h in hooks]
     out.append("")
   using = [stem for stem, config in configs.items() if config.loss == name]
@@ -284,33 +316,39 @@ def entry_page(name, entry, losses, defaults, configs) -> str:
 
 def write_pages(app):
   root = pathlib.Path(app.confdir).parent
-  losses = importlib.import_module("experiments.losses.registry")
+  losses = importlib.import_module("experiments.losses")
   default = importlib.import_module("experiments.configs.default").get_config()
   defaults = {key: dict(default[key]) for key in losses.CONFIG_TREES}
   configs = _shipped_configs(root)
   out_dir = pathlib.Path(app.confdir) / "_generated" / "losses"
   out_dir.mkdir(parents=True, exist_ok=True)
   index = [_title("The loss registry"),
-           "Every training objective of the harness is one entry of ``experiments.losses.registry."
-           "REGISTRY``, chosen with ``--config.loss=<name>``. Each entry has one signature once "
-           "built from a config, ``loss_fn(logits, features, labels, loss_state, step_info) → "
-           "(loss, new_loss_state, metrics)``, its own config sub-trees, explicit start "
-           "semantics and the state it carries. These pages are generated from the registry at "
-           "build time.\n",
-           ".. list-table::\n   :header-rows: 1\n   :widths: 25 20 15 15 25\n",
-           "   * - entry\n     - config sub-trees\n     - start\n     - before\n     - state"]
+           "Every training objective of the harness is one entry of ``experiments.losses."
+           "REGISTRY``, chosen with ``--config.loss=<name>``, and every entry is a method declared "
+           "in one module of ``experiments/methods/`` (``<method>+inverse_reweight``: the inverse "
+           "reweighting, ``experiments/methods/inverse_reweight.py``, around a method with a "
+           "per-example loss). Each entry has one signature once built from a config, "
+           "``loss_fn(logits, features, labels, loss_state, step_info) → (loss, new_loss_state, "
+           "metrics)``, its own config sub-trees, explicit start semantics and the state it "
+           "carries. These pages are generated from the registry at build time.\n",
+           ".. list-table::\n   :header-rows: 1\n   :widths: 22 22 18 14 10 14\n",
+           "   * - entry\n     - declared in\n     - config sub-trees\n     - start\n"
+           "     - before\n     - state"]
   pages = []
+  files = declared_in(losses)
   for name, entry in losses.REGISTRY.items():
     page = page_name(name)
-    text = entry_page(name, entry, losses, defaults, configs)
+    text = entry_page(name, entry, losses, defaults, configs, files[name])
     path = out_dir / f"{page}.rst"
     if not path.exists() or path.read_text() != text:
       path.write_text(text)
     pages.append(page)
     index.append(f"   * - :doc:`{name} <{page}>`\n     - "
+                 f"{' + '.join(f'``{f.rpartition(chr(47))[2]}``' for f in files[name])}\n     - "
                  f"{', '.join(entry.reads) or '–'}\n     - "
                  f"{'``' + entry.start + '``' if entry.start else 'first step'}\n     - "
-                 f"{entry.before if entry.start else '–'}\n     - {', '.join(entry.state) or '–'}")
+                 f"{entry.before if entry.start else '–'}\n     - "
+                 f"{', '.join([*entry.state, *entry.example_state]) or '–'}")
   index.append("\n.. toctree::\n   :hidden:\n\n" + "\n".join(f"   {p}" for p in pages) + "\n")
   text = "\n".join(index)
   path = out_dir / "index.rst"
@@ -327,9 +365,10 @@ def write_configs_page(app, configs):
   """docs/_generated/configs.rst: every shipped config with what it sets, from the configs."""
   lines = [_title("Shipped configs"),
            "Every file in ``experiments/configs/`` returns an ``ml_collections.ConfigDict`` from "
-           "``get_config()``, starting from ``default.py`` (every field, documented there); "
-           "override any field with ``--config.<field>=...``. Generated from the configs at build "
-           "time.\n",
+           "``get_config()``: ``default.get_config()`` (the schema: every field with its default, "
+           "range and documentation, and every method's sub-tree) and the fields it sets, nothing "
+           "else; override any field with ``--config.<field>=...``. Generated from the configs at "
+           "build time.\n",
            ".. list-table::\n   :header-rows: 1\n   :widths: 18 12 12 10 6 42\n",
            "   * - config\n     - dataset\n     - model / head\n     - loss\n     - epochs\n"
            "     - what it is"]

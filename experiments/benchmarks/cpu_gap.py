@@ -26,7 +26,7 @@ from jax._src.lib import _profile_data
 from experiments.benchmarks.timing import REPO, summarize_times, time_calls, warm_up
 from experiments.common import cli
 from experiments.common import xla_cpu
-from experiments.models import registry as models
+from experiments import models
 
 def _profile_categories(step, args, repeats: int = 3) -> dict[str, float]:
   """Busy time per XLA op category (fusion kind, numbering stripped), ms per step, both threads."""

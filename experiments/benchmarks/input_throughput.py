@@ -34,7 +34,7 @@ from experiments.data import batches as batches_lib
 from experiments.data import input_pipeline
 from experiments.data import loading
 from experiments.data import normalization
-from experiments.losses import registry as losses
+from experiments import losses
 from experiments.train import steps
 from experiments.train import train_state
 

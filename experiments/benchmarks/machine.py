@@ -14,7 +14,7 @@ import jaxlib
 import numpy as np
 
 from experiments.benchmarks.timing import interleaved
-from experiments.train import loop as train
+from experiments.train import loop
 
 
 def machine_speed(repeats: int = 15) -> dict[str, float]:
@@ -43,7 +43,7 @@ def machine_info() -> dict[str, Any]:
         break
   except OSError:
     pass
-  return {**train.runtime_info(), "cpu": cpu, "cores": os.cpu_count(),
+  return {**loop.runtime_info(), "cpu": cpu, "cores": os.cpu_count(),
           "python": platform.python_version(), "jaxlib": jaxlib.__version__,
           "flax": flax.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
           "speed_probe": machine_speed()}

@@ -13,8 +13,8 @@ import numpy as np
 
 from experiments.benchmarks.timing import interleaved, summarize_times
 from experiments.configs import cifar10_lt
-from experiments.losses import registry as losses
-from experiments.models import registry as models
+from experiments import losses
+from experiments import models
 from experiments.train import steps
 from experiments.train import train_state
 

@@ -1,4 +1,4 @@
-"""PyTorch ResNet-32 (CIFAR, option-A shortcuts), the same network as `experiments.models.registry.ResNet32`.
+"""PyTorch ResNet-32 (CIFAR, option-A shortcuts), the same network as `experiments.models.ResNet32`.
 
 Used only by the CPU-gap benchmark as the eager-mode reference; PyTorch is an optional benchmark
 dependency (`pip install ".[bench]"`), never imported by the library or the trainer.

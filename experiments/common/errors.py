@@ -1,9 +1,8 @@
 """The harness's error types (each reported by the command line as one line, exit status 2:
-`experiments.common.cli`) and the one range check every config field goes through."""
+`experiments.common.cli`), how a numeric field's interval is written (`Range`, `INF`) and a
+dotted field's value (`field_value`); the config check itself is `experiments.configs.default`."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 INF = float("inf")
 
@@ -21,25 +20,6 @@ def field_value(config, field: str):
   for part in field.split("."):
     value = value[part]
   return value
-
-
-def check_ranges(config, ranges: Sequence[Range]) -> None:
-  """Raises ConfigError naming the first field outside its interval (None values are skipped)."""
-  for field, low, high in ranges:
-    value = field_value(config, field)
-    if value is None:
-      continue
-    if not (low[0] <= value if low[1] else low[0] < value) or not (
-        value <= high[0] if high[1] else value < high[0]):
-      interval = f"{'[' if low[1] else '('}{low[0]}, {high[0]}{']' if high[1] else ')'}"
-      raise ConfigError(f"config.{field}: expected a value in {interval}, got {value}")
-
-
-def check_choice(config, field: str, choices: Sequence[str]) -> None:
-  """Raises ConfigError when a string field is not one of `choices`."""
-  value = field_value(config, field)
-  if value not in choices:
-    raise ConfigError(f"config.{field}: expected one of {tuple(choices)}, got {value!r}")
 
 
 class DiagnoseError(ValueError):

@@ -13,20 +13,32 @@ and lowers the rate once that count passes 160 / 180, i.e. from its 161st / 181s
 Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
 """
 
-from experiments.configs import cifar10_lt_short
+from experiments.configs import default
 
 
 def get_config():
-  config = cifar10_lt_short.get_config()
-  config.lt_selection = "ldam"
+  config = default.get_config()
+  config.dataset = "cifar10_jpeg"
+  config.imbalance_factor = 100.0
+  config.augment = True
+  config.model = "resnet32"
+  config.head = "linear"
   config.num_epochs = 200
+  config.batch_size = 128
+  config.learning_rate = 0.1
+  config.momentum = 0.9
+  config.weight_decay = 2e-4
   config.warmup_epochs = 5
+  config.schedule = "step"
   config.step_epochs = (160, 180)
   config.step_factor = 0.01  # ×0.01 at epoch 160, ×0.0001 at 180
   config.reweight.start_epoch = 160
   config.ldam.drw_epoch = 160
   config.ib.start_epoch = 160
   config.class_loss_every_epochs = 20
+  config.eval_batch_size = 500
+  config.checkpoint_every_steps = 500
+  config.lt_selection = "ldam"
   # The test set after every epoch, as the release evaluates it: the report's "best epoch (as the
   # LDAM-DRW release reports it)" column beside the final epoch (selects nothing). A reporting field:
   # runs started without it resume.

@@ -6,11 +6,20 @@ Cutout, MiLeLR).
 Needs `--config.data_dir=../shared/data/cifar10_jpeg` (or `--config.dataset=tfds:cifar10`).
 """
 
-from experiments.configs import cifar10_lt_data
+from experiments.configs import default
 
 
 def get_config():
-  config = cifar10_lt_data.get_config()
+  config = default.get_config()
+  config.dataset = "cifar10_jpeg"
+  config.imbalance_factor = 100.0
+  config.lt_selection = "ldam"
+  config.augment = True
+  config.model = "resnet32"
+  config.num_epochs = 200
+  config.reweight.start_epoch = 160
+  config.ldam.drw_epoch = 160
+  config.eval_batch_size = 500
   config.head = "cosine"
   config.cosine_scale = 30.0
   config.batch_size = 256

@@ -1,4 +1,4 @@
-"""What every CIFAR-10-LT paper recipe here shares (the pipelines' configs start from it): the
+"""The CIFAR-10-LT data of the paper recipes here (each of them sets these fields itself): the
 CIFAR-10 JPEG copy, imbalance factor 100 with the standard LDAM seed-0 selection (Cao et al. 2019),
 pad-4 crop + flip, ResNet-32, 200 epochs, deferred methods (the reweighting, DRW) from epoch 160.
 Needs `--config.data_dir=../shared/data/cifar10_jpeg` (or `--config.dataset=tfds:cifar10`).

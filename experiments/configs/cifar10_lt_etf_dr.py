@@ -7,11 +7,20 @@ checkpoint, never updated), the dot-regression loss with GivenEw, mixup α = 1; 
 Deviation: the warm-up is linear per step here; the reference's is per epoch, lr·(e + 1)/5.
 """
 
-from experiments.configs import cifar10_lt_data
+from experiments.configs import default
 
 
 def get_config():
-  config = cifar10_lt_data.get_config()
+  config = default.get_config()
+  config.dataset = "cifar10_jpeg"
+  config.imbalance_factor = 100.0
+  config.lt_selection = "ldam"
+  config.augment = True
+  config.model = "resnet32"
+  config.num_epochs = 200
+  config.reweight.start_epoch = 160
+  config.ldam.drw_epoch = 160
+  config.eval_batch_size = 500
   config.head = "etf"
   config.loss = "etf_dr"
   config.mixup_alpha = 1.0

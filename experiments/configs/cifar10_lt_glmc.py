@@ -1,6 +1,6 @@
 """GLMC on CIFAR-10-LT IF 100 (PIPELINES spec §3; Du et al. CVPR 2023): ResNet-32 at width 64
 (d = 256) with the re-balanced head fc_cb (used for inference) and the instance-balanced fc,
-projector and predictor (`models.GLMCModel`); each step pairs the instance-balanced batch with
+projector and predictor (`methods.glmc.GLMCModel`); each step pairs the instance-balanced batch with
 re-balanced rows (P(row) ∝ n_y^(−r), r = 0 for C10-LT IF 100: uniform), two crops (pad-4 crop +
 flip) per row, global MixUp on the first and local CutMix on the second with one λ ~ Beta(1, 1);
 L = α_e L_bal + (1 − α_e) L_reb + w_con L_con with α_e = 1 − (e/E)², ℓw = 1.2, w_con = 1; SGD
@@ -13,12 +13,20 @@ replacement: the duplicated split behind the paper's numbers). Deviation: the co
 decays per step (the reference per epoch).
 """
 
-from experiments.configs import cifar10_lt_data
+from experiments.configs import default
 
 
 def get_config():
-  config = cifar10_lt_data.get_config()
+  config = default.get_config()
+  config.dataset = "cifar10_jpeg"
+  config.imbalance_factor = 100.0
+  config.lt_selection = "ldam"
+  config.augment = True
   config.model = "resnet32_w64"
+  config.num_epochs = 200
+  config.reweight.start_epoch = 160
+  config.ldam.drw_epoch = 160
+  config.eval_batch_size = 500
   config.head = "linear"
   config.loss = "glmc"
   config.glmc.r = 0.0

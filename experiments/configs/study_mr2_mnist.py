@@ -4,13 +4,22 @@ Small CNN, linear head, 5 epochs, no augmentation (flips would change digits); E
 ablations share this recipe. Pass `--config.data_dir=../shared/data/mnist`.
 """
 
-from experiments.configs import study_mr2_cifar10
+from experiments.configs import default
 
 
 def get_config():
-  config = study_mr2_cifar10.get_config()
+  config = default.get_config()
   config.dataset = "mnist"
+  config.imbalance_factor = 1.0
   config.max_train_per_class = 1000
   config.augment = False
+  config.model = "small_cnn"
+  config.head = "linear"
   config.num_epochs = 5
+  config.batch_size = 128
+  config.learning_rate = 0.05
+  config.warmup_epochs = 1
+  config.log_every_steps = 20
+  config.checkpoint_every_steps = 400
+  config.eval_batch_size = 500
   return config

@@ -1,131 +1,135 @@
-"""The loss registry: every training objective of the harness is one entry, chosen by name.
+"""The loss registry, built from the method modules (`experiments.methods`) and nothing else.
+
+Every module of `experiments.methods` that declares `METHODS` (a tuple of `Method`) adds those
+methods; one that declares `WRAPPER` (the inverse reweighting) adds the wrapper around every method
+with a per-example loss (`<method>+<wrapper>`; plain `<wrapper>` over the method it stands for).
+Adding a method is one new module there and its test: the trainer, the config schema, the linear
+probe and the benchmarks take it by name.
 
 Every entry has one signature once built from a config (`make_loss_fn`):
 
     loss_fn(logits, features, labels, loss_state, step_info) → (loss, new_loss_state, metrics)
 
 `loss` is this device's share of the global-batch loss (`lax.pmean` of the shares, and of their
-gradients, is the global value), `loss_state` a dict of the per-class state the entry carries
-(`class_stats`: MR2's `ClassStats`; `reweight`: the reweighting counters) and `metrics` a dict of
-arrays to log. Each entry reads its own config sub-tree (`CONFIG_TREES`: defaults, ranges, choices)
-and has explicit start semantics: a deferred entry (`start` names the config field of its start
-epoch) trains as its `before` entry until that epoch — the before entry's state updates only, its
-own state untouched — and the two are a `lax.cond`, so a step computes one of them, never both.
-Adding a loss is its apply function (in the module of its family: `reweighting_losses`,
-`long_tail_losses`, `dro_losses`, `contrastive_losses`, `debiasing_losses`, `pipelines`), one
-`Loss` entry here (plus its config tree in `config_trees` if it has hyper-parameters) and its
-tests; the trainer, the linear probe and the benchmarks take it by name. An entry is a batch
-objective only. A method that is more than a batch loss — a model wrapper whose extra outputs the
-loss reads (SupCon's projection head, LfF's biased twin), several augmented views per example, the
-rows' dataset positions, a per-epoch sampler of the training set (JTT), paired or mixed batches
-(GLMC, mixup), an epoch-end pass (FairDRO) — also has a recipe, declared in
-`experiments.train.recipes` under the same name, which the trainer provides; the loss reads what
-the recipe gives it from `StepInfo.recipe`.
+gradients, is the global value), `loss_state` a dict of the state the entry carries and `metrics`
+a dict of arrays to log. A deferred entry (`start` names the config field of its start epoch)
+trains as its `before` entry until that epoch — the before entry's state updates only, its own
+state untouched — and the two are a `lax.cond`, so a step computes one of them, never both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import reweight_jax
+from experiments import methods as methods_package
 from experiments.common.errors import ConfigError
-from experiments.common.errors import check_choice
-from experiments.common.errors import check_ranges
 from experiments.common.errors import field_value
-from experiments.losses.batch_means import global_rows
-from experiments.losses.batch_means import mean_share
-from experiments.losses.config_trees import CONFIG_TREES
-from experiments.losses.config_trees import ConfigTree
-from experiments.losses.config_trees import add_config_trees
-from experiments.losses.contrastive_losses import _supcon
-from experiments.losses.debiasing_losses import _check_jtt
-from experiments.losses.debiasing_losses import _lff
-from experiments.losses.dro_losses import _fairdro
-from experiments.losses.dro_losses import _group_dro
-from experiments.losses.entry import EXAMPLE_STATE_INIT
-from experiments.losses.entry import STATE_INIT
-from experiments.losses.entry import EpochPass
-from experiments.losses.entry import Loss
-from experiments.losses.entry import LossApply
-from experiments.losses.entry import RecipeReads
-from experiments.losses.entry import StepInfo
-from experiments.losses.long_tail_losses import _balanced_softmax
-from experiments.losses.long_tail_losses import _check_ldam_head
-from experiments.losses.long_tail_losses import _eql
-from experiments.losses.long_tail_losses import _focal
-from experiments.losses.long_tail_losses import _ib
-from experiments.losses.long_tail_losses import _ldam
-from experiments.losses.long_tail_losses import _logit_adjust
-from experiments.losses.long_tail_losses import _weighted_ce
-from experiments.losses.pipelines import _check_etf_head
-from experiments.losses.pipelines import _etf_dr
-from experiments.losses.pipelines import _etf_dr_inverse_reweight
-from experiments.losses.pipelines import _glmc
-from experiments.losses.pipelines import _glmc_inverse_reweight
-from experiments.losses.reweighting_losses import _ce
-from experiments.losses.reweighting_losses import _check_paper_form
-from experiments.losses.reweighting_losses import _inverse_reweight
-from experiments.losses.reweighting_losses import _mr2
-from experiments.losses.reweighting_losses import _mr2_inverse_reweight
-from experiments.losses.reweighting_losses import mr2_kwargs
+from experiments.methods.method import ConfigTree
+from experiments.methods.method import Method
+from experiments.methods.method import RecipeInputs
+from experiments.methods.method import StepInfo
+from experiments.methods.method import Wrapper
 
 
-# The loss package's names, which callers read from here (`registry.<name>`): the trainer, the
-# linear probe, the benchmarks, the tests and the docs extension.
-__all__ = ["CONFIG_TREES", "EXAMPLE_STATE_INIT", "LOSSES", "REGISTRY", "STATE_INIT", "ConfigTree",
-           "EpochPass", "Loss", "LossApply", "StepInfo", "add_config_trees", "get", "global_rows",
-           "init_loss_state", "make_loss_fn", "mean_share", "mr2_kwargs", "start_epoch", "validate"]
+def method_modules() -> list[ModuleType]:
+  """The modules of `experiments.methods` that declare methods or a wrapper, by name."""
+  found = []
+  for info in sorted(pkgutil.iter_modules(methods_package.__path__), key=lambda m: m.name):
+    module = importlib.import_module(f"{methods_package.__name__}.{info.name}")
+    if hasattr(module, "METHODS") or hasattr(module, "WRAPPER"):
+      found.append(module)
+  return found
 
 
-REGISTRY: dict[str, Loss] = {
-    "ce": Loss(_ce, reads_mix=True),
-    "mr2": Loss(_mr2, reads=("mr2",), state=("class_stats",)),
-    "inverse_reweight": Loss(_inverse_reweight, reads=("reweight",), state=("reweight",),
-                             start="reweight.start_epoch", reads_mix=True),
-    "mr2+inverse_reweight": Loss(_mr2_inverse_reweight, reads=("mr2", "reweight"),
-                                 state=("class_stats", "reweight"), start="reweight.start_epoch",
-                                 before="mr2", check=_check_paper_form),
-    "inv_freq": Loss(_weighted_ce(lambda c, counts: reweight_jax.baselines.inverse_frequency_weights(counts))),
-    "class_balanced": Loss(_weighted_ce(lambda c, counts: reweight_jax.baselines.class_balanced_weights(
-        counts, c.class_balanced.beta)), reads=("class_balanced",)),
-    "focal": Loss(_focal, reads=("focal",)),
-    "ldam": Loss(_ldam(drw=False), reads=("ldam",), check=_check_ldam_head),
-    "ldam_drw": Loss(_ldam(drw=True), reads=("ldam",), start="ldam.drw_epoch", before="ldam",
-                     check=_check_ldam_head),
-    "logit_adjust": Loss(_logit_adjust, reads=("logit_adjust",)),
-    "balanced_softmax": Loss(_balanced_softmax),
-    "ib": Loss(_ib, reads=("ib",), start="ib.start_epoch"),
-    "group_dro": Loss(_group_dro, reads=("group_dro",), state=("group_dro_q",)),
-    "eql": Loss(_eql, reads=("eql",)),
-    "fairdro": Loss(_fairdro, reads=("fairdro",), state=("fairdro_q",)),
-    "supcon": Loss(_supcon, reads=("supcon",)),
-    "jtt": Loss(_ce, reads=("jtt",), check=_check_jtt, reads_mix=True),
-    "glmc": Loss(_glmc, reads=("glmc",), reads_mix=True),
-    "glmc+inverse_reweight": Loss(_glmc_inverse_reweight, reads=("glmc", "reweight"),
-                                  state=("reweight",), start="reweight.start_epoch",
-                                  before="glmc", reads_mix=True),
-    "etf_dr": Loss(_etf_dr, reads=("etf_dr",), check=_check_etf_head, reads_mix=True),
-    "etf_dr+inverse_reweight": Loss(_etf_dr_inverse_reweight, reads=("etf_dr", "reweight"),
-                                    state=("reweight",), start="reweight.start_epoch",
-                                    before="etf_dr", check=_check_etf_head, reads_mix=True),
-    "lff": Loss(_lff, reads=("lff",), state=("lff", "lff_labels")),
-}
-LOSSES = tuple(REGISTRY)
+REGISTRY: dict[str, Method] = {}
+CONFIG_TREES: dict[str, ConfigTree] = {}
+WRAPPERS: dict[str, Wrapper] = {}
+
+
+def _add_trees(owner: str, trees) -> list[str]:
+  for key in trees:
+    if key in CONFIG_TREES:
+      raise ValueError(f"{owner}: the config sub-tree {key!r} is registered already")
+  CONFIG_TREES.update(trees)
+  return list(trees)
+
+
+def _add(method: Method) -> list[str]:
+  """Adds `method`, and each wrapper around it where it has a per-example loss."""
+  if method.name in REGISTRY:
+    raise ValueError(f"the method {method.name!r} is registered already")
+  REGISTRY[method.name] = method
+  added = [method.name]
+  if method.per_example is not None:
+    for wrapper in WRAPPERS.values():
+      added += _add(wrapper.around(method))
+  return added
+
+
+def register(module: ModuleType) -> tuple[list[str], list[str]]:
+  """Registers the methods (or the wrapper) a module declares; returns (entries, sub-trees) added."""
+  names, trees = [], []
+  if hasattr(module, "WRAPPER"):
+    wrapper = module.WRAPPER
+    WRAPPERS[wrapper.name] = wrapper
+    trees += _add_trees(wrapper.name, wrapper.trees)
+    for base in [m for m in REGISTRY.values() if m.per_example is not None]:
+      names += _add(wrapper.around(base))
+  for method in getattr(module, "METHODS", ()):
+    trees += _add_trees(method.name, method.trees)
+    names += _add(method)
+  return names, trees
+
+
+@contextlib.contextmanager
+def registered(module: ModuleType) -> Iterator[list[str]]:
+  """The registry with `module`'s methods for the `with` block (a method defined outside the
+  package, in a test), the entries added yielded."""
+  names, trees = register(module)
+  try:
+    yield names
+  finally:
+    for name in names:
+      REGISTRY.pop(name)
+    for key in trees:
+      CONFIG_TREES.pop(key)
+    if hasattr(module, "WRAPPER"):
+      WRAPPERS.pop(module.WRAPPER.name)
+
+
+def _build(modules: Iterable[ModuleType]) -> None:
+  """Wrappers first, so that each method is followed by its wrapped forms."""
+  modules = list(modules)
+  for module in modules:
+    if hasattr(module, "WRAPPER"):
+      WRAPPERS[module.WRAPPER.name] = module.WRAPPER
+      _add_trees(module.WRAPPER.name, module.WRAPPER.trees)
+  for module in modules:
+    for method in getattr(module, "METHODS", ()):
+      _add_trees(method.name, method.trees)
+      _add(method)
+
+
+_build(method_modules())
 
 
 # ------------------------------------------------------------------------------------------------
 # Using an entry
 # ------------------------------------------------------------------------------------------------
 
-def get(name: str) -> Loss:
+def get(name: str) -> Method:
   if name not in REGISTRY:
-    raise ConfigError(f"config.loss: unknown loss {name!r}; expected one of {LOSSES}")
+    raise ConfigError(f"config.loss: unknown loss {name!r}; expected one of {tuple(REGISTRY)}")
   return REGISTRY[name]
 
 
@@ -135,39 +139,41 @@ def start_epoch(config) -> int:
   return 0 if entry.start is None else int(field_value(config, entry.start))
 
 
-def _entries(config) -> list[Loss]:
+def phases(name: str) -> list[Method]:
   """The entry and, when deferred, the entry it trains as before its start."""
-  entry = get(config.loss)
+  entry = get(name)
   return [entry] if entry.start is None else [entry, get(entry.before)]
 
 
-def validate(config) -> None:
-  """Raises ConfigError (naming the field) for the loss's name, every loss sub-tree (a config
-  records them all, so a bad value is refused even where this loss does not read it) and the
-  entry's own checks."""
-  entries = _entries(config)
-  for key, tree in CONFIG_TREES.items():
-    check_ranges(config, [(f"{key}.{field}", low, high) for field, low, high in tree.ranges])
-    for field, choices in tree.choices:
-      check_choice(config, f"{key}.{field}", choices)
-  for entry in entries:
-    if entry.check is not None:
-      entry.check(config)
+def start_fields() -> set[str]:
+  """The config fields of every deferred entry's start epoch."""
+  return {entry.start for entry in REGISTRY.values() if entry.start is not None}
+
+
+def takes_mixup(name: str) -> bool:
+  """Whether method `name` trains on mixup batches: its loss reads the mix (`Method.reads_mix`, in
+  both phases of a deferred entry) and its recipe has no paired batches of its own (GLMC's) and one
+  view."""
+  recipe = get(name).recipe
+  return (all(e.reads_mix for e in phases(name)) and recipe.pair is None and recipe.views == 1)
 
 
 def init_loss_state(config, num_classes: int, train_labels=None) -> dict[str, Any]:
   """The loss state of `config.loss` (its own and its before entry's fields) for K classes;
   per-example fields (LfF's) need the training labels int [N]."""
-  fields = sorted({field for entry in _entries(config) for field in entry.state})
+  inits, example_inits = {}, {}
+  for entry in phases(config.loss):
+    inits.update(entry.state)
+    example_inits.update(entry.example_state)
   state = {}
-  for field in fields:
-    if field in EXAMPLE_STATE_INIT:
+  for field in sorted({*inits, *example_inits}):
+    if field in example_inits:
       if train_labels is None:
         raise ValueError(f"loss {config.loss!r} carries per-example state ({field!r}): pass the "
                          f"training labels (train_labels)")
-      state[field] = EXAMPLE_STATE_INIT[field](np.asarray(train_labels))
+      state[field] = example_inits[field](np.asarray(train_labels))
     else:
-      state[field] = STATE_INIT[field](num_classes)
+      state[field] = inits[field](num_classes)
   return state
 
 
@@ -183,23 +189,34 @@ def _with_metrics_of(branch, other_shapes: dict) -> Callable[[], tuple]:
   return padded
 
 
+class _MixReads(RecipeInputs):
+  """`RecipeInputs` that records whether a loss read its `mix` (`make_loss_fn`'s check of
+  `Method.reads_mix`)."""
+
+  @property
+  def mix(self):
+    self.__dict__["mix_read"] = True
+    return tuple.__getitem__(self, RecipeInputs._fields.index("mix"))
+
+
 def _applied(name: str, config) -> Callable[..., tuple]:
-  """Entry `name`'s apply bound to `config`, its loss at least float32: entries differ in the dtype
+  """Entry `name`'s loss bound to `config`, its value at least float32: entries differ in the dtype
   they compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32), and
-  the two branches of a deferred entry's `lax.cond` must agree. Each trace checks `Loss.reads_mix`
-  against what the apply read of `StepInfo.recipe` (ValueError naming the entry)."""
+  the two branches of a deferred entry's `lax.cond` must agree. Each trace checks
+  `Method.reads_mix` against what the loss read of `StepInfo.recipe` (ValueError naming the
+  entry)."""
   entry = get(name)
 
   def apply(logits, features, labels, loss_state, info: StepInfo):
-    recipe = RecipeReads(info.recipe)
-    loss, state, metrics = entry.apply(config, logits, features, labels, loss_state,
-                                       info._replace(recipe=recipe))
-    reads = "mix" in recipe.asked
+    given = _MixReads(*info.recipe)
+    loss, state, metrics = entry.loss(config, logits, features, labels, loss_state,
+                                      info._replace(recipe=given))
+    reads = given.__dict__.get("mix_read", False)
     if reads != entry.reads_mix:
       consequence = ("mixed batches would train against their plain labels" if entry.reads_mix
                      else "declare reads_mix=True")
-      raise ValueError(f"the {name!r} loss entry says reads_mix={entry.reads_mix}, but its apply "
-                       f"{'reads' if reads else 'does not read'} StepInfo.recipe['mix']: "
+      raise ValueError(f"the {name!r} loss entry says reads_mix={entry.reads_mix}, but its loss "
+                       f"{'reads' if reads else 'does not read'} StepInfo.recipe.mix: "
                        f"{consequence}")
     return loss.astype(jnp.promote_types(loss.dtype, jnp.float32)), state, metrics
   return apply

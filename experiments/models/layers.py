@@ -1,4 +1,4 @@
-"""The building blocks every model of `experiments.models.registry` (and the ResNet-50 / ViT ports) shares:
+"""The building blocks every model of `experiments.models` (and the ResNet-50 / ViT ports) shares:
 BatchNorm with PyTorch's constants, He-initialised convolutions, the float32 global pool and the head
 ('linear', 'cosine' or 'etf'), so a model's head, pool and precision rules are written once.
 

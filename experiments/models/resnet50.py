@@ -8,7 +8,7 @@ convolution, not on the first 1x1 as in the paper (about +0.5 % top-1 on ImageNe
 the shortcut is a strided 1x1 convolution with BatchNorm. 25,557,032 parameters with a 1000-way
 linear head, like torchvision's.
 
-The model contract of `experiments.models.registry`: `apply(variables, x, train=...)`, x float32 [B, H, W, 3]
+The model contract of `experiments.models`: `apply(variables, x, train=...)`, x float32 [B, H, W, 3]
 (NHWC; any H, W ≥ 32 — the global pool makes the size free) → (logits [B, K], features [B, 2048]);
 BatchNorm as `layers.batch_norm` (PyTorch's momentum and ε, statistics in 'batch_stats', averaged
 over `axis_name`); the head is `layers.classify`'s ('linear', 'cosine' or 'etf', named 'head');
@@ -91,9 +91,6 @@ class ResNet50(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
-    # Imported here: experiments.models.registry registers this module in MODELS, so a module-level import
-    # would be circular.
-    # pylint: disable-next=protected-access
     norm = functools.partial(layers.batch_norm, train, self.axis_name, self.dtype)
     x = _conv(self.dtype, 64, 7, 2, name="stem_conv")(x)
     x = nn.relu(norm(name="stem_bn")(x))

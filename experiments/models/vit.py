@@ -9,13 +9,13 @@ global_pool='token'). As timm: LayerNorm ε = 1e-6, GELU exact (erf, torch's def
 q/k/v. ViT-B/16: p = 16, width 768, depth 12, 12 heads, MLP 3072, 224 px; 86,567,656 parameters
 with a 1000-way linear head, like timm's.
 
-The model contract of `experiments.models.registry`: `apply(variables, x, train=...)`, x float32
+The model contract of `experiments.models`: `apply(variables, x, train=...)`, x float32
 [B, image_size, image_size, C] (NHWC) → (logits [B, K], features [B, width]); the head is
 `layers.classify`'s ('linear', 'cosine' or 'etf', named 'head'). There is no dropout or stochastic
 depth, so `train` changes nothing but an 'etf' head's BatchNorm; the encoder has no 'batch_stats'.
 `dtype` is the compute dtype of the blocks (bfloat16 or float32; parameters float32, LayerNorm
 statistics and the attention softmax in float32); the final LayerNorm, hence the features, and the
-head are float32 whatever it is, as in `experiments.models.registry`.
+head are float32 whatever it is, as in `experiments.models`.
 `experiments.models.pretrained.torch_state_dict.vit_params_from_torch` converts a timm state dict.
 """
 
@@ -106,8 +106,6 @@ class ViT(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, train: bool) -> tuple[jax.Array, jax.Array]:
-    # Imported here: experiments.models.registry registers this module in MODELS, so a module-level import
-    # would be circular.
     if x.ndim != 4 or x.shape[1:3] != (self.image_size, self.image_size):
       raise ValueError(f"x: expected [B, {self.image_size}, {self.image_size}, C] (image_size), "
                        f"got shape {x.shape}")

@@ -4,11 +4,11 @@ SupCon's loss acts on the encoder, which a linear probe does not train, so it ge
 features → h = ReLU(Dense(256)) → (logits = Dense(K)(h), SupCon's projection of h
 (`mr2_jax.SupConProjection`)), trained on two views per image (the image and its horizontal flip,
 both through the frozen backbone: `experiments.probe.features`, split 'train-flip'). The objective
-is the registry's 'supcon' entry (`experiments.losses.contrastive_losses`: cross-entropy on both
+is the registry's 'supcon' entry (`experiments.methods.supcon`: cross-entropy on both
 views + λ·SupCon over the 2B views), λ = 0 its CE term alone, the registry's 'ce' on the same
 adapter and views (ERM; SupCon's λ is > 0). The step, recipe and batches are the linear probe's
 (`experiments.probe.linear_head`), the adapter being the analogue of SupCon's model wrapper
-(`models.WithProjection`).
+(`experiments.methods.supcon.WithProjection`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from flax import linen as nn
 
 import mr2_jax
 from experiments.probe.features import NUM_CLASSES
-from experiments.probe.linear_head import Head, Recipe, make_train_epoch, train_probe
+from experiments.probe.linear_head import Head, ProbeSchedule, make_train_epoch, train_probe
 
 ADAPTER_WIDTH = 256
 
 
 class Adapter(nn.Module):
   """features → h = ReLU(Dense(width)) → (logits = Dense(K)(h), h, {'projection': SupCon's
-  projection of h}), the outputs in the order of `models.split_outputs`."""
+  projection of h}), the outputs in the order of `experiments.models.Outputs`."""
   width: int = ADAPTER_WIDTH
   num_classes: int = NUM_CLASSES
 
@@ -62,17 +62,17 @@ def adapter_key(lam: float, temperature: float) -> tuple[str, tuple]:
   return "supcon", (("supcon.ce", True), ("supcon.lam", lam), ("supcon.temperature", temperature))
 
 
-def make_adapter_epoch(recipe: Recipe, steps_per_epoch: int, lam: float, temperature: float):
+def make_adapter_epoch(schedule: ProbeSchedule, steps_per_epoch: int, lam: float, temperature: float):
   """jit(state, views [2, N, d], labels, batch_indices, epoch, rng) → (state, mean loss): one
   epoch of CE on both views + λ·SupCon over the 2B views (`linear_head.make_train_epoch` on the
   adapter)."""
-  return make_train_epoch(adapter_key(lam, temperature), recipe, steps_per_epoch, ADAPTER_HEAD)
+  return make_train_epoch(adapter_key(lam, temperature), schedule, steps_per_epoch, ADAPTER_HEAD)
 
 
-def train_adapter(features: np.ndarray, flipped: np.ndarray, labels: np.ndarray, recipe: Recipe,
+def train_adapter(features: np.ndarray, flipped: np.ndarray, labels: np.ndarray, schedule: ProbeSchedule,
                   seed: int, lam: float, temperature: float) -> tuple[Any, list[float]]:
   """The adapter's params and the per-epoch mean training loss; `flipped`: the second view's
   features."""
   state, epoch_losses = train_probe(adapter_key(lam, temperature), np.stack([features, flipped]),
-                                    labels, recipe, seed, head=ADAPTER_HEAD)
+                                    labels, schedule, seed, head=ADAPTER_HEAD)
   return state.params, epoch_losses

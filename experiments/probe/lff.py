@@ -1,10 +1,10 @@
 """Learning from Failure (LfF) on frozen features: a biased and a debiased linear head together.
 
-The registry's 'lff' entry (`experiments.losses.debiasing_losses`: GCE on the biased head, the
-relative-difficulty weight W on the debiased head's CE, per-example EMAs indexed by dataset
-position) trained by the linear probe's step (`experiments.probe.linear_head.train_probe`, which
-gives the loss the rows' positions as LfF's recipe says) on `TWIN_HEADS`, the probe's analogue of
-the recipe's model wrapper (`models.WithBiasedTwin`): both heads see the same batches, one backward,
+The registry's 'lff' entry (`experiments.methods.lff`: GCE on the biased head, the relative-
+difficulty weight W on the debiased head's CE, per-example EMAs indexed by dataset position) trained
+by the linear probe's step (`experiments.probe.linear_head.train_probe`, which gives the loss the
+rows' positions as LfF's recipe says) on `TWIN_HEADS`, the probe's analogue of the recipe's model
+wrapper (`experiments.methods.lff.WithBiasedTwin`): both heads see the same batches, one backward,
 one optimiser over both; the debiased head is the one evaluated.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from experiments.probe.linear_head import (Head, Recipe, init_params, logits_of, make_train_epoch,
-                                           train_probe)
+from experiments.probe.linear_head import (Head, ProbeSchedule, init_params, logits_of,
+                                           make_train_epoch, train_probe)
 
 
 def init_twin(key: jax.Array, feature_dim: int, num_classes: int, init_std: float) -> dict:
@@ -38,16 +38,16 @@ def lff_key(q: float, alpha: float) -> tuple[str, tuple]:
   return "lff", (("lff.alpha", alpha), ("lff.q", q))
 
 
-def make_lff_epoch(recipe: Recipe, steps_per_epoch: int, q: float, alpha: float):
+def make_lff_epoch(schedule: ProbeSchedule, steps_per_epoch: int, q: float, alpha: float):
   """jit(state, features, labels, batch_indices, epoch, rng) → (state, mean loss): one LfF epoch
   (`linear_head.make_train_epoch` of the 'lff' entry on both heads)."""
-  return make_train_epoch(lff_key(q, alpha), recipe, steps_per_epoch, TWIN_HEADS)
+  return make_train_epoch(lff_key(q, alpha), schedule, steps_per_epoch, TWIN_HEADS)
 
 
-def train_lff(features: np.ndarray, labels: np.ndarray, recipe: Recipe, seed: int, q: float,
+def train_lff(features: np.ndarray, labels: np.ndarray, schedule: ProbeSchedule, seed: int, q: float,
               alpha: float):
   """The debiased head's params (initialised as ERM's head of the seed), losses, final state
   (`ProbeState`; its loss state the entry's: {'lff': `reweight_jax.baselines.LfFState`, 'lff_labels'})."""
-  state, epoch_losses = train_probe(lff_key(q, alpha), features, labels, recipe, seed,
+  state, epoch_losses = train_probe(lff_key(q, alpha), features, labels, schedule, seed,
                                     head=TWIN_HEADS)
   return state.params["debiased"], epoch_losses, state

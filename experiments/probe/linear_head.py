@@ -36,14 +36,14 @@ import mr2_jax
 import reweight_jax
 from experiments.common import overrides as config_overrides
 from experiments.data import batches, long_tail
-from experiments.losses import registry as losses
+from experiments import losses
 from experiments.configs import default as default_config
 from experiments.probe.features import NUM_CLASSES
-from experiments.train import recipes
 
 
-class Recipe(NamedTuple):
-  """The one optimisation recipe of every method (chosen by `select` on ERM's validation accuracy)."""
+class ProbeSchedule(NamedTuple):
+  """The probe's one optimisation schedule for every method (chosen by `select` on ERM's validation
+  accuracy)."""
   learning_rate: float
   epochs: int
   batch_size: int = 256
@@ -54,7 +54,7 @@ class Recipe(NamedTuple):
 
 # From `python -m experiments.studies.linear_probe select`
 # (experiments/studies/results/linear_probe/selection.json).
-RECIPE = Recipe(learning_rate=0.01, epochs=30)
+SCHEDULE = ProbeSchedule(learning_rate=0.01, epochs=30)
 METHODS = ("erm", "mr2", "reweight", "reweight_sg")
 # Setting name → (imbalance factor, methods). Reweighting's stop-gradient ablation only on LT.
 SETTINGS = {"balanced": (1.0, ("erm", "mr2", "reweight")),
@@ -86,7 +86,7 @@ a ConfigError naming it), validated by the registry."""
   config = default_config.get_config()
   config.loss = loss
   config_overrides.apply_overrides(config, dict(overrides), context=f"loss {loss!r}")
-  losses.validate(config)
+  default_config.validate_method(config)
   return config
 
 
@@ -104,10 +104,11 @@ class ProbeState(NamedTuple):
   loss_state: dict[str, Any]
 
 
-def make_optimizer(recipe: Recipe, steps_per_epoch: int) -> optax.GradientTransformation:
-  schedule = optax.cosine_decay_schedule(recipe.learning_rate, recipe.epochs * steps_per_epoch)
-  return optax.chain(optax.add_decayed_weights(recipe.weight_decay),
-                     optax.sgd(schedule, momentum=recipe.momentum))
+def make_optimizer(schedule: ProbeSchedule, steps_per_epoch: int) -> optax.GradientTransformation:
+  learning_rate = optax.cosine_decay_schedule(schedule.learning_rate,
+                                              schedule.epochs * steps_per_epoch)
+  return optax.chain(optax.add_decayed_weights(schedule.weight_decay),
+                     optax.sgd(learning_rate, momentum=schedule.momentum))
 
 
 def init_params(key: jax.Array, feature_dim: int, num_classes: int, init_std: float
@@ -139,13 +140,13 @@ def linear_outputs(params: dict[str, jax.Array], features: jax.Array) -> tuple:
 
 class Head(NamedTuple):
   """What the probe trains on the frozen features: the analogue of a method recipe's model (the
-  wrapper that adds the outputs its loss reads, `experiments.train.recipes.Recipe.model`).
+  wrapper that adds the outputs its loss reads, `experiments.methods.method.Recipe.model`).
 
   Attributes:
     init: (key, feature_dim, num_classes, init_std) → params.
     apply: (params, features [R, d]) → (logits [R, K], the features the loss sees [R, ·], extra
-      outputs {name: [R, ·]}, which reach the loss as `StepInfo.recipe['outputs']`), the order of
-      `experiments.models.registry.split_outputs`.
+      outputs {name: [R, ·]}, which reach the loss as `StepInfo.recipe.outputs`), the order of
+      `experiments.models.Outputs`.
   """
   init: Callable[..., Any]
   apply: Callable[..., tuple]
@@ -155,7 +156,7 @@ LINEAR_HEAD = Head(init_params, linear_outputs)
 
 
 @functools.lru_cache(maxsize=None)
-def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int,
+def make_train_epoch(method: str | tuple, schedule: ProbeSchedule, steps_per_epoch: int,
                      head: Head = LINEAR_HEAD):
   """jit(state, features, labels [N], batch_indices [S, B], epoch, rng) → (state, mean loss): one
   epoch of the registry's loss for `method` (a METHODS name or a `method_key`) on `head`, the steps
@@ -170,10 +171,10 @@ def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int,
   the head's extra outputs (the recipe model's analogue: LfF's biased head, SupCon's projection)
   and, for a recipe with `indices`, the rows' dataset positions reach the loss in
   `StepInfo.recipe`."""
-  optimizer = make_optimizer(recipe, steps_per_epoch)
+  optimizer = make_optimizer(schedule, steps_per_epoch)
   config = loss_config(*(method_key(method) if isinstance(method, str) else method))
   loss_fn = losses.make_loss_fn(config)
-  method_recipe = recipes.method_recipe(config.loss)
+  method_recipe = losses.get(config.loss).recipe
 
   @jax.jit
   def train_epoch(state, features, labels, batch_indices, epoch, rng):
@@ -191,12 +192,13 @@ def make_train_epoch(method: str | tuple, recipe: Recipe, steps_per_epoch: int,
       # [V, B, d] → the view-major [V·B, d] batch (one view: [B, d]).
       batch_features = features[..., indices, :].reshape(-1, features.shape[-1])
       batch_labels = jnp.tile(labels[indices], views)
-      given = {"indices": jnp.tile(indices, views)} if method_recipe.indices else {}
+      batch_indices = jnp.tile(indices, views) if method_recipe.indices else None
 
       def objective(params):
         logits, loss_features, outputs = head.apply(params, batch_features)
+        given = losses.RecipeInputs(outputs=outputs, indices=batch_indices)
         loss, loss_state, _ = loss_fn(logits, loss_features, batch_labels, state.loss_state,
-                                      info._replace(recipe={**given, "outputs": outputs}))
+                                      info._replace(recipe=given))
         return loss, loss_state
 
       (loss, loss_state), grads = jax.value_and_grad(objective, has_aux=True)(state.params)
@@ -243,7 +245,7 @@ def predict(params, features: jax.Array, head: Head = LINEAR_HEAD) -> jax.Array:
 
 
 def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: np.ndarray,
-                recipe: Recipe, seed: int, num_classes: int = NUM_CLASSES,
+                schedule: ProbeSchedule, seed: int, num_classes: int = NUM_CLASSES,
                 epoch_order=None, *, head: Head = LINEAR_HEAD) -> tuple[ProbeState, list[float]]:
   """Trains one head (the linear head by default) on `method`'s registry loss; returns the final
   state and the per-epoch mean training loss.
@@ -255,30 +257,30 @@ def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: n
   epoch-end hook (FairDRO) gets a pass over the training set after every epoch."""
   key = method_key(method) if isinstance(method, str) else method
   config = loss_config(*key)
-  method_recipe = recipes.method_recipe(config.loss)
+  method_recipe = losses.get(config.loss).recipe
   if method_recipe.sampler is not None and epoch_order is None:
     raise ValueError(f"the {config.loss!r} loss trains on its sampler's epochs "
-                     f"({method_recipe.sampler!r}): pass epoch_order")
+                     f"({method_recipe.sampler.__name__}): pass epoch_order")
   if method_recipe.epoch_end is not None and head is not LINEAR_HEAD:
     raise ValueError(f"the {config.loss!r} loss's epoch-end pass is the linear head's")
   order = epoch_order or (lambda epoch: None)  # None: `epoch_batches`' default, the epoch order
-  steps = len(train_labels if epoch_order is None else epoch_order(0)) // recipe.batch_size
-  optimizer = make_optimizer(recipe, steps)
+  steps = len(train_labels if epoch_order is None else epoch_order(0)) // schedule.batch_size
+  optimizer = make_optimizer(schedule, steps)
   state = init_state(jax.random.key(seed), train_features.shape[-1], num_classes, optimizer,
-                     recipe.init_std, key, head=head, train_labels=train_labels)
-  train_epoch = make_train_epoch(key, recipe, steps, head)
+                     schedule.init_std, key, head=head, train_labels=train_labels)
+  train_epoch = make_train_epoch(key, schedule, steps, head)
   epoch_end = method_recipe.epoch_end
   features, labels = jnp.asarray(train_features), jnp.asarray(train_labels, jnp.int32)
   epoch_losses = []
-  for epoch in range(recipe.epochs):
+  for epoch in range(schedule.epochs):
     state, loss = train_epoch(state, features, labels,
-                              epoch_batches(len(train_labels), recipe.batch_size, seed, epoch,
+                              epoch_batches(len(train_labels), schedule.batch_size, seed, epoch,
                                             order(epoch)),
                               jnp.asarray(epoch), jax.random.fold_in(jax.random.key(seed), epoch))
     if epoch_end is not None:
       state = state._replace(loss_state=epoch_end(
           config, state.loss_state, class_loss_sums(state.params, features, labels, num_classes),
-          epoch, recipe.epochs))
+          epoch, schedule.epochs))
     epoch_losses.append(float(loss))
   return state, epoch_losses
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 import mr2_jax
-from experiments.report import seed_stats as reporting
+from experiments.report import seed_stats
 from experiments.probe.linear_head import METHODS, SETTINGS
 from experiments.train import evaluation
 
@@ -28,7 +28,7 @@ def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
   """Overall (mean per class; the test set is balanced), Easy/Medium/Hard, worst class, class std,
   and Many/Medium/Few shot (`evaluation.shot_accuracy`, the trainer's summary) — all in percent.
   An empty shot group (None there) is NaN here: these per-seed numbers feed the statistics over
-  seeds (`reporting.mean_std`, `reporting.paired_delta`), which give NaN and print "n/a" for it."""
+  seeds (`seed_stats.mean_std`, `seed_stats.paired_delta`), which give NaN and print "n/a" for it."""
   easy, medium, hard = mr2_jax.group_accuracy(class_acc, difficulty)
   metrics = {"overall": float(np.mean(class_acc)), "easy": easy, "medium": medium, "hard": hard,
              "worst": mr2_jax.worst_class_accuracy(class_acc),
@@ -42,7 +42,7 @@ def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
 def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
               long_tailed: bool | None = None) -> dict:
   """Groups from ERM's mean per-class test accuracy; per method mean ± sample std (ddof = 1) over
-  seeds (`reporting.metric_spreads`) and the paired per-seed Δ vs ERM (`reporting.metric_deltas`:
+  seeds (`seed_stats.metric_spreads`) and the paired per-seed Δ vs ERM (`seed_stats.metric_deltas`:
   mean, sample std, seeds ahead, seeds paired)."""
   runs = [r for r in runs if r["setting"] == setting]
   methods = [m for m in methods if any(r["method"] == m for r in runs)]
@@ -59,10 +59,10 @@ def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
   table = {}
   for method in methods:
     per_seed = {seed: metrics(r) for seed, r in sorted(by_method[method].items())}
-    spread = reporting.metric_spreads(per_seed)
-    delta = reporting.metric_deltas(per_seed, erm)
+    spread = seed_stats.metric_spreads(per_seed)
+    delta = seed_stats.metric_deltas(per_seed, erm)
     names = list(spread)
-    class_mean, class_std = reporting.mean_std_arrays(
+    class_mean, class_std = seed_stats.mean_std_arrays(
         [r["class_accuracy"] for _, r in sorted(by_method[method].items())])
     table[method] = {
         "seeds": sorted(per_seed),
@@ -76,7 +76,7 @@ def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
         "class_accuracy_std": class_std.tolist() if len(per_seed) > 1 else None,
     }
   return {"difficulty_groups": difficulty.tolist(), "erm_class_accuracy_mean": erm_mean.tolist(),
-          "seed_spread": reporting.STD_NAME, "methods": table}
+          "seed_spread": seed_stats.STD_NAME, "methods": table}
 
 
 COLUMNS = (("overall", "Overall"), ("easy", "Easy"), ("medium", "Medium"), ("hard", "Hard"),
@@ -86,7 +86,7 @@ SHOT_COLUMNS = (("many", "Many"), ("medium_shot", "Medium-shot"), ("few", "Few")
 
 def _cell(mean: float, std: float) -> str:
   """"mean ± std" (already in percent) with two decimals; "n/a" for an empty group."""
-  return reporting.cell(mean, std, fmt=".2f")
+  return seed_stats.cell(mean, std, fmt=".2f")
 
 
 def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
@@ -102,14 +102,14 @@ def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
       f"{name}: " + ", ".join(class_names[k] for k in range(len(groups)) if groups[k] == g)
       for g, name in enumerate(("Easy", "Medium", "Hard")))
   header = ["Method"] + [title for _, title in columns]
-  lines = [f"Test accuracy (%), final epoch, {reporting.spread(num_seeds)}. Groups fixed from "
+  lines = [f"Test accuracy (%), final epoch, {seed_stats.spread(num_seeds)}. Groups fixed from "
            f"ERM's mean per-class test accuracy ({group_text}).", ""]
-  lines += reporting.markdown_table(header, (
+  lines += seed_stats.markdown_table(header, (
       [method] + [_cell(row["mean"][k], row["std"][k]) for k, _ in columns]
       for method, row in methods.items()))
-  lines += ["", f"Paired Δ vs ERM (same seed, same data): {reporting.PAIRED}.", ""]
-  lines += reporting.markdown_table(header, (
-      [method] + [reporting.delta_cell(
+  lines += ["", f"Paired Δ vs ERM (same seed, same data): {seed_stats.PAIRED}.", ""]
+  lines += seed_stats.markdown_table(header, (
+      [method] + [seed_stats.delta_cell(
           (row["delta_mean"][k], row["delta_std"][k], row["delta_wins"][k],
            row.get("delta_seeds", {}).get(k, len(row["seeds"]))), scale=1.0, digits=2)
           for k, _ in columns]
@@ -131,7 +131,7 @@ def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequenc
   width = 0.8 / len(methods)
   for i, (method, row) in enumerate(methods.items()):
     mean = 100 * np.asarray(row["class_accuracy_mean"])[order]
-    std = reporting.error_bars(np.asarray(row["class_accuracy_std"] or [], np.float64))
+    std = seed_stats.error_bars(np.asarray(row["class_accuracy_std"] or [], np.float64))
     std = None if std is None else 100 * std[order]
     ax.bar(np.arange(len(order)) + (i - (len(methods) - 1) / 2) * width, mean, width, yerr=std,
            label=method, capsize=2)
@@ -140,7 +140,7 @@ def plot_sorted_class_accuracy(summary: dict, setting: str, class_names: Sequenc
   lowest = min(100 * min(r["class_accuracy_mean"]) for r in methods.values())
   ax.set_ylim(max(0, lowest - 10), 100)
   ax.set_title(f"{title}, {setting}: per-class accuracy, sorted by ERM\n"
-               f"(bars: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
+               f"(bars: ±1 {seed_stats.STD_NAME} over seeds)", fontsize=10)
   # Beside the axes, not on them: inside, the legend of ten methods covered the first classes' bars.
   ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
   fig.tight_layout()

@@ -14,7 +14,7 @@ import json
 import pathlib
 from typing import Sequence
 
-from experiments.report import seed_stats as reporting
+from experiments.report import seed_stats
 
 BEST_EPOCH_LABEL = "best epoch (as the LDAM-DRW release reports it)"
 
@@ -47,8 +47,8 @@ def best_epoch_table(methods: dict[str, Sequence[str | pathlib.Path]],
     best = [best_epoch(d) for d in dirs]
     if not best or any(b is None for b in best):
       continue
-    table[name] = {"final": reporting.mean_std([s["overall_accuracy"] for s in summaries[name]]),
-                   "best": reporting.mean_std([b[0] for b in best]),
+    table[name] = {"final": seed_stats.mean_std([s["overall_accuracy"] for s in summaries[name]]),
+                   "best": seed_stats.mean_std([b[0] for b in best]),
                    "best_epochs": [b[1] for b in best], "seeds": len(best)}
   return table or None
 
@@ -57,10 +57,10 @@ def best_epoch_markdown(table: dict[str, dict]) -> str:
   """The table of `best_epoch_table` in Markdown, with a line on how to read it."""
   lines = [f"Test accuracy (%), final epoch (the headline) and the {BEST_EPOCH_LABEL}: the maximum "
            "over the logged test passes, for comparison with published figures made that way; "
-           f"nothing is selected by it ({reporting.spread([t['seeds'] for t in table.values()])}):",
+           f"nothing is selected by it ({seed_stats.spread([t['seeds'] for t in table.values()])}):",
            ""]
-  rows = [[name, reporting.percent_cell(t["final"]), reporting.percent_cell(t["best"]),
+  rows = [[name, seed_stats.percent_cell(t["final"]), seed_stats.percent_cell(t["best"]),
            ", ".join(f"{e:g}" for e in t["best_epochs"])] for name, t in table.items()]
-  lines += reporting.markdown_table(["method", "final epoch", BEST_EPOCH_LABEL, "best at epoch"],
+  lines += seed_stats.markdown_table(["method", "final epoch", BEST_EPOCH_LABEL, "best at epoch"],
                                     rows)
   return "\n".join(lines) + "\n"

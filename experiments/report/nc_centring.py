@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from experiments.report import seed_stats as reporting
+from experiments.report import seed_stats
 
 
 def simplex_floors(class_counts: Sequence[int]) -> tuple[float, float]:
@@ -54,12 +54,12 @@ def centring_markdown(table: dict[str, dict], class_counts: Sequence[int]) -> st
            f"{nc3_floor:.3f} under it (an exact simplex ETF of the class means, a classifier "
            "aligned with it): the convention's floor. Centred on the mean of the class means "
            "(class-balanced), that floor is 0 at any counts"
-           + (f"; those values ({reporting.spread([len(table[m]['seeds']) for m in recorded])}):"
+           + (f"; those values ({seed_stats.spread([len(table[m]['seeds']) for m in recorded])}):"
               if recorded else "; these runs did not record them.")]
   if recorded:
     lines.append("")
-    rows = [[m] + [reporting.cell(*table[m]["neural_collapse_balanced"][k], fmt=".3g",
+    rows = [[m] + [seed_stats.cell(*table[m]["neural_collapse_balanced"][k], fmt=".3g",
                                   std_fmt=".2g") for k in ("nc1", "nc2", "nc3")] for m in recorded]
-    lines += reporting.markdown_table(["method", "NC1 (class-balanced)", "NC2 (class-balanced)",
+    lines += seed_stats.markdown_table(["method", "NC1 (class-balanced)", "NC2 (class-balanced)",
                                        "NC3 (class-balanced)"], rows)
   return "\n".join(lines) + "\n"

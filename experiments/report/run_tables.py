@@ -24,7 +24,7 @@ import mr2_jax
 from experiments.common import cli
 from experiments.report import best_epoch
 from experiments.report import nc_centring
-from experiments.report import seed_stats as reporting
+from experiments.report import seed_stats
 
 PLOTTED_HISTORY = (("class_loss", "per-class batch loss L_c"),
                    ("train_class_ce", "per-class cross-entropy L_c on the training set"),
@@ -52,7 +52,7 @@ def load_summaries(workdirs: Sequence[str | pathlib.Path]) -> list[dict]:
 
 def method_table(methods: dict[str, list[dict]], reference: str | None,
                  paired_against: str | None = None) -> dict[str, dict]:
-  """Per method: mean ± sample std (ddof = 1) over seeds (`reporting.mean_std`) of overall,
+  """Per method: mean ± sample std (ddof = 1) over seeds (`seed_stats.mean_std`) of overall,
   worst-class, std-of-classes (one run's spread across classes), groups, per class.
 
   Easy / Medium / Hard come from `reference` (ERM); the paired per-seed Δ is taken against
@@ -64,11 +64,11 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
   if reference is not None:
     reference_accuracy = np.mean([s["per_class_accuracy"] for s in methods[reference]], axis=0)
     groups = mr2_jax.difficulty_tertiles(reference_accuracy)
-  mean_std = reporting.mean_std  # the one definition of the spread over seeds
+  mean_std = seed_stats.mean_std  # the one definition of the spread over seeds
   table = {}
   for name, summaries in methods.items():
     per_class = np.array([s["per_class_accuracy"] for s in summaries], np.float64)
-    per_class_mean, per_class_std = reporting.mean_std_arrays(per_class)
+    per_class_mean, per_class_std = seed_stats.mean_std_arrays(per_class)
     row = {
         "seeds": [s.get("seed") for s in summaries],
         "overall": mean_std([s["overall_accuracy"] for s in summaries]),
@@ -92,7 +92,7 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()
-  table["_std"] = reporting.STD_NAME  # what the ± of this file means (sweep_table checks it)
+  table["_std"] = seed_stats.STD_NAME  # what the ± of this file means (sweep_table checks it)
   baseline = paired_against or reference
   if baseline is not None:
     for name, summaries in methods.items():
@@ -115,7 +115,7 @@ def _metrics_of(summary: dict, groups) -> dict[str, float]:
 
 
 def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, list]:
-  """Per metric: `reporting.paired_delta` of (method − reference) on the *same* seed, as [mean Δ,
+  """Per metric: `seed_stats.paired_delta` of (method − reference) on the *same* seed, as [mean Δ,
   sample std of Δ (ddof = 1), seeds ahead (a tie is not), seeds paired]. Seeds must match between
   the two methods."""
   by_seed = {s["seed"]: s for s in reference}
@@ -125,17 +125,17 @@ def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[
                      f"{sorted(by_seed)}")
   ours = {s["seed"]: _metrics_of(s, groups) for s in summaries}
   theirs = {seed: _metrics_of(by_seed[seed], groups) for seed in ours}
-  return {key: list(delta) for key, delta in reporting.metric_deltas(ours, theirs).items()}
+  return {key: list(delta) for key, delta in seed_stats.metric_deltas(ours, theirs).items()}
 
 
-_pct = reporting.percent_cell
+_pct = seed_stats.percent_cell
 
 
 def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   """An overall table (one row per method), the paired Δ table and a per-class table (one column
-  per method), each under a header stating the spread (`reporting.spread`)."""
+  per method), each under a header stating the spread (`seed_stats.spread`)."""
   methods = [m for m in table if not m.startswith("_")]
-  spread = reporting.spread(len(table[m]["seeds"]) for m in methods)
+  spread = seed_stats.spread(len(table[m]["seeds"]) for m in methods)
   seed_sets = {tuple(table[m]["seeds"]) for m in methods}
   if len(seed_sets) == 1 and None not in (seeds := next(iter(seed_sets))):
     spread += f" ({'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))})"
@@ -159,19 +159,19 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
     cells += [_pct(row["easy_medium_hard"][g]) for g in emh]
     if "neural_collapse" in row:
       nc = row["neural_collapse"]
-      cells += [reporting.cell(*nc[k], fmt=".3g", std_fmt=".2g")
+      cells += [seed_stats.cell(*nc[k], fmt=".3g", std_fmt=".2g")
                 for k in ("nc1", "nc2", "nc3", "nc4", "rho")]
     rows.append(cells)
-  lines += reporting.markdown_table(header, rows) + [""]
+  lines += seed_stats.markdown_table(header, rows) + [""]
   paired = [m for m in methods if "delta_vs_reference" in table[m]]
   if paired:
     keys = list(table[paired[0]]["delta_vs_reference"])
     lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points; "
-                 f"{reporting.PAIRED}):")
+                 f"{seed_stats.PAIRED}):")
     lines.append("")
-    lines += reporting.markdown_table(
+    lines += seed_stats.markdown_table(
         ["method"] + [f"Δ {k.replace('_', ' ')}" for k in keys],
-        ([m] + [reporting.delta_cell(table[m]["delta_vs_reference"][k]) for k in keys]
+        ([m] + [seed_stats.delta_cell(table[m]["delta_vs_reference"][k]) for k in keys]
          for m in paired))
     lines.append("")
   groups = table.get("_groups")
@@ -184,7 +184,7 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
       cells.append(mr2_jax.GROUP_NAMES[groups[k]])
     cells += [_pct((table[m]["per_class_mean"][k], table[m]["per_class_std"][k])) for m in methods]
     rows.append(cells)
-  lines += reporting.markdown_table(header, rows)
+  lines += seed_stats.markdown_table(header, rows)
   return "\n".join(lines) + "\n"
 
 
@@ -200,13 +200,13 @@ def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
   fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(order)), 4))
   for m in methods:
     mean = np.asarray(table[m]["per_class_mean"])[order]
-    std = reporting.error_bars(np.asarray(table[m]["per_class_std"], np.float64)[order])
+    std = seed_stats.error_bars(np.asarray(table[m]["per_class_std"], np.float64)[order])
     ax.errorbar(np.arange(len(order)), 100 * mean, yerr=None if std is None else 100 * std,
                 marker="o", capsize=2, label=m)
   ax.set_xticks(np.arange(len(order)), [str(k) for k in order])
   ax.set_xlabel(f"class (sorted by {methods[0]} accuracy)")
   ax.set_ylabel("test accuracy (%)")
-  ax.set_title(f"bars: ±1 {reporting.STD_NAME} over seeds", fontsize=9)
+  ax.set_title(f"bars: ±1 {seed_stats.STD_NAME} over seeds", fontsize=9)
   ax.legend()
   ax.grid(alpha=0.3)
   fig.tight_layout()
@@ -254,7 +254,7 @@ NC_OVER_TRAINING = (("train_nc1", "NC1"), ("train_nc2", "NC2"), ("train_nc3", "N
 def metric_history(workdirs: Sequence[str | pathlib.Path], key: str = "train_rho"
                    ) -> dict[str, list[float]] | None:
   """A metric of the periodic training-set pass over training (ρ by default; `NC_OVER_TRAINING`),
-  mean and sample std (ddof = 1, `reporting.mean_std_arrays`) over the runs at the epochs every
+  mean and sample std (ddof = 1, `seed_stats.mean_std_arrays`) over the runs at the epochs every
   run logged: {"epoch": [...], "mean": [...], "std": [...], "seeds": n}; None when a run logged
   none."""
   per_run = []
@@ -264,7 +264,7 @@ def metric_history(workdirs: Sequence[str | pathlib.Path], key: str = "train_rho
   epochs = sorted(set.intersection(*(set(run) for run in per_run))) if per_run else []
   if not epochs:
     return None
-  mean, std = reporting.mean_std_arrays([[run[e] for e in epochs] for run in per_run])
+  mean, std = seed_stats.mean_std_arrays([[run[e] for e in epochs] for run in per_run])
   return {"epoch": epochs, "mean": mean.tolist(), "std": std.tolist(), "seeds": len(per_run)}
 
 
@@ -278,13 +278,13 @@ def rho_markdown(histories: dict[str, dict], columns: int = 10) -> str:
   shown = [epochs[i] for i in picks]
   counts = [h["seeds"] for h in histories.values() if "seeds" in h]
   lines = ["ρ = std_c L_c / mean_c L_c of the per-class cross-entropy on the training set, over "
-           f"training ({reporting.spread(counts)}):", ""]
+           f"training ({seed_stats.spread(counts)}):", ""]
   rows = []
   for name, history in histories.items():
     at = {e: i for i, e in enumerate(history["epoch"])}
-    rows.append([name] + [reporting.cell(history["mean"][at[e]], history["std"][at[e]], fmt=".3f")
+    rows.append([name] + [seed_stats.cell(history["mean"][at[e]], history["std"][at[e]], fmt=".3f")
                           for e in shown])
-  lines += reporting.markdown_table(["method"] + [f"epoch {e:g}" for e in shown], rows)
+  lines += seed_stats.markdown_table(["method"] + [f"epoch {e:g}" for e in shown], rows)
   return "\n".join(lines) + "\n"
 
 
@@ -315,7 +315,7 @@ def plot_nc_history(nc_histories: dict[str, dict[str, dict]], path: pathlib.Path
         continue
       epoch, mean, std = (np.asarray(histories[key][k]) for k in ("epoch", "mean", "std"))
       ax.plot(epoch, mean, label=name, lw=1.2)
-      band = reporting.error_bars(std)
+      band = seed_stats.error_bars(std)
       if band is not None:
         ax.fill_between(epoch, np.maximum(mean - band, 1e-6), mean + band, alpha=0.15)
     ax.set_yscale("log")
@@ -323,7 +323,7 @@ def plot_nc_history(nc_histories: dict[str, dict[str, dict]], path: pathlib.Path
     ax.set_title(f"{label} (training set)", fontsize=10)
     ax.grid(alpha=0.3)
   axes[0].legend(fontsize=7)
-  fig.suptitle(f"Neural Collapse over training (band: ±1 {reporting.STD_NAME} over seeds)",
+  fig.suptitle(f"Neural Collapse over training (band: ±1 {seed_stats.STD_NAME} over seeds)",
                fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
@@ -341,13 +341,13 @@ def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
   for name, history in histories.items():
     epoch, mean, std = (np.asarray(history[k]) for k in ("epoch", "mean", "std"))
     ax.plot(epoch, mean, label=name, lw=1.2)
-    band = reporting.error_bars(std)
+    band = seed_stats.error_bars(std)
     if band is not None:
       ax.fill_between(epoch, mean - band, mean + band, alpha=0.15)
   ax.set_xlabel("epoch")
   ax.set_ylabel("ρ (training set)")
   ax.set_title("per-class loss spread ρ = std_c L_c / mean_c L_c\n"
-               f"(band: ±1 {reporting.STD_NAME} over seeds)", fontsize=10)
+               f"(band: ±1 {seed_stats.STD_NAME} over seeds)", fontsize=10)
   ax.legend(fontsize=7, ncol=2)
   ax.grid(alpha=0.3)
   fig.tight_layout()

@@ -22,7 +22,7 @@ import numpy as np
 from absl import flags
 
 from experiments.common import cli
-from experiments.report import seed_stats as reporting
+from experiments.report import seed_stats
 
 
 def load_reports(specs: Sequence[str]) -> dict[str, dict]:
@@ -36,8 +36,8 @@ def load_reports(specs: Sequence[str]) -> dict[str, dict]:
     if not path.exists():
       raise SystemExit(f"error: {path}: no comparison.json (run experiments.compare first)")
     report = json.loads(path.read_text())
-    if report.get("_std") != reporting.STD_NAME:
-      raise SystemExit(f"error: {path}: its ± is not marked as the {reporting.STD_NAME} (written "
+    if report.get("_std") != seed_stats.STD_NAME:
+      raise SystemExit(f"error: {path}: its ± is not marked as the {seed_stats.STD_NAME} (written "
                        "before experiments.report.seed_stats); rebuild it with experiments.report.run_tables or "
                        "python -m experiments.studies.regenerate_reports")
     reports[label] = report
@@ -71,7 +71,7 @@ def sweep_rows(reports: dict[str, dict]) -> dict[str, dict[str, dict]]:
 
 def markdown(rows: dict[str, dict[str, dict]]) -> str:
   labels = list(next(iter(rows.values())))
-  spread = reporting.spread(cell["seeds"] for cells in rows.values() for cell in cells.values()
+  spread = seed_stats.spread(cell["seeds"] for cells in rows.values() for cell in cells.values()
                             if "seeds" in cell)
   header = ["method"] + labels
   overall, few_rho = [], []
@@ -79,7 +79,7 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
     parts = []
     for label in labels:
       cell = cells[label]
-      text = reporting.percent_cell(cell["overall"])
+      text = seed_stats.percent_cell(cell["overall"])
       if cell["delta"] is not None:
         mean, _, ahead, seeds = cell["delta"]
         text += f" ({100 * mean:+.1f}, {ahead}/{seeds})"
@@ -88,14 +88,14 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
     parts = []
     for label in labels:
       few, rho = cells[label]["few"], cells[label]["rho"]
-      parts.append((reporting.percent_cell(few) if few else reporting.NOT_AVAILABLE) + " / " +
+      parts.append((seed_stats.percent_cell(few) if few else seed_stats.NOT_AVAILABLE) + " / " +
                    (f"ρ {rho[0]:.2f}" if rho else "ρ n/a"))
     few_rho.append([method] + parts)
   lines = [f"Overall accuracy (%, {spread}) and the paired per-seed Δ vs the reference (points, "
            "mean Δ, seeds ahead / seeds paired; a tie is not ahead):", ""]
-  lines += reporting.markdown_table(header, overall)
+  lines += seed_stats.markdown_table(header, overall)
   lines += ["", f"Few-shot accuracy (%, {spread}) and ρ on the training set at the end (mean):", ""]
-  lines += reporting.markdown_table(header, few_rho)
+  lines += seed_stats.markdown_table(header, few_rho)
   return "\n".join(lines) + "\n"
 
 
@@ -110,12 +110,12 @@ def plot(rows: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
   for method, cells in rows.items():
     labels = list(cells)
     mean = np.array([cells[label]["overall"][0] for label in labels]) * 100
-    std = reporting.error_bars([cells[label]["overall"][1] for label in labels])
+    std = seed_stats.error_bars([cells[label]["overall"][1] for label in labels])
     ax.errorbar(np.arange(len(labels)), mean, yerr=None if std is None else 100 * std, marker="o",
                 capsize=2, label=method)
   ax.set_xticks(np.arange(len(labels)), labels)
   ax.set_ylabel("test accuracy (%)")
-  ax.set_title(f"bars: ±1 {reporting.STD_NAME} over seeds", fontsize=9)
+  ax.set_title(f"bars: ±1 {seed_stats.STD_NAME} over seeds", fontsize=9)
   ax.legend(fontsize=7)
   ax.grid(alpha=0.3)
   fig.tight_layout()

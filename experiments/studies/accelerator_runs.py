@@ -58,7 +58,7 @@ from PIL import Image
 from experiments.common import cli
 from experiments.common.errors import DataError
 from experiments.data import loading
-from experiments.studies import method_comparison as comparison
+from experiments.studies import method_comparison
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MAX_FILES = 7  # the device tool returns 8 files; the driver's own log is the 8th
@@ -130,7 +130,7 @@ def command(chain: Chain, data_dir: str, workdir: pathlib.Path, data_workers: in
 
 def run_folder(workdir: pathlib.Path, chain: Chain, spec: str) -> pathlib.Path:
   """`<workdir>/<study>/<method>/seed<s>`, where `experiments.compare` writes the run."""
-  return comparison.run_dir(workdir / chain.study, comparison.parse_method(spec)[0], chain.seed)
+  return method_comparison.run_dir(workdir / chain.study, method_comparison.parse_method(spec)[0], chain.seed)
 
 
 def run_chains(todo: list[Chain], data_dir: str, workdir: pathlib.Path, jobs: int,

@@ -46,7 +46,7 @@ from experiments.data import holdout, in_memory_sources, long_tail
 from experiments.common import cli
 from experiments.probe.features import (FEATURE_BATCH, NUM_CLASSES, RESOLUTION, features_command,
                                         load_features)
-from experiments.probe.linear_head import (METHODS, RECIPE, SETTINGS, Recipe, class_accuracy,
+from experiments.probe.linear_head import (METHODS, SCHEDULE, SETTINGS, ProbeSchedule, class_accuracy,
                                            method_config, predict, setting_train_indices,
                                            train_probe)
 from experiments.probe.summary import markdown_tables, plot_sorted_class_accuracy, summarise
@@ -64,9 +64,9 @@ def select_command(args: flags.FlagValues) -> None:
     fit, val = subset[fit], subset[val]
     for learning_rate in args.learning_rates:
       for epochs in args.epochs_grid:
-        recipe = Recipe(learning_rate=learning_rate, epochs=epochs)
+        schedule = ProbeSchedule(learning_rate=learning_rate, epochs=epochs)
         start = time.perf_counter()
-        state, losses = train_probe("erm", features[fit], labels[fit], recipe, seed=0)
+        state, losses = train_probe("erm", features[fit], labels[fit], schedule, seed=0)
         val_acc = class_accuracy(state.params, features[val], labels[val])
         results.append({"setting": setting, "learning_rate": learning_rate, "epochs": epochs,
                         "val_mean_class_accuracy": float(np.mean(val_acc)),
@@ -89,7 +89,7 @@ def select_command(args: flags.FlagValues) -> None:
 
 
 def study_command(args: flags.FlagValues) -> None:
-  recipe = RECIPE._replace(**{k: v for k, v in (("learning_rate", args.learning_rate),
+  schedule = SCHEDULE._replace(**{k: v for k, v in (("learning_rate", args.learning_rate),
                                                 ("epochs", args.epochs)) if v is not None})
   out = pathlib.Path(args.out)
   (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -104,11 +104,11 @@ def study_command(args: flags.FlagValues) -> None:
       counts = np.bincount(train_labels[subset], minlength=NUM_CLASSES)
       for method in methods:
         start = time.perf_counter()
-        state, losses = train_probe(method, train_features[subset], train_labels[subset], recipe,
+        state, losses = train_probe(method, train_features[subset], train_labels[subset], schedule,
                                     seed)
         class_acc = class_accuracy(state.params, test_features, test_labels)
         run = {"setting": setting, "imbalance_factor": imbalance_factor, "method": method,
-               "seed": seed, "recipe": recipe._asdict(), "resolution": args.resolution,
+               "seed": seed, "recipe": schedule._asdict(), "resolution": args.resolution,
                "train_class_counts": counts.tolist(),
                "shot_groups": long_tail.many_medium_few(counts).tolist(),
                "class_accuracy": class_acc.tolist(),
@@ -127,7 +127,7 @@ def study_command(args: flags.FlagValues) -> None:
         print(f"{setting} seed {seed} {method}: test acc {100 * run['test_accuracy']:.2f} %, "
               f"worst class {100 * np.min(class_acc):.1f} %, {run['wall_s']:.1f} s", flush=True)
   wall = time.perf_counter() - start_all
-  results = {"recipe": recipe._asdict(), "resolution": args.resolution, "seeds": list(args.seeds),
+  results = {"recipe": schedule._asdict(), "resolution": args.resolution, "seeds": list(args.seeds),
              "study_wall_s": wall}
   print(write_reports(runs, args.settings, results, out))
   print(f"study wall time {wall:.0f} s")

@@ -9,12 +9,12 @@ import pathlib
 import time
 
 from experiments.train import checkpoints
-from experiments.report import run_tables as evaluate
-from experiments.losses import registry as losses
-from experiments.train import loop as train
+from experiments.report import run_tables
+from experiments import losses
+from experiments.train import loop
 from experiments.common import overrides
 from experiments.common.errors import ConfigError
-from experiments.train.config_validation import validate_config
+from experiments.configs import default
 
 
 def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
@@ -97,7 +97,7 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
   reference_name = parse_method(specs[0])[0]
   runs, earlier = {}, []   # earlier: (method, loss, {seed: config JSON}) in list order
   for spec in specs:
-    validate_config(method_config(base, spec, seeds[0])[1])  # all checked before any run
+    default.validate(method_config(base, spec, seeds[0])[1])  # all checked before any run
   for spec in specs:
     method = parse_method(spec)[0]
     runs[method], configs = [], {}
@@ -111,7 +111,7 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
         config.init_from = f"{run_dir(workdir, source, seed).resolve()}:{start}"
       print(counter.starting(f"{method}, seed {seed}"), flush=True)
       began = time.perf_counter()
-      summary = train.train_and_evaluate(config, run_dir(workdir, method, seed))
+      summary = loop.train_and_evaluate(config, run_dir(workdir, method, seed))
       counter.finished()
       shared = f", epochs 0-{start} from {source}" if config.init_from else ""
       print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
@@ -119,4 +119,4 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
             flush=True)
       runs[method].append(run_dir(workdir, method, seed))
     earlier.append((method, parse_method(spec)[1], configs))
-  return evaluate.write_report(runs, reference_name, report_dir)
+  return run_tables.write_report(runs, reference_name, report_dir)

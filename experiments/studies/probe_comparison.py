@@ -35,7 +35,7 @@ probe's one step (`experiments.probe.linear_head.make_train_epoch`) on the regis
   jtt  stage 1: ERM for `stage1_epochs` (the recipe's schedule over those epochs); error set E from
        an eval pass over the training set (`reweight_jax.baselines.jtt_error_set`); stage 2: a fresh head
        trained on the registry's 'jtt' entry for the recipe's epochs on the up-sampled set (each
-       example of E 1 + λ_up times, `experiments.train.jtt_error_set.upsampled_sample`, the
+       example of E 1 + λ_up times, `experiments.methods.jtt.upsampled_sample`, the
        trainer's sampler, a new order per epoch): the epoch grows.
   lff  the registry's 'lff' entry on twin linear heads (the probe's stand-in for the biased-twin
        wrapper): the biased head's logits and the rows' dataset positions reach the loss as the
@@ -56,7 +56,7 @@ from absl import flags
 
 from experiments.common import cli
 from experiments.probe.features import RESOLUTION, load_features
-from experiments.probe.linear_head import RECIPE
+from experiments.probe.linear_head import SCHEDULE
 from experiments.studies.probe_comparison_methods import (ADAPTER_METHODS, METHODS, class_accuracy,
                                                           setting_of, train_method, tune)
 from experiments.studies.probe_comparison_report import write_reports
@@ -79,9 +79,9 @@ def tune_command(args: flags.FlagValues) -> None:
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
-  record = tune(features, labels, RECIPE, args.methods,
+  record = tune(features, labels, SCHEDULE, args.methods,
                 flipped=flipped_features(args, args.methods))
-  record.update(recipe=RECIPE._asdict(), resolution=args.resolution,
+  record.update(schedule=SCHEDULE._asdict(), resolution=args.resolution,
                 wall_s=time.perf_counter() - start)
   path = out / "selection.json"
   if path.exists():  # keep the other methods' choices
@@ -107,10 +107,10 @@ def study_command(args: flags.FlagValues) -> None:
       params = selection["methods"][name]["chosen"]
       start = time.perf_counter()
       head, epoch_losses, record = train_method(name, params, train_features, train_labels,
-                                                RECIPE, seed, flipped=flipped)
+                                                SCHEDULE, seed, flipped=flipped)
       class_acc = class_accuracy(name, head, test_features, test_labels)
       run = {"setting": setting_of(name), "method": name, "seed": seed, "params": params,
-             "recipe": RECIPE._asdict(), "resolution": args.resolution,
+             "recipe": SCHEDULE._asdict(), "resolution": args.resolution,
              "class_accuracy": class_acc.tolist(), "final_train_loss": epoch_losses[-1],
              "wall_s": time.perf_counter() - start, **record}
       path.write_text(json.dumps(run, indent=1))

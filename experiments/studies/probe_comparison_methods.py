@@ -5,7 +5,7 @@ method on cached features, and the tuning of each on a validation split of the t
 its reports are `experiments.studies.probe_comparison_report`. Every method trains a loss-registry
 entry with the linear probe's step (`experiments.probe.linear_head`): kind 'loss' the entry on the
 linear head; 'jtt' an ERM stage 1 on that head, then the 'jtt' entry on the error set up-sampled as
-the trainer's sampler does it (`experiments.train.jtt_error_set.upsampled_sample`); 'lff' the 'lff'
+the trainer's sampler does it (`experiments.methods.jtt.upsampled_sample`); 'lff' the 'lff'
 entry on a biased and a debiased head (`experiments.probe.lff`); 'adapter' the 'supcon' entry (λ = 0:
 'ce') on an MLP adapter and two views (`experiments.probe.adapter`).
 """
@@ -28,8 +28,8 @@ from experiments.probe import adapter
 from experiments.probe import lff
 from experiments.probe import linear_head
 from experiments.probe.features import NUM_CLASSES
-from experiments.probe.linear_head import Recipe
-from experiments.train import jtt_error_set
+from experiments.probe.linear_head import ProbeSchedule
+from experiments.methods import jtt
 
 SETTING = "balanced"
 TUNE_SEEDS = (0, 1)
@@ -100,14 +100,14 @@ def class_accuracy(name: str, head, features: np.ndarray, labels: np.ndarray) ->
 
 
 def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels: np.ndarray,
-                 recipe: Recipe, seed: int, flipped: np.ndarray | None = None
+                 schedule: ProbeSchedule, seed: int, flipped: np.ndarray | None = None
                  ) -> tuple[dict, list[float], dict[str, Any]]:
   """(head params, per-epoch training loss, method-specific record) of one run; `flipped`: the
   second view's features (adapter setting only)."""
   method = METHODS[name]
   if method.kind == "loss":
     state, epoch_losses = linear_head.train_probe(loss_key(method, params), features, labels,
-                                                  recipe, seed)
+                                                  schedule, seed)
     record = {}
     for field in ("group_dro_q", "fairdro_q"):
       if field in state.loss_state:
@@ -118,34 +118,34 @@ def train_method(name: str, params: dict[str, Any], features: np.ndarray, labels
     return state.params, epoch_losses, record
   if method.kind == "jtt":
     stage1, _ = linear_head.train_probe("erm", features, labels,
-                                        recipe._replace(epochs=params["jtt.stage1_epochs"]), seed)
+                                        schedule._replace(epochs=params["jtt.stage1_epochs"]), seed)
     errors = np.asarray(reweight_jax.baselines.jtt_error_set(
         linear_head.logits_of(stage1.params, jnp.asarray(features)),
         jnp.asarray(labels, jnp.int32)))
     upweight = params["jtt.upweight"]
 
     def upsampled(epoch):  # a new shuffle of the up-sampled list each epoch
-      return jtt_error_set.upsampled_sample(errors, labels, upweight, (seed, epoch), NUM_CLASSES)
+      return jtt.upsampled_sample(errors, labels, upweight, (seed, epoch), NUM_CLASSES)
 
     state, epoch_losses = linear_head.train_probe(
         ("jtt", (("jtt.stage1", JTT_STAGE1), ("jtt.upweight", upweight))), features, labels,
-        recipe, seed, epoch_order=lambda epoch: upsampled(epoch)[0])
+        schedule, seed, epoch_order=lambda epoch: upsampled(epoch)[0])
     return state.params, epoch_losses, upsampled(0)[1]
   if method.kind == "lff":
-    head, epoch_losses, state = lff.train_lff(features, labels, recipe, seed, params["lff.q"],
+    head, epoch_losses, state = lff.train_lff(features, labels, schedule, seed, params["lff.q"],
                                               params["lff.alpha"])
     return head, epoch_losses, {"lff_visited": int(np.asarray(state.loss_state["lff"].seen).sum())}
   if method.kind == "adapter":
     if flipped is None:
       raise ValueError(f"{name}: the adapter setting needs the flipped view's features")
-    head, epoch_losses = adapter.train_adapter(features, flipped, labels, recipe, seed,
+    head, epoch_losses = adapter.train_adapter(features, flipped, labels, schedule, seed,
                                                float(params["supcon.lam"]),
                                                float(params.get("supcon.temperature", 0.1)))
     return head, epoch_losses, {"adapter_width": adapter.ADAPTER_WIDTH}
   raise ValueError(f"{name}: unknown kind {method.kind!r}")
 
 
-def tune(features: np.ndarray, labels: np.ndarray, recipe: Recipe,
+def tune(features: np.ndarray, labels: np.ndarray, schedule: ProbeSchedule,
          methods: Sequence[str], seeds: Sequence[int] = TUNE_SEEDS, log=print,
          flipped: np.ndarray | None = None) -> dict:
   """Every candidate of each method on a stratified (1 − VALIDATION_FRACTION) split of the training
@@ -165,7 +165,7 @@ def tune(features: np.ndarray, labels: np.ndarray, recipe: Recipe,
       worst, mean = [], []
       start = time.perf_counter()
       for seed in seeds:
-        head, _, _ = train_method(name, params, fit_features, fit_labels, recipe, seed,
+        head, _, _ = train_method(name, params, fit_features, fit_labels, schedule, seed,
                                   flipped=fit_flipped)
         acc = class_accuracy(name, head, val_features, val_labels)
         worst.append(float(np.min(acc)))

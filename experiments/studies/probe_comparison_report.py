@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from experiments.data import in_memory_sources
-from experiments.report import seed_stats as reporting
+from experiments.report import seed_stats
 from experiments.probe.adapter import ADAPTER_WIDTH
 from experiments.probe.summary import (COLUMNS, group_metrics, markdown_tables,
                                        plot_sorted_class_accuracy, summarise)
@@ -42,7 +42,7 @@ def tradeoff_plot(summary: dict, path: pathlib.Path) -> None:
   ax.set_xlabel("Δ Easy classes vs ERM (points)")
   ax.set_ylabel("Δ Hard classes vs ERM (points)")
   ax.set_title("Trade-off: Hard-class gain against Easy-class change\n(paired per seed; bars ±1 "
-               f"{reporting.STD_NAME} of Δ)", fontsize=10)
+               f"{seed_stats.STD_NAME} of Δ)", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -57,9 +57,9 @@ def paired_against_control(runs: list[dict], method: str, control: str,
   metrics = {m: {s: group_metrics(np.asarray(by[m, s]["class_accuracy"]),
                                   np.asarray(difficulty), None) for s in seeds}
              for m in (method, control)}
-  delta = reporting.metric_deltas(metrics[method], metrics[control])
-  cells = [reporting.delta_cell(tuple(delta[k]), scale=1.0, digits=2) for k, _ in COLUMNS]
-  return "\n".join(reporting.markdown_table(["Method − control"] + [t for _, t in COLUMNS],
+  delta = seed_stats.metric_deltas(metrics[method], metrics[control])
+  cells = [seed_stats.delta_cell(tuple(delta[k]), scale=1.0, digits=2) for k, _ in COLUMNS]
+  return "\n".join(seed_stats.markdown_table(["Method − control"] + [t for _, t in COLUMNS],
                                             [[f"{method} − {control}"] + cells])) + "\n"
 
 

@@ -29,7 +29,7 @@ from typing import NamedTuple, Sequence
 from absl import flags
 
 from experiments.common import cli
-from experiments.report import run_tables as evaluate
+from experiments.report import run_tables
 from experiments.report import sweep_table
 from experiments.studies import linear_probe
 
@@ -148,7 +148,7 @@ def regenerate_study(results: pathlib.Path, study: Study) -> str:
   with tempfile.TemporaryDirectory() as scratch:
     runs = {name: link_runs(results / runs_dir, name, pathlib.Path(scratch), study.seeds)
             for name, runs_dir in study.methods}
-    return evaluate.write_report(runs, study.methods[0][0], results / study.out,
+    return run_tables.write_report(runs, study.methods[0][0], results / study.out,
                                  study.paired_against)
 
 

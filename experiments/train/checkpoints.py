@@ -26,7 +26,7 @@ from absl import logging as absl_logging
 from experiments.common.errors import ConfigError
 from experiments.common.errors import field_value
 from experiments.common.errors import CheckpointError
-from experiments.losses import registry as losses
+from experiments import losses
 from experiments.models.pretrained import weights
 from experiments.train import lineage
 from experiments.train import train_state
@@ -63,7 +63,7 @@ def start_epochs(config) -> tuple[int, ...]:
   """The start epochs of every deferred loss in `config` (reweight.start_epoch, ldam.drw_epoch,
   ib.start_epoch, > 0): the run checkpoints and keeps the end of each, so that a deferred sibling
   can start there from this run (`config.init_from`) instead of training its first epochs again."""
-  fields = {entry.start for entry in losses.REGISTRY.values() if entry.start is not None}
+  fields = losses.start_fields()
   epochs = {int(field_value(config, field)) for field in fields}
   return tuple(sorted(e for e in epochs if 0 < e < config.num_epochs))
 

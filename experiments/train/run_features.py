@@ -1,5 +1,6 @@
 """A run read back: restore a training workdir's latest checkpoint and run its model over a split
-(inference mode, no augmentation), for the diagnosis and for JTT's stage-1 error set."""
+(inference mode, no augmentation), for the diagnosis and for a method whose sampler reads another
+run over this run's training set (`read_run`: JTT's stage-1 model)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from experiments.common.errors import ConfigError
 from experiments.common.errors import DiagnoseError
 from experiments.common.errors import DataError
 from experiments.data import batches
@@ -113,3 +115,21 @@ def features_from_workdir(workdir: str | pathlib.Path, split: str | Sequence[str
   return results[split] if isinstance(split, str) else results
 
 
+def read_run(config, train):
+  """read(workdir, field) → the `SplitFeatures` of the run in `workdir` over this run's training
+  set `train`, the reader a method's sampler gets (`Recipe.sampler`). The other run must have
+  trained on this training set: the fields that select it (`lineage.TRAINING_SET_FIELDS`; the
+  model may differ) must match, and its rebuilt training labels must equal `train.labels`
+  position by position; otherwise a ConfigError names `field`."""
+  def read(workdir, field):
+    source = pathlib.Path(workdir).resolve()
+    lineage.check_same_config(source, config, label=field, fields=lineage.TRAINING_SET_FIELDS,
+                              why=f"the run of {field} must have trained on this training set")
+    try:
+      features = features_from_workdir(source, "train")
+    except (FileNotFoundError, DiagnoseError) as error:
+      raise ConfigError(f"{field}: {error}") from error
+    if not np.array_equal(features.labels, train.labels):
+      raise ConfigError(f"{field}: {source}'s training labels differ from this run's")
+    return features
+  return read

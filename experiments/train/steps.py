@@ -14,9 +14,9 @@ import jax.numpy as jnp
 
 import reweight_jax
 from mr2_reweight_core import metrics as perclass_metrics
+from experiments import losses
+from experiments import models
 from experiments.data import normalization
-from experiments.losses import registry as losses
-from experiments.models import registry as models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,9 +25,9 @@ class Task:
   class_counts: tuple[float, ...]
   steps_per_epoch: int
   loss_views: int = 0  # views (of a multi-view batch) the loss sees, the first ones; 0: all
-  # From the method's recipe (`experiments.train.recipes.Recipe`, `Task.of_recipe`): how a paired
-  # batch is mixed on the device, and whether the loss reads the rows' dataset positions.
-  mix: Callable[[dict], tuple[Any, tuple]] | None = None
+  # From the method's recipe (`experiments.methods.method.Recipe`): how a paired batch is mixed on
+  # the device, and whether the loss reads the rows' dataset positions.
+  mix: Callable[[dict], tuple[Any, losses.Mix]] | None = None
   indices: bool = False
   # The channel (mean, std) that uint8 images (the grain pipeline's, input_on_device's crops) are
   # normalised with here.
@@ -83,11 +83,11 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   'learning_rate', 'step' and 'finite' (loss, loss state and parameters).
 
   The batch as the pipeline gives it, made into the model's input as the method's recipe says
-  (`experiments.train.recipes`, through `task`): a paired batch (GLMC's partners, mixup's) is
+  (`experiments.train.recipes.of`, through `task`): a paired batch (GLMC's partners, mixup's) is
   mixed first (`task.mix`); views [B, V, ...] run as one view-major batch of V·B rows, the loss seeing
   the first `task.loss_views` views (all by default; the others shape BatchNorm only). The loss
   reads what the recipe gives it — the model wrapper's extra outputs, the rows' dataset positions,
-  the mix — from `StepInfo.recipe`."""
+  the mix — from `StepInfo.recipe` (`losses.RecipeInputs`)."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   batch = {**batch, "image": device_images(batch["image"], task)}
   if "image_b" in batch:
@@ -104,12 +104,7 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     labels = jnp.tile(labels, num_views)[:loss_rows]
     indices = None if indices is None else jnp.tile(indices, num_views)[:loss_rows]
     if mix is not None:
-      mix = (jnp.tile(mix[0], num_views)[:loss_rows], mix[1])
-  given = {}  # what the recipe gives the loss (StepInfo.recipe)
-  if mix is not None:
-    given["mix"] = mix
-  if task.indices:
-    given["indices"] = indices
+      mix = losses.Mix(jnp.tile(mix.labels_b, num_views)[:loss_rows], mix.lam)
   info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
                          step_in_epoch=state.step % task.steps_per_epoch,
                          class_counts=jnp.asarray(task.class_counts, jnp.float32),
@@ -120,11 +115,13 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
         {"params": params, "batch_stats": state.batch_stats}, images, train=True,
         mutable=["batch_stats"], rngs={"dropout": dropout_rng})
     # Views past the loss's (the released recipe's v1, v2) shape the BatchNorm statistics only.
-    logits, features, extras = models.split_outputs(outputs)
-    logits, features = logits[:loss_rows], features[:loss_rows]
-    extras = {k: v[:loss_rows] if k in models.ROW_OUTPUTS else v for k, v in extras.items()}
+    outputs = models.split_outputs(outputs)
+    logits, features = outputs.logits[:loss_rows], outputs.features[:loss_rows]
+    given = losses.RecipeInputs(
+        outputs={**{k: v[:loss_rows] for k, v in outputs.rows.items()}, **outputs.shared},
+        mix=mix, indices=indices if task.indices else None)
     loss, loss_state, loss_metrics = loss_fn(logits, features, labels, state.loss_state,
-                                             info._replace(recipe={**given, "outputs": extras}))
+                                             info._replace(recipe=given))
     return loss, (new_model_state, loss_state, loss_metrics, logits)
 
   (loss, (new_model_state, loss_state, metrics, logits)), grads = jax.value_and_grad(
@@ -177,8 +174,8 @@ class EvalSums(NamedTuple):
 def eval_step(state, sums: EvalSums, batch, *, axis_name: str | None = None):
   """One evaluation batch (inference mode, padding masked) added to `sums`; returns (sums, features)
   — the features for NC4's pass (`ncc_step`) when `sums` accumulates NC statistics."""
-  logits, features, _ = models.split_outputs(state.apply_fn(
-      {"params": state.params, "batch_stats": state.batch_stats}, batch["image"], train=False))
+  logits, features = models.split_outputs(state.apply_fn(
+      {"params": state.params, "batch_stats": state.batch_stats}, batch["image"], train=False))[:2]
   labels, mask = batch["label"], batch["mask"]
   num_classes = logits.shape[1]
   correct, counts = perclass_metrics.per_class_correct(jnp.argmax(logits, -1), labels, num_classes,

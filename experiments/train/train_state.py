@@ -12,9 +12,8 @@ import optax
 import reweight_jax
 from flax.training import train_state
 
-from experiments.losses import registry as losses
-from experiments.models import registry as models
-from experiments.train import recipes
+from experiments import losses
+from experiments import models
 
 
 class TrainState(train_state.TrainState):
@@ -66,11 +65,11 @@ def base_model(config, num_classes: int, axis_name: str | None = None):
 
 def build_model(config, num_classes: int, axis_name: str | None = None):
   """The model `config` trains: `config.model` with its head, wrapped by the method's recipe's
-  `model` (outputs the loss reads, `recipes`) and, for the linear stage of a two-stage run
+  `model` (outputs the loss reads, `experiments.methods.method.Recipe`) and, for the linear stage of a two-stage run
   (`config.frozen_encoder_from`), by `models.FrozenEncoder`. The body computes in
   `config.compute_dtype` (float32 for the config.json of a run made before the field existed)."""
   model = base_model(config, num_classes, axis_name)
-  wrap = recipes.method_recipe(config.loss).model
+  wrap = losses.get(config.loss).recipe.model
   if wrap is not None:
     model = wrap(config, model)
   if config.get("frozen_encoder_from"):

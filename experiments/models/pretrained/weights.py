@@ -1,6 +1,6 @@
 """A run's encoder from a PyTorch weight file: `config.pretrained` (fine-tuning: every variable but
 the head starts from the file) and `config.frozen_encoder_from=<file>` (a linear probe: the same,
-the encoder then frozen). One converter per model of `experiments.models.registry` that has a PyTorch
+the encoder then frozen). One converter per model of `experiments.models` that has a PyTorch
 counterpart (`CONVERTERS`: torchvision's ResNet-50, timm's ViT-B/16); the file is read without
 executing code (`torch_state_dict.load_state_dict`). The head always starts from the model's own
 initialisation (a file's classifier, if it has one, is left out): the task's classes are not the

@@ -23,7 +23,7 @@ def mean_share(per_example: jax.Array, axis_name: str | None,
           / jnp.maximum(total_weight, 1e-12))
 
 
-def _label_weights(class_weights: jax.Array, labels: jax.Array) -> jax.Array:
+def label_weights(class_weights: jax.Array, labels: jax.Array) -> jax.Array:
   """w_{y_i} [B]; NaN for an out-of-range label (the shared guard, never a clipped class)."""
   in_range = (labels >= 0) & (labels < class_weights.shape[0])
   return checks.take_class_values(class_weights, labels, in_range)
@@ -35,5 +35,5 @@ def global_rows(batch: int, axis_name: str | None) -> jax.Array:
   return offset + jnp.arange(batch)
 
 
-def _global_mean(value: jax.Array, axis_name: str | None) -> jax.Array:
+def global_mean(value: jax.Array, axis_name: str | None) -> jax.Array:
   return value if axis_name is None else jax.lax.pmean(value, axis_name)

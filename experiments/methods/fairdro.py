@@ -1,0 +1,46 @@
+"""FairDRO over the classes as groups (Jung et al., ICLR 2023; COMPARISONS spec, 'FairDRO, classes
+as groups'): the loss Σ_c q_c L_c with q set after each epoch from a pass over the training set —
+the best response q* to the per-class training losses within radius ρ, smoothed by a schedule."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+import reweight_jax
+from experiments.methods.method import POSITIVE
+from experiments.methods.method import ConfigTree
+from experiments.methods.method import EpochPass
+from experiments.methods.method import Method
+from experiments.methods.method import Recipe
+
+TREE = ConfigTree(lambda: dict(rho=0.5, schedule="linear", clip=False),
+                  ranges=(("rho", *POSITIVE),),
+                  choices=(("schedule", reweight_jax.baselines.FAIRDRO_SCHEDULES),))
+
+
+def fairdro(config, logits, features, labels, state, info):
+  del config, features
+  loss, aux = reweight_jax.baselines.fairdro_loss(reweight_jax.cross_entropy_loss(logits, labels),
+                                                  labels, state["fairdro_q"],
+                                                  axis_name=info.axis_name)
+  metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
+             "class_present": aux.present}
+  return loss, state, metrics
+
+
+def fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
+  """q ← q + s_e (q* − q): q* from the per-class mean training loss L_c of the pass (classes
+  without training examples left out), s_e the smoothing step after epoch `epoch` (0-based)."""
+  fd = config.fairdro
+  present = epoch_pass.counts > 0
+  class_losses = reweight_jax.class_mean(epoch_pass.loss_sums, epoch_pass.counts)
+  q_star = reweight_jax.baselines.fairdro_best_response(class_losses, fd.rho, clip=fd.clip,
+                                                        present=present)
+  q = reweight_jax.baselines.fairdro_update(state["fairdro_q"], q_star, epoch, num_epochs,
+                                            fd.schedule)
+  return {**state, "fairdro_q": q}
+
+
+METHODS = (Method("fairdro", fairdro, trees={"fairdro": TREE}, reads=("fairdro",),
+                  state={"fairdro_q": reweight_jax.baselines.init_fairdro_q},
+                  recipe=Recipe(epoch_end=fairdro_epoch_end)),)

@@ -1,0 +1,30 @@
+"""Focal loss (Lin et al., ICCV 2017): −(1 − p_y)^γ log p_y per row."""
+
+from __future__ import annotations
+
+import reweight_jax
+from experiments.methods.batch_means import mean_share
+from experiments.methods.method import NON_NEGATIVE
+from experiments.methods.method import ConfigTree
+from experiments.methods.method import Method
+from experiments.methods.method import PerExample
+
+TREE = ConfigTree(lambda: dict(gamma=1.0), ranges=(("gamma", *NON_NEGATIVE),))
+
+
+def _rows(config, logits, labels):
+  return reweight_jax.baselines.focal_loss(logits, labels, gamma=config.focal.gamma)
+
+
+def focal(config, logits, features, labels, state, info):
+  del features
+  return mean_share(_rows(config, logits, labels), info.axis_name), state, {}
+
+
+def per_example_focal(config, logits, features, labels, state, info):
+  del features, info
+  return PerExample(_rows(config, logits, labels), None, state, {})
+
+
+METHODS = (Method("focal", focal, trees={"focal": TREE}, reads=("focal",),
+                  per_example=per_example_focal),)

@@ -1,0 +1,65 @@
+"""MR2 (Zhu et al., ICLR 2026, arXiv 2602.00205): class-wise logit temperatures γ_k from EMA class
+statistics and the representation margin ℓ_s̄ (`mr2_jax.mr2_loss`); its per-example form, the paper
+form's ℓ_γ,ce + λ·ℓ_s̄ per row, for the inverse reweighting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+import mr2_jax
+from experiments.common.errors import ConfigError
+from experiments.common.errors import INF
+from experiments.methods.method import NON_NEGATIVE
+from experiments.methods.method import POSITIVE
+from experiments.methods.method import ConfigTree
+from experiments.methods.method import Method
+from experiments.methods.method import PerExample
+
+TREE = ConfigTree(
+    lambda: dict(lam=0.1, c_bar=1.0, decay=0.9, form="paper", uniform_margin=False,
+                 stats_reduction="exact",  # or 'per_device': 3·K scalars across devices.
+                 p=ml_collections.config_dict.placeholder(float),
+                 temperature=ml_collections.config_dict.placeholder(float)),
+    ranges=(("lam", *NON_NEGATIVE), ("c_bar", *POSITIVE), ("decay", (0, True), (1, False)),
+            ("p", (1, True), (INF, False)), ("temperature", *POSITIVE)),
+    choices=(("form", mr2_jax.objective.FORMS),
+             ("stats_reduction", mr2_jax.class_stats.REDUCTIONS)))
+
+
+def mr2_kwargs(mr2: ml_collections.ConfigDict) -> dict[str, Any]:
+  """`mr2_jax.mr2_loss` keyword arguments of the config's MR2 sub-tree."""
+  return dict(lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay, form=mr2.form,
+              uniform_margin=mr2.uniform_margin, p=mr2.p, temperature=mr2.temperature,
+              stats_reduction=mr2.stats_reduction)
+
+
+def mr2_loss(config, logits, features, labels, state, info):
+  loss, class_stats, aux = mr2_jax.mr2_loss(logits, features, labels, state["class_stats"],
+                                            **mr2_kwargs(config.mr2), axis_name=info.axis_name)
+  return loss, {**state, "class_stats": class_stats}, aux._asdict()
+
+
+def per_example_mr2(config, logits, features, labels, state, info):
+  """The paper form's terms per row, ℓ_γ,ce + λ·ℓ_s̄ (`mr2_jax.mr2_terms`)."""
+  mr2 = config.mr2
+  p, temperature = mr2_jax.objective.form_defaults(mr2.form, features.shape[1], p=mr2.p,
+                                                   temperature=mr2.temperature)
+  margin_ce, representation, class_stats, aux = mr2_jax.mr2_terms(
+      logits, features, labels, state["class_stats"], lam=mr2.lam, c_bar=mr2.c_bar,
+      decay=mr2.decay, p=p, temperature=temperature, uniform_margin=mr2.uniform_margin,
+      stats_reduction=mr2.stats_reduction, axis_name=info.axis_name)
+  return PerExample(margin_ce + mr2.lam * representation, None,
+                    {**state, "class_stats": class_stats}, aux._asdict())
+
+
+def check_paper_form(config):
+  if config.mr2.form != "paper":
+    raise ConfigError("config.mr2.form: the MR2 + reweighting combination reweights per-example "
+                      "terms, which exist in the paper form only")
+
+
+METHODS = (Method("mr2", mr2_loss, trees={"mr2": TREE}, reads=("mr2",),
+                  state={"class_stats": mr2_jax.init_class_stats},
+                  per_example=per_example_mr2, per_example_check=check_paper_form),)
