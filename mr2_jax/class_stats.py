@@ -1,10 +1,10 @@
-"""Per-class feature statistics of MR2, carried as explicit train-state (Zhu et al., ICLR 2026,
+r"""Per-class feature statistics of MR2, carried as explicit train-state (Zhu et al., ICLR 2026,
 arXiv 2602.00205: the per-class feature statistics).
 
-For class k with batch class mean m_k (over the global batch):
-    a_k = ‖m_k‖_p²,    v_k = mean_{i: y_i = k} ‖φ_i − m_k‖_p²,
-tracked as exponential moving averages A_k, V_k; the first time a class is seen A_k ← a_k, V_k ← v_k;
-classes absent from the batch keep their values. Computed without gradient.
+For class k with batch class mean m_k (over the global batch), :math:`a_k = \|m_k\|_p^2` and
+:math:`v_k = \operatorname{mean}_{i:\, y_i = k} \|\phi_i - m_k\|_p^2` are tracked as exponential
+moving averages A_k, V_k; the first time a class is seen A_k ← a_k, V_k ← v_k; classes absent from
+the batch keep their values. Computed without gradient.
 """
 
 from __future__ import annotations
@@ -347,14 +347,15 @@ def _per_device_moments(features, labels, valid, num_classes, p, axis_name):
 def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike, *,
                        decay: ArrayLike = 0.9, p: float = 2.0, axis_name: str | None = None,
                        where: ArrayLike | None = None, reduction: str = "exact") -> ClassStats:
-  """EMA update of the class statistics with one (global) batch.
+  r"""EMA update of the class statistics with one (global) batch.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205: the per-class feature statistics, tracked as exponential
   moving averages over mini-batches.
 
-  For each class k present in the batch (a_k, v_k as in the module docstring):
-      A_k ← decay·A_k + (1 − decay)·a_k   if k was seen before, else A_k ← a_k;   V_k likewise.
-  Absent classes keep their values. Cost O(B·d + K), no Python loop over classes, no one-hot product.
+  For each class k present in the batch (a_k, v_k as in the module docstring),
+  :math:`A_k \leftarrow \mathrm{decay} \cdot A_k + (1 - \mathrm{decay}) \cdot a_k` if k was seen
+  before, else :math:`A_k \leftarrow a_k`; :math:`V_k` likewise. Absent classes keep their values.
+  Cost O(B·d + K), no Python loop over classes, no one-hot product.
 
   Args:
     stats: current `ClassStats` with K classes.
@@ -376,11 +377,10 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
       floats per step, twice (each class's reference row, then the sums of rows shifted by it; see
       `batch_class_moments`), and equals one device on the global batch. 'per_device' computes a_k
       and v_k on each device's shard and reduces only per-class scalars (n_k·a_k, n_k·v_k, n_k: 3·K
-      floats):
-      a_k and v_k become count-weighted means of per-device values. For p = 2 their sum A_k + V_k, and
-      hence γ, is still exact (both sides equal the class's mean ‖φ‖²); V_k is biased low (it misses
-      the spread between device means) and A_k high by the same amount, so s̄ drifts. See
-      experiments/benchmarks/RESULTS.md for the measured drift and bytes.
+      floats): a_k and v_k become count-weighted means of per-device values. For p = 2 their sum
+      A_k + V_k, and hence γ, is still exact (both sides equal the class's mean ‖φ‖²); V_k is biased
+      low (it misses the spread between device means) and A_k high by the same amount, so s̄ drifts.
+      See experiments/benchmarks/RESULTS.md for the measured drift and bytes.
 
   Returns:
     The updated `ClassStats` (identical on every device under `axis_name`).

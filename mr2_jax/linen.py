@@ -15,11 +15,16 @@ from mr2_jax.heads import l2_normalize
 
 
 class CosineClassifier(nn.Module):
-  """Cosine classifier: z_k = s · ⟨φ/‖φ‖₂, w_k/‖w_k‖₂⟩, shapes [B, d] → [B, K].
+  r"""Cosine classifier, shapes [B, d] → [B, K]:
+
+  .. math::
+
+      z_k = s \, \Bigl\langle \frac{\phi}{\lVert \phi \rVert_2},
+        \frac{w_k}{\lVert w_k \rVert_2} \Bigr\rangle
 
   Used by the reweighting paper's CIFAR recipe (scale s = 30) and for CLIP-style heads in MR2; with
   this head the MR2 statistics should use p ≠ 2 (Zhu et al., ICLR 2026, arXiv 2602.00205), because
-  ‖μ_k‖² + v_k = 1 for every class of L2-normalised features.
+  :math:`\lVert \mu_k \rVert^2 + v_k = 1` for every class of L2-normalised features.
   """
   num_classes: int
   scale: float = 30.0
@@ -32,10 +37,11 @@ class CosineClassifier(nn.Module):
 
 
 class SupConProjection(nn.Module):
-  """SupCon head: Linear(d→d) – ReLU – Linear(d→`features`), L2-normalised: [..., d] → [..., 128].
+  r"""SupCon head: Linear(d→d) – ReLU – Linear(d→`features`), L2-normalised: [..., d] → [..., 128].
 
-  As `networks/resnet_big.py`'s 'mlp' head; the normalisation is `l2_normalize` (x / max(‖x‖, ε)),
-  finite for a zero output, like the reference's `F.normalize`.
+  As `networks/resnet_big.py`'s 'mlp' head; the normalisation is `l2_normalize`
+  (:math:`x / \max(\lVert x \rVert, \epsilon)`), finite for a zero output, like the reference's
+  `F.normalize`.
   """
   features: int = 128
 

@@ -17,20 +17,29 @@ from mr2_reweight_core.cross_entropy import label_log_softmax
 
 def class_margins(stats: ClassStats, c_bar: ArrayLike = 1.0, *,
                   min_margin: float = 1e-6) -> jax.Array:
-  """Per-class margins γ [K] from the class statistics.
+  r"""Per-class margins γ [K] from the class statistics.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205, Corollary 1 (the logit margin): the class-dependent
   temperature that minimises the complexity term of their class-sensitive bound (Proposition 1).
 
-      γ_k = c̄ · K_seen · (A_k + V_k)^{1/3} / Σ_{j seen} (A_j + V_j)^{1/3}     for seen classes k,
-      γ_k = c̄                                                                for unseen classes,
+  .. math::
 
-  so the mean of γ over seen classes is c̄ and equal statistics give γ ≡ c̄ (plain cross-entropy for
-  c̄ = 1). The 1/3 power minimises Σ_k (A_k + V_k)/γ_k² subject to Σ_k γ_k = K·c̄. Normalising over
-  the classes seen so far (not all K with zeros, as the released code does) keeps γ unbiased early in
-  training. γ is a constant for back-propagation (stop-gradient). A class whose statistics are exactly
-  zero would get γ = 0 and infinite logits; γ is floored at `min_margin`·c̄ for that case only.
-  Non-finite statistics give γ = NaN for every class (never a silent fall-back to c̄).
+      \gamma_k =
+      \begin{cases}
+        \bar c \, K_\mathrm{seen} \,
+          \dfrac{(A_k + V_k)^{1/3}}{\sum_{j \text{ seen}} (A_j + V_j)^{1/3}}
+          & \text{for seen classes } k, \\
+        \bar c & \text{for unseen classes,}
+      \end{cases}
+
+  so the mean of γ over seen classes is c̄ and equal statistics give :math:`\gamma \equiv \bar c`
+  (plain cross-entropy for :math:`\bar c = 1`). The 1/3 power minimises
+  :math:`\sum_k (A_k + V_k) / \gamma_k^2` subject to :math:`\sum_k \gamma_k = K \bar c`.
+  Normalising over the classes seen so far (not all K with zeros, as the released code does) keeps
+  γ unbiased early in training. γ is a constant for back-propagation (stop-gradient). A class whose
+  statistics are exactly zero would get γ = 0 and infinite logits; γ is floored at
+  `min_margin`·c̄ for that case only. Non-finite statistics give γ = NaN for every class (never a
+  silent fall-back to c̄).
 
   Args:
     stats: `ClassStats` with K classes.
@@ -79,11 +88,13 @@ def class_margins(stats: ClassStats, c_bar: ArrayLike = 1.0, *,
 
 def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike, *,
                          where: ArrayLike | None = None) -> jax.Array:
-  """Per-example class-dependent temperature cross-entropy.
+  r"""Per-example class-dependent temperature cross-entropy.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205, the logit margin:
 
-      ℓ_γ,ce(x, y) = −log softmax(z / γ_y)_y
+  .. math::
+
+      \ell_{\gamma,\mathrm{ce}}(x, y) = -\log \operatorname{softmax}(z / \gamma_y)_y
 
   The whole logit vector of an example is divided by the margin of its label.
 

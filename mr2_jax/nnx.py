@@ -50,7 +50,12 @@ class ClassStatistics(nnx.Variable):
 
 
 class CosineClassifier(nnx.Module):
-  """Cosine classifier: z_k = s · ⟨φ/‖φ‖₂, w_k/‖w_k‖₂⟩, shapes [B, d] → [B, K].
+  r"""Cosine classifier, shapes [B, d] → [B, K]:
+
+  .. math::
+
+      z_k = s \, \Bigl\langle \frac{\phi}{\lVert \phi \rVert_2},
+        \frac{w_k}{\lVert w_k \rVert_2} \Bigr\rangle
 
   `mr2_jax.linen.CosineClassifier` in NNX: the float32 `kernel` [d, K] is drawn with LeCun normal
   initialisation. With this head on L2-normalised features, MR2's statistics should use p ≠ 2 (see

@@ -31,12 +31,13 @@ def _read_by_name(self, key):
 
 
 class MR2Margins(NamedTuple):
-  """What `mr2_terms` read from the updated statistics (Zhu et al., ICLR 2026, arXiv 2602.00205),
+  r"""What `mr2_terms` read from the updated statistics (Zhu et al., ICLR 2026, arXiv 2602.00205),
   global-batch values, the same on every device under `axis_name`.
 
   Attributes:
-    gamma: float32 [K], γ = class_margins(new_stats, c̄) (γ ≡ c̄ under `uniform_margin`).
-    s_bar: float32 scalar, s̄ = mean over seen classes of V_k.
+    gamma: float32 [K], γ = ``class_margins(new_stats, c̄)`` (:math:`\gamma \equiv \bar c` under
+      `uniform_margin`).
+    s_bar: float32 scalar, :math:`\bar s = \operatorname{mean}_{k \text{ seen}} V_k`.
   """
   gamma: jax.Array
   s_bar: jax.Array
@@ -45,15 +46,16 @@ class MR2Margins(NamedTuple):
 
 
 class MR2Aux(NamedTuple):
-  """Diagnostics of one `mr2_loss` step (Zhu et al., ICLR 2026, arXiv 2602.00205), global-batch
+  r"""Diagnostics of one `mr2_loss` step (Zhu et al., ICLR 2026, arXiv 2602.00205), global-batch
   values, the same on every device under `axis_name`, all constants for back-propagation.
 
   Attributes:
     gamma: float32 [K], the class margins γ the step used.
     s_bar: float32 scalar, s̄.
-    margin_ce: scalar, the mean over the valid examples of ℓ_γ,ce.
+    margin_ce: scalar, the mean over the valid examples of :math:`\ell_{\gamma,\mathrm{ce}}`.
     representation_margin: scalar, the mean over the valid examples of the representation-margin
-      term as weighted in the loss (the paper form: ℓ_s̄; the released form: its per-class weighting).
+      term as weighted in the loss (the paper form: :math:`\ell_{\bar s}`; the released form: its
+      per-class weighting).
   """
   gamma: jax.Array
   s_bar: jax.Array
@@ -90,18 +92,28 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
               stats_reduction: str = "exact", axis_name: str | None = None,
               where: ArrayLike | None = None
               ) -> tuple[jax.Array, jax.Array, ClassStats, MR2Margins]:
-  """Per-example MR2 terms, before any reduction.
+  r"""Per-example MR2 terms, before any reduction.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205: the logit margin and the representation margin.
 
-  The class statistics are first updated with this (global) batch, then γ = class_margins(stats, c̄)
-  and s̄ = mean_k V_k are read from the updated statistics (both constants for back-propagation), and
+  The class statistics are first updated with this (global) batch, then
+  γ = ``class_margins(stats, c̄)`` and :math:`\bar s = \operatorname{mean}_k V_k` are read from the
+  updated statistics (both constants for back-propagation), and
 
-      margin_ce_i = ℓ_γ,ce(x_i, y_i) = −log softmax(z_i / γ_{y_i})_{y_i}        [B]
-      representation_i = ℓ_s̄(x_i)   (positives from the global batch; 0 when λ = 0)   [B]
+  .. math::
+
+      \begin{aligned}
+        \mathrm{margin\_ce}_i &= \ell_{\gamma,\mathrm{ce}}(x_i, y_i)
+          = -\log \operatorname{softmax}(z_i / \gamma_{y_i})_{y_i}, \\
+        \mathrm{representation}_i &= \ell_{\bar s}(x_i),
+      \end{aligned}
+
+  both [B], with the positives of :math:`\ell_{\bar s}` from the global batch (representation is 0
+  when λ = 0).
 
   Use it to combine MR2 with a per-example reweighting (e.g. `reweight_jax.inverse_reweighted_loss`
-  on margin_ce + λ·representation); `mr2_loss` reduces the same terms.
+  on :math:`\mathrm{margin\_ce} + \lambda \cdot \mathrm{representation}`); `mr2_loss` reduces the
+  same terms.
 
   Args:
     logits: float [B, K].
@@ -193,18 +205,30 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
              p: float | None = None, temperature: float | None = None,
              axis_name: str | None = None, where: ArrayLike | None = None
              ) -> tuple[jax.Array, ClassStats, MR2Aux]:
-  """MR2 objective: statistics update, margins, and both loss terms.
+  r"""MR2 objective: statistics update, margins, and both loss terms.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205: the training objective; the released form is the
   authors' released code.
 
-  The class statistics are first updated with this (global) batch, then γ = class_margins(stats, c̄)
-  and s̄ = mean_k V_k are read from the updated statistics (both constants for back-propagation).
+  The class statistics are first updated with this (global) batch, then
+  γ = ``class_margins(stats, c̄)`` and :math:`\bar s = \operatorname{mean}_k V_k` are read from the
+  updated statistics (both constants for back-propagation).
 
   Paper form (`form='paper'`; p = 2, τ = 1):
-      L = (1/B) Σ_i [ ℓ_γ,ce(x_i, y_i) + λ · ℓ_s̄(x_i) ]
+
+  .. math::
+
+      L = \frac{1}{B} \sum_i \bigl[ \ell_{\gamma,\mathrm{ce}}(x_i, y_i)
+        + \lambda \, \ell_{\bar s}(x_i) \bigr]
+
   Released-code form (`form='released'`; p = 5, τ = 10·d):
-      L = (1/B) Σ_i ℓ_γ,ce(x_i, y_i) + λ · d/(10·K) · Σ_{c present} (1/n_c) Σ_{i: y_i = c} ℓ_s̄(x_i)
+
+  .. math::
+
+      L = \frac{1}{B} \sum_i \ell_{\gamma,\mathrm{ce}}(x_i, y_i)
+        + \lambda \, \frac{d}{10 K} \sum_{c \text{ present}} \frac{1}{n_c}
+          \sum_{i:\, y_i = c} \ell_{\bar s}(x_i)
+
   `p` and `temperature` override the form's defaults. B and n_c count valid (`where`) examples of
   the global batch.
 

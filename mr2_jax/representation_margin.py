@@ -27,7 +27,11 @@ __all__ = ["mean_class_deviation", "representation_margin_loss"]
 
 
 def mean_class_deviation(stats: ClassStats) -> jax.Array:
-  """s̄ = mean over seen classes k of V_k (0 when no class is seen).
+  r"""The mean within-class deviation s̄: the mean of V_k over the seen classes (0 if none is seen).
+
+  .. math::
+
+      \bar s = \operatorname*{mean}_{k \text{ seen}} V_k
 
   Zhu et al., ICLR 2026, arXiv 2602.00205: s̄, half the expected within-class pair distance of the
   representation margin.
@@ -58,19 +62,22 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
                                temperature: ArrayLike = 1.0, axis_name: str | None = None,
                                where: ArrayLike | None = None, num_classes: int | None = None
                                ) -> jax.Array:
-  """Per-anchor representation margin.
+  r"""Per-anchor representation margin.
 
-  Zhu et al., ICLR 2026, arXiv 2602.00205, the representation margin ℓ_s̄:
+  Zhu et al., ICLR 2026, arXiv 2602.00205, the representation margin :math:`\ell_{\bar s}`:
 
-      ℓ_s̄(x_i) = log(1 + Σ_{j ≠ i, y_j = y_i} exp((‖φ_i − φ_j‖₂² − 2 s̄) / τ))
+  .. math::
+
+      \ell_{\bar s}(x_i) = \log \Bigl(1 + \sum_{j \ne i,\, y_j = y_i}
+        \exp\bigl((\lVert \phi_i - \phi_j \rVert_2^2 - 2 \bar s) / \tau\bigr)\Bigr)
 
   Positives are the other examples of the anchor's class in the (global) batch; an anchor with no
   positive gives 0. Computed as a log-sum-exp that includes the implicit 0 term, so neither the value
   nor the gradient overflows for large feature norms. In the tiled and dense forms distances are
   taken between features centred on a (stop-gradient) reference row of their class, its first row in
   class-sorted order: pairs are same-class, so the value is unchanged, and the Gram-matrix form
-  ‖u‖² + ‖v‖² − 2⟨u, v⟩ does not lose precision to large norms (the band form takes row differences).
-  φ is not detached.
+  :math:`\lVert u \rVert^2 + \lVert v \rVert^2 - 2 \langle u, v \rangle` does not lose precision
+  to large norms (the band form takes row differences). φ is not detached.
 
   Args:
     features: float [B, d] features φ (local batch).

@@ -1,10 +1,16 @@
-"""The exact forms of MR2's representation margin ℓ_s̄ and the run-time choice among them.
+r"""The exact forms of MR2's representation margin ℓ_s̄ and the run-time choice among them.
 
-Zhu et al., ICLR 2026, arXiv 2602.00205: ℓ_s̄(x_i) = log(1 + Σ_{j ≠ i, y_j = y_i}
-exp((‖φ_i − φ_j‖₂² − 2 s̄) / τ)). `mr2_jax.representation_margin_loss` (the public function) sorts the
-global batch by class and calls `_switch` with the branches of `_branches`: the dense product, tiles
-of T rows, or the band of `_BAND_SHIFTS` neighbours, each with a hand-written backward pass; all are
-exact, and `_choose` picks the cheapest exact one from the batch's class counts.
+Zhu et al., ICLR 2026, arXiv 2602.00205:
+
+.. math::
+
+    \ell_{\bar s}(x_i) = \log \Bigl(1 + \sum_{j \ne i,\, y_j = y_i}
+      \exp\bigl((\lVert \phi_i - \phi_j \rVert_2^2 - 2 \bar s) / \tau\bigr)\Bigr).
+
+`mr2_jax.representation_margin_loss` (the public function) sorts the global batch by class and
+calls `_switch` with the branches of `_branches`: the dense product, tiles of T rows, or the band
+of `_BAND_SHIFTS` neighbours, each with a hand-written backward pass; all are exact, and `_choose`
+picks the cheapest exact one from the batch's class counts.
 """
 
 from __future__ import annotations

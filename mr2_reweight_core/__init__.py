@@ -4,7 +4,8 @@ Dependency direction: `mr2_jax` → `mr2_reweight_core` ← `reweight_jax`; neit
 other, and `mr2_reweight_core` imports neither. Users import the public names from `mr2_jax` / `reweight_jax`
 (both re-export what they document from here).
 
-Modules:
+Modules::
+
   class_sums     class slots and exact, psum-able per-class sums and counts.
   class_order    the batch sorted by class, rows without a partner last; prefix sizes for the
                  per-class work (MR2's ℓ_s̄ and class statistics when K > B).

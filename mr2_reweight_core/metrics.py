@@ -40,7 +40,12 @@ GROUP_NAMES = ("easy", "medium", "hard")
 def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: int, *,
                       where: ArrayLike | None = None, axis_name: str | None = None
                       ) -> tuple[jax.Array, jax.Array]:
-  """(correct_k, count_k) over the (global) batch: Σ_{i: y_i = k} [ŷ_i = y_i] and #{i: y_i = k}.
+  r"""(correct_k, count_k) over the (global) batch: each class's correct predictions and examples.
+
+  .. math::
+
+      \mathrm{correct}_k = \sum_{i:\, y_i = k} [\hat y_i = y_i], \qquad
+      \mathrm{count}_k = \#\{i : y_i = k\}
 
   Args:
     predictions: int [B] predicted classes.
@@ -81,12 +86,17 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
 def per_class_loss_sums(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: int, *,
                         where: ArrayLike | None = None, axis_name: str | None = None
                         ) -> tuple[jax.Array, jax.Array]:
-  """(loss_sum_k, count_k) over the (global) batch: Σ_{i: y_i = k} ℓ_i and #{i: y_i = k}.
+  r"""(loss_sum_k, count_k) over the (global) batch: each class's loss sum and example count.
 
-  The sums under a per-class mean loss L_k = loss_sum_k / count_k (`class_mean`, once, after the
-  batches and devices are summed; never a mean of batch means): the per-class cross-entropy L_c of
-  the loss imbalance coefficient ρ (Wang et al., ICML 2026, arXiv 2605.10047) and the class losses
-  of Group DRO / FairDRO's epoch-end pass.
+  .. math::
+
+      \mathrm{loss\_sum}_k = \sum_{i:\, y_i = k} \ell_i, \qquad
+      \mathrm{count}_k = \#\{i : y_i = k\}
+
+  The sums under a per-class mean loss :math:`L_k = \mathrm{loss\_sum}_k / \mathrm{count}_k`
+  (`class_mean`, once, after the batches and devices are summed; never a mean of batch means): the
+  per-class cross-entropy L_c of the loss imbalance coefficient ρ (Wang et al., ICML 2026, arXiv
+  2605.10047) and the class losses of Group DRO / FairDRO's epoch-end pass.
 
   Args:
     per_example_loss: floating [B] per-example losses ℓ_i (e.g. `cross_entropy_loss`); the entries
@@ -145,7 +155,11 @@ def _class_sums(values: jax.Array, labels: jax.Array, in_range: jax.Array,
 
 def per_class_accuracy(predictions: ArrayLike, labels: ArrayLike, num_classes: int, *,
                        where: ArrayLike | None = None) -> np.ndarray:
-  """acc_k = Σ_{i: y_i = k} [ŷ_i = y_i] / #{i: y_i = k}; NaN for a class with no example. [K]
+  r"""Per-class accuracy [K]; NaN for a class with no example.
+
+  .. math::
+
+      \mathrm{acc}_k = \frac{\sum_{i:\, y_i = k} [\hat y_i = y_i]}{\#\{i : y_i = k\}}
 
   The per-class test accuracy of MR2's evaluation (Zhu et al., ICLR 2026, arXiv 2602.00205).
 
@@ -174,8 +188,18 @@ def per_class_accuracy(predictions: ArrayLike, labels: ArrayLike, num_classes: i
 
 
 def class_mean(sums: ArrayLike, counts: ArrayLike) -> np.ndarray:
-  """m_k = sums_k / counts_k as float64 NumPy, NaN where counts_k = 0 (a class without examples has
-  no mean: its accuracy or loss is NaN, never 0). sums may be [K] or [K, ...].
+  r"""Per-class means as float64 NumPy, NaN for a class without examples (it has no mean: its
+  accuracy or loss is NaN, never 0).
+
+  .. math::
+
+      m_k =
+      \begin{cases}
+        \mathrm{NaN} & \text{if } \mathrm{counts}_k = 0, \\
+        \mathrm{sums}_k / \mathrm{counts}_k & \text{otherwise.}
+      \end{cases}
+
+  sums may be [K] or [K, ...].
 
   Args:
     sums: [K] or [K, ...] per-class sums.
@@ -198,7 +222,12 @@ def class_mean(sums: ArrayLike, counts: ArrayLike) -> np.ndarray:
 
 
 def accuracy_from_counts(correct: ArrayLike, counts: ArrayLike) -> np.ndarray:
-  """acc_k = correct_k / count_k as float64 NumPy, NaN where count_k = 0.
+  r"""Per-class accuracy from counts as float64 NumPy, NaN for a class without examples.
+
+  .. math::
+
+      \mathrm{acc}_k = \mathrm{correct}_k / \mathrm{count}_k
+      \quad (\mathrm{NaN} \text{ where } \mathrm{count}_k = 0)
 
   Args:
     correct: [K] correct predictions per class (`per_class_correct`, summed over batches).
@@ -255,8 +284,13 @@ def difficulty_tertiles(reference_accuracy: ArrayLike) -> np.ndarray:
 
 
 def group_accuracy(class_accuracy: ArrayLike, groups: ArrayLike) -> np.ndarray:
-  """acc_g = mean_{k: group_k = g} acc_k over the classes with a defined (non-NaN) accuracy, for the
-  three groups g = 0, 1, 2: [3] for Easy, Medium, Hard.
+  r"""Mean accuracy of each of the three groups g = 0, 1, 2: [3] for Easy, Medium, Hard.
+
+  .. math::
+
+      \mathrm{acc}_g = \operatorname*{mean}_{k:\, \mathrm{group}_k = g} \mathrm{acc}_k
+
+  over the classes with a defined (non-NaN) accuracy.
 
   Zhu et al., ICLR 2026, arXiv 2602.00205 report Overall, Easy, Medium and Hard. Any three groups of
   classes work alike (the harness's Many / Medium / Few shot groups of Liu et al., CVPR 2019).
@@ -292,7 +326,11 @@ def group_accuracy(class_accuracy: ArrayLike, groups: ArrayLike) -> np.ndarray:
 
 
 def worst_class_accuracy(class_accuracy: ArrayLike) -> float:
-  """min_k acc_k over classes with examples.
+  r"""Worst-class accuracy: the lowest per-class accuracy over the classes with examples.
+
+  .. math::
+
+      \min_{k:\, \mathrm{count}_k > 0} \mathrm{acc}_k
 
   Args:
     class_accuracy: [K] per-class accuracy (NaN entries ignored).
@@ -328,7 +366,11 @@ def class_accuracy_std(class_accuracy: ArrayLike) -> float:
 
 
 def rho(class_losses: ArrayLike, present: ArrayLike | None = None) -> jax.Array:
-  """ρ = std_c(L_c) / mean_c(L_c): the coefficient of variation of the per-class mean losses.
+  r"""The loss imbalance coefficient ρ: the coefficient of variation of the per-class mean losses.
+
+  .. math::
+
+      \rho = \operatorname{std}_c(L_c) \,/\, \operatorname{mean}_c(L_c)
 
   The loss imbalance coefficient of Wang et al., ICML 2026, arXiv 2605.10047, in the *project's*
   definition (the paper reports ρ, but its formula was not available to us): L_c are

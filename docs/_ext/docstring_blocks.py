@@ -1,11 +1,22 @@
-"""Reads the libraries' plain-text docstrings as reStructuredText.
+"""Reads the libraries' docstrings, written for `help()` and the source, as reStructuredText.
 
-The docstrings are written for `help()` and the source: equations are lines indented under the
-sentence that introduces them, and `|x|` is an absolute value. Before napoleon parses the Google
-sections, every such indented block outside a section becomes a literal block (so it keeps its
-alignment, and a formula is never read as a definition list or a block quote), and a `|` outside
-code is escaped (it is not a substitution reference). Written maths is left alone: a `:math:` role
-is a code span here, and a `.. math::` directive keeps its body as written, rendered by MathJax.
+Equations are LaTeX: a display equation is a `.. math::` directive whose indented body is the
+formula (one equation, a `\\begin{aligned}` block, or several separated by blank lines), or
+`.. math:: formula` on one line, continued on indented lines below (one formula here, where docutils
+would make the first line a formula of its own); an inline one is a `:math:` role. MathJax renders
+both. Before napoleon parses the Google sections,
+
+* a `.. math::` directive and its indented body (or a code or doctest directive's, or a literal
+  block the docstring marks with `::`) pass through as written, with the blank lines around them
+  that reStructuredText needs where the docstring has none;
+* every other block indented by 4 or more outside a section (a code sample, an aligned table of
+  names, a formula not written as maths) becomes a literal block, so it keeps its alignment and is
+  never read as a definition list or a block quote; the lines of a list item, aligned with its
+  text, stay text however deep the list is indented;
+* a `|` outside code, `:math:` and those directives is escaped: it is an absolute value or a
+  divider, not a substitution reference.
+
+A `:math:` role must not be broken across lines (the escaping is done line by line).
 """
 
 from __future__ import annotations
@@ -19,6 +30,10 @@ _SECTION = re.compile(
 _CODE_SPAN = re.compile(r"(``.+?``|`[^`]+`)")
 # A directive whose body is maths or code, not text: its lines are passed on untouched.
 _VERBATIM = re.compile(r"^\.\. (math|code|code-block|sourcecode|testcode|testoutput|doctest)::")
+# `.. math:: formula` written on the directive's line (its argument).
+_MATH_ARGUMENT = re.compile(r"^(\s*)\.\. math::[ \t]+(\S.*)$")
+# A bullet or enumerated list item; its text starts at the match's end.
+_LIST_ITEM = re.compile(r"^\s*(?:[*+-]|\d+[.)]|#[.)])\s+(?=\S)")
 
 
 def _indent(line: str) -> int:
@@ -35,19 +50,11 @@ def literal_blocks(lines: list[str]) -> list[str]:
   out: list[str] = []
   in_section = False
   in_doctest = False
+  item_text = None  # the column of the current list item's text, where its next lines continue
   i = 0
   while i < len(lines):
     line = lines[i]
     stripped = line.strip()
-    if _VERBATIM.match(stripped):
-      # `.. math::` and its indented body (a `|` there is an absolute value, not a substitution).
-      indent = _indent(line)
-      out.append(line)
-      i += 1
-      while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > indent):
-        out.append(lines[i])
-        i += 1
-      continue
     if _SECTION.match(line):
       in_section = True
       out.append(line)
@@ -55,6 +62,35 @@ def literal_blocks(lines: list[str]) -> list[str]:
       continue
     if in_section and stripped and _indent(line) == 0:
       in_section = False
+    directive = _VERBATIM.match(stripped)
+    marked = (not in_section and not directive and stripped.endswith("::")
+              and not stripped.startswith(".. "))
+    if directive or marked:
+      # `.. math::` and its indented body, as written (a `|` there is an absolute value, a `\\`
+      # a line break): a directive needs a blank line after the paragraph it follows. The body of a
+      # literal block the docstring marks itself (`...::`) is passed on as written too.
+      indent = _indent(line)
+      if directive and out and out[-1].strip():
+        out.append("")
+      end = i + 1
+      while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > indent):
+        end += 1
+      body = lines[i + 1:end]
+      argument = _MATH_ARGUMENT.match(line)
+      if argument and body and body[0].strip() and not body[0].strip().startswith(":"):
+        # `.. math:: first line` continued on the lines below: one formula, which docutils would
+        # read as an argument (the first line) and a second formula (the rest).
+        deeper = min(_indent(x) for x in body if x.strip())
+        out.extend([argument.group(1) + ".. math::", "", " " * deeper + argument.group(2)])
+      else:
+        out.append(line if directive else _escape_bars(line))
+        if body and body[0].strip() and not body[0].strip().startswith(":"):
+          out.append("")  # a directive's content, or a literal block, starts after a blank line
+      out.extend(body)
+      i = end
+      if i < len(lines) and lines[i].strip() and out[-1].strip():
+        out.append("")  # and the text after it starts after one too
+      continue
     if stripped.startswith(">>>"):
       in_doctest = True
     elif not stripped:
@@ -63,6 +99,16 @@ def literal_blocks(lines: list[str]) -> list[str]:
       out.append(line)
       i += 1
       continue
+    item = _LIST_ITEM.match(line)
+    if not in_section and (item or (item_text is not None and stripped
+                                    and _indent(line) == item_text)):
+      # A list item, or a line continuing its text: text, however deep the list is indented.
+      if item:
+        item_text = item.end()
+      out.append(_escape_bars(line))
+      i += 1
+      continue
+    item_text = None
     if in_section or not stripped or _indent(line) < 4:
       out.append(_escape_bars(line))
       i += 1
