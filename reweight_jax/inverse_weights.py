@@ -27,10 +27,11 @@ from mr2_reweight_core.checks import is_concrete
 
 
 class BatchClassLosses(NamedTuple):
-  """Per-class mean losses of one (global) batch.
+  r"""Per-class mean losses of one (global) batch.
 
   Attributes:
-    class_losses: [K], L_c = mean of ℓ_i over the valid examples of class c; 0 for absent classes.
+    class_losses: [K], :math:`L_c`, the mean of :math:`\ell_i` over the valid examples of class c;
+      0 for absent classes.
     present: bool [K], n_c > 0.
     class_counts: float32 [K], n_c, the number of valid examples of class c.
   """
@@ -56,7 +57,11 @@ def slot_class_losses(per_example_loss: jax.Array, valid: jax.Array,
 def batch_class_losses(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: int, *,
                        where: ArrayLike | None = None,
                        axis_name: str | None = None) -> BatchClassLosses:
-  """Per-class mean batch losses L_c = (1/n_c) Σ_{i: y_i = c} ℓ_i, for the classes present.
+  r"""Per-class mean batch losses L_c, for the classes present:
+
+  .. math::
+
+      L_c = \frac{1}{n_c} \sum_{i:\, y_i = c} \ell_i
 
   Wang et al., ICML 2026, arXiv 2605.10047: the per-class losses L_c of the inverse problem, over
   the classes present in the (global) batch.
@@ -105,7 +110,11 @@ def batch_class_losses(per_example_loss: ArrayLike, labels: ArrayLike, num_class
 
 
 def mean_class_loss(class_losses: jax.Array, present: jax.Array) -> jax.Array:
-  """L̄ = mean of L_c over the present classes (a class-level mean, not a sample mean); 0 if none.
+  r"""L̄: mean of L_c over the present classes (a class-level mean, not a sample mean); 0 if none.
+
+  .. math::
+
+      \bar L = \operatorname*{mean}_{c \text{ present}} L_c
 
   Wang et al., ICML 2026, arXiv 2605.10047: the target L̄ of the inverse problem.
 
@@ -153,16 +162,25 @@ def check_alpha(alpha: ArrayLike) -> None:
 
 def inverse_weights(class_losses: ArrayLike, present: ArrayLike, *, prior: ArrayLike,
                     alpha: ArrayLike = 0.0, eps: float = 1e-8) -> jax.Array:
-  """Closed-form batch-level weights: the minimiser of the Tikhonov-regularised inverse problem.
+  r"""Closed-form batch-level weights: the minimiser of the Tikhonov-regularised inverse problem.
 
-      min_w Σ_c (w_c·L_c − L̄)² + α·(w_c − w⁰_c)²
-      w*_c = (L̄·L_c + α·w⁰_c) / (L_c² + α + ε)     for present classes
-      w*_c = w⁰_c                                   for absent classes
-      L̄   = mean of L_c over the present classes
+  .. math::
 
-  Wang et al., ICML 2026, arXiv 2605.10047: the closed form of the inverse problem. With α = 0, w*_c
-  = L̄·L_c / (L_c² + ε) ≈ L̄ / L_c; a present class with L_c = 0 then gets w*_c = 0 (the
-  ε-regularised limit), not infinity.
+      \min_w \sum_c \bigl[(w_c L_c - \bar L)^2 + \alpha\, (w_c - w^0_c)^2\bigr]
+
+  .. math::
+
+      w^*_c =
+      \begin{cases}
+        \dfrac{\bar L L_c + \alpha w^0_c}{L_c^2 + \alpha + \epsilon}
+          & \text{for present classes,} \\
+        w^0_c & \text{for absent classes,}
+      \end{cases}
+      \qquad \bar L = \operatorname*{mean}_{c \text{ present}} L_c.
+
+  Wang et al., ICML 2026, arXiv 2605.10047: the closed form of the inverse problem. With α = 0,
+  :math:`w^*_c = \bar L L_c / (L_c^2 + \epsilon) \approx \bar L / L_c`; a present class with
+  :math:`L_c = 0` then gets :math:`w^*_c = 0` (the ε-regularised limit), not infinity.
 
   Args:
     class_losses: [K] per-class mean losses L_c (values of absent classes are ignored).

@@ -1,20 +1,28 @@
-"""The inverse-reweighted loss: batch-level closed form × macro factor, clipped.
+r"""The inverse-reweighted loss: batch-level closed form × macro factor, clipped.
 
 Wang et al., ICML 2026, arXiv 2605.10047: the closed form of the inverse problem (batch level)
 times the macro factor (macro level):
 
-    ŵ_c  = clip(β_c · w*_c, 0, max_weight)
-    loss = (1/B) Σ_i ŵ_{y_i} ℓ_i
+.. math::
+
+    \begin{aligned}
+      \hat w_c &= \operatorname{clip}(\beta_c w^*_c,\ 0,\ \mathrm{max\_weight}), \\
+      \mathrm{loss} &= \frac{1}{B} \sum_i \hat w_{y_i} \ell_i.
+    \end{aligned}
 
 Gradient semantics (`stop_gradient`):
 
 * `stop_gradient=False` (default, the authors' released code): gradients flow through L_c, L̄ and w*.
-  With α = 0, β ≡ 1 and the clamp inactive, Σ_i w*_{y_i} ℓ_i = Σ_c n_c·w*_c·L_c = B·L̄ (up to ε), so
-  the loss *is* L̄, the mean over present classes of their mean loss, and ∂loss/∂ℓ_i = 1/(P·n_{y_i})
-  (P present classes): every present class gets the same total gradient — a per-batch class-balanced
-  mean. With β the loss is L̄·S/B, S = Σ_c n_c β_c; α > 0 and an active clamp reshape it further.
-* `stop_gradient=True`: ŵ is a constant, ∂loss/∂ℓ_i = ŵ_{y_i}/B. This is a genuine reweighting that
-  up-weights the classes whose loss is *low* (w*_c ≈ L̄/L_c) — a different algorithm.
+  With α = 0, β ≡ 1 and the clamp inactive,
+  :math:`\sum_i w^*_{y_i} \ell_i = \sum_c n_c w^*_c L_c = B \bar L` (up to ε), so the loss *is* L̄,
+  the mean over present classes of their mean loss, and
+  :math:`\partial \mathrm{loss} / \partial \ell_i = 1 / (P\, n_{y_i})` (P present classes): every
+  present class gets the same total gradient — a per-batch class-balanced mean. With β the loss is
+  :math:`\bar L S / B,\ S = \sum_c n_c \beta_c`; α > 0 and an active clamp reshape it further.
+* `stop_gradient=True`: ŵ is a constant,
+  :math:`\partial \mathrm{loss} / \partial \ell_i = \hat w_{y_i} / B`. This is a genuine
+  reweighting that up-weights the classes whose loss is *low* (:math:`w^*_c \approx \bar L / L_c`)
+  — a different algorithm.
 
 Results should say which of the two produced them.
 """
@@ -48,15 +56,16 @@ from reweight_jax.state import ReweightState
 
 
 class ReweightAux(NamedTuple):
-  """Diagnostics of one step (global-batch values, identical on every device under `axis_name`).
+  r"""Diagnostics of one step (global-batch values, identical on every device under `axis_name`).
 
   Attributes:
     class_losses: [K], L_c of the global batch; 0 for absent classes.
     present: bool [K], classes present in the global batch.
     mean_class_loss: scalar L̄.
     inverse_weights: [K], w* (w⁰ for absent classes).
-    class_weights: [K], ŵ = clip(β·w*, 0, max_weight) (β = 1 when `macro=False`); for absent classes
-      the value their examples would get, clip(β·w⁰).
+    class_weights: [K], :math:`\hat w = \operatorname{clip}(\beta w^*, 0, \mathrm{max\_weight})`
+      (β = 1 when `macro=False`); for absent classes the value their examples would get,
+      :math:`\operatorname{clip}(\beta w^0)`.
     example_weights: [B], ŵ_{y_i} of the local examples; 0 for masked ones.
   """
   class_losses: jax.Array
@@ -169,19 +178,26 @@ def inverse_reweighted_loss(
     where: ArrayLike | None = None,
     eps: float = 1e-8,
 ) -> tuple[jax.Array, ReweightState, ReweightAux]:
-  """Inverse-view reweighted loss of one step; returns `(loss, new_state, aux)`.
+  r"""Inverse-view reweighted loss of one step; returns `(loss, new_state, aux)`.
 
   Wang et al., ICML 2026, arXiv 2605.10047: the batch-level weights w* (closed form of the
   Tikhonov-regularised inverse problem) times the macro factor β, clipped:
 
-      ŵ_c  = clip(β_c · w*_c, 0, max_weight),   w*_c = (L̄·L_c + α·w⁰_c) / (L_c² + α + ε)
-      loss = (1/B) Σ_i ŵ_{y_i} ℓ_i
+  .. math::
+
+      \begin{aligned}
+        \hat w_c &= \operatorname{clip}(\beta_c w^*_c,\ 0,\ \mathrm{max\_weight}), \qquad
+          w^*_c = \frac{\bar L L_c + \alpha w^0_c}{L_c^2 + \alpha + \epsilon}, \\
+        \mathrm{loss} &= \frac{1}{B} \sum_i \hat w_{y_i} \ell_i.
+      \end{aligned}
 
   Order of operations in a step:
-    1. if `refresh_macro`: β ← macro_factor(B, γ) from the counts *before* this batch;
-    2. L_c, L̄ and w* from this (global) batch; ŵ_c = clip(β_c·w*_c, 0, max_weight);
-    3. loss = (1/B) Σ_i ŵ_{y_i} ℓ_i, B the number of valid examples of the global batch;
-    4. B_c += 1 for every class present in the (global) batch.
+    1. if `refresh_macro`: β ← ``macro_factor(B, γ)`` from the counts *before* this batch;
+    2. L_c, L̄ and w* from this (global) batch;
+       :math:`\hat w_c = \operatorname{clip}(\beta_c w^*_c,\ 0,\ \mathrm{max\_weight})`;
+    3. :math:`\mathrm{loss} = \frac{1}{B} \sum_i \hat w_{y_i} \ell_i`, B the number of valid
+       examples of the global batch;
+    4. :math:`B_c \mathrel{+}= 1` for every class present in the (global) batch.
 
   β refresh cadence: `refresh_macro=True` (default) refreshes every step. The reference refreshes once
   per epoch: pass `refresh_macro=(step_in_epoch == 0)` (a traced bool is fine), so epoch e uses β from
@@ -189,15 +205,16 @@ def inverse_reweighted_loss(
 
   Data parallelism (`axis_name`): L_c and L̄ come from the global batch (sums and counts are
   psum-ed), and B_c counts a class once per global batch. The returned loss is this device's
-  *share*, N_devices·Σ_{local i} ŵ_{y_i} ℓ_i / B_global, so that `lax.pmean(loss, axis_name)` is the
-  single-device loss on the concatenated batch and `lax.pmean` of the parameter gradients is its
-  gradient (the psum-s inside carry the cross-device terms of the gradient). Under `jax.shard_map`'s
-  default `check_vma=True` the loss is still this share and the new state and the per-class aux are
-  typed replicated (`out_specs=P()`); take the gradient of `lax.pmean(loss, axis_name)`, which JAX
-  sums over the devices itself (the share's own gradient is N_devices times the global one). Without
-  `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes)
-  sees the global batch: the loss is the global value, state and per-class aux replicated, example
-  weights laid out like the rows.
+  *share*,
+  :math:`N_\mathrm{devices} \sum_{\text{local } i} \hat w_{y_i} \ell_i / B_\mathrm{global}`, so that
+  `lax.pmean(loss, axis_name)` is the single-device loss on the concatenated batch and `lax.pmean`
+  of the parameter gradients is its gradient (the psum-s inside carry the cross-device terms of the
+  gradient). Under `jax.shard_map`'s default `check_vma=True` the loss is still this share and the
+  new state and the per-class aux are typed replicated (`out_specs=P()`); take the gradient of
+  `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the share's own gradient is
+  N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out with
+  `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global value,
+  state and per-class aux replicated, example weights laid out like the rows.
 
   Bad rows (docs: "Failure modes"): a row inside `where` with a label outside [0, K) (possible only
   under tracing, where `check_labels` cannot raise) or a non-finite loss is left out of every class

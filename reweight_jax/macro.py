@@ -25,7 +25,11 @@ def macro_factor_unchecked(batch_counts: jax.Array, gamma: ArrayLike) -> jax.Arr
 
 
 def macro_factor(batch_counts: ArrayLike, gamma: ArrayLike = 1.0) -> jax.Array:
-  """Macro factor β_c = max(B_c, 1)^(−γ), normalised to mean 1 over all K classes.
+  r"""Macro factor β: max(B_c, 1)^(−γ), normalised to mean 1 over all K classes.
+
+  .. math::
+
+      \beta_c = \frac{\max(B_c, 1)^{-\gamma}}{\operatorname{mean}_k \max(B_k, 1)^{-\gamma}}
 
   Wang et al., ICML 2026, arXiv 2605.10047, the macro level: B_c is the number of batches that
   contained class c, counted from when reweighting starts; tail classes, seen in few batches, get a

@@ -1,22 +1,39 @@
-"""MiLeLR: the Mittag-Leffler learning-rate schedule of the reweighting's released recipe.
+r"""MiLeLR: the Mittag-Leffler learning-rate schedule of the reweighting's released recipe.
 
 The learning-rate schedule of the released code of Wang et al., ICML 2026, arXiv 2605.10047
-(`tongzixin716716/Inverse-Loss-Reweighting`). With training counts n_c, p_c = n_c/N, the normalised
-entropy H = −Σ_c p_c log p_c / log K sets the order a = 0.25 + 0.75·H (a = 1 for balanced counts).
-With S_e = ⌈N/B⌉ steps per epoch, U = 10·S_e warm-up steps, T = 200·S_e − U, S = 160·S_e − U (the
-reweighting's switch) and ε = 1e-6, update k (0-based) uses base·f(k):
+(`tongzixin716716/Inverse-Loss-Reweighting`). With training counts :math:`n_c`,
+:math:`p_c = n_c / N`, the normalised entropy :math:`H = -\sum_c p_c \log p_c / \log K` sets the
+order :math:`a = 0.25 + 0.75\, H` (a = 1 for balanced counts). With
+:math:`S_e = \lceil N / B \rceil` steps per epoch, :math:`U = 10\, S_e` warm-up steps,
+:math:`T = 200\, S_e - U`, :math:`S = 160\, S_e - U` (the reweighting's switch) and ε = 1e-6,
+update k (0-based) uses base·f(k), with t = k − U:
 
-    k < U:                  f = (k + 1)/U
-    t = k − U, t < S:       f = E_a(−(1 − ε)·t/S)
-    t ≥ S:                  s₂ = min((t − S)/(T − S), 1 − ε),  z₂ = 1 + s₂/(1 − s₂ + ε),
-                            f = 1/(z₂·Γ(1 − a))
-    no switch (S ≤ 0 or S ≥ T): s = min(t/T, 1 − ε),  f = E_a(−s/(1 − s))
+.. math::
+
+    f(k) =
+    \begin{cases}
+      (k + 1) / U & k < U, \\
+      E_a\bigl(-(1 - \epsilon)\, t / S\bigr) & k \ge U,\ t < S, \\
+      1 / \bigl(z_2\, \Gamma(1 - a)\bigr) & t \ge S,
+    \end{cases}
+    \qquad
+    \begin{aligned}
+      s_2 &= \min\bigl((t - S) / (T - S),\ 1 - \epsilon\bigr), \\
+      z_2 &= 1 + s_2 / (1 - s_2 + \epsilon),
+    \end{aligned}
+
+and with no switch (S ≤ 0 or S ≥ T) the same warm-up, then
+
+.. math::
+
+    f(k) = E_a\bigl(-s / (1 - s)\bigr), \qquad s = \min(t / T,\ 1 - \epsilon),
 
 with the Mittag-Leffler function as the released code evaluates it (`mittag_leffler_neg`). The
 schedule is a pure function of the step (an `optax.Schedule`, jittable). The jump of f at the switch
-(E_a(−1) → 1/Γ(1 − a)) is the released recipe's and kept. a = 1 puts Γ(1 − a) at its pole: the switch
-branch would be f ≡ 0, so a schedule with a switch refuses a = 1 (balanced counts); without a switch
-the asymptotic term uses 1/Γ(0) = 0 (the reciprocal Gamma function is entire).
+(:math:`E_a(-1) \to 1 / \Gamma(1 - a)`) is the released recipe's and kept. a = 1 puts Γ(1 − a) at
+its pole: the switch branch would be f ≡ 0, so a schedule with a switch refuses a = 1 (balanced
+counts); without a switch the asymptotic term uses 1/Γ(0) = 0 (the reciprocal Gamma function is
+entire).
 """
 
 from __future__ import annotations
@@ -42,7 +59,13 @@ def reciprocal_gamma(x: float) -> float:
 
 
 def mittag_leffler_order(class_counts: ArrayLike) -> float:
-  """a = 0.25 + 0.75·H, H = −Σ_c p_c log p_c / log K (classes with n_c = 0 add 0; K = 1 gives H = 1).
+  r"""The order a of MiLeLR's Mittag-Leffler function, from the entropy H of the class counts:
+
+  .. math::
+
+      a = 0.25 + 0.75\, H, \qquad H = -\sum_c p_c \log p_c \,/\, \log K, \qquad p_c = n_c / N
+
+  (classes with n_c = 0 add 0; K = 1 gives H = 1).
 
   The order of MiLeLR (the released code of Wang et al., ICML 2026, arXiv 2605.10047).
 
@@ -74,10 +97,16 @@ def mittag_leffler_order(class_counts: ArrayLike) -> float:
 
 
 def mittag_leffler_neg(z: ArrayLike, a: float, below_one: ArrayLike | None = None) -> jax.Array:
-  """E_a(−z) for z ≥ 0 as the released code evaluates it:
+  r"""E_a(−z) for z ≥ 0 as the released code evaluates it:
 
-      z < 1:  max(0, Σ_{k=0}^{31} (−z)^k / Γ(a·k + 1))
-      z ≥ 1:  max(0, 1/(z·Γ(1 − a)))      (the leading asymptotic term only)
+  .. math::
+
+      E_a(-z) =
+      \begin{cases}
+        \max\Bigl(0,\ \sum_{k=0}^{31} \dfrac{(-z)^k}{\Gamma(a k + 1)}\Bigr) & z < 1, \\
+        \max\Bigl(0,\ \dfrac{1}{z\, \Gamma(1 - a)}\Bigr)
+          & z \ge 1 \quad \text{(the leading asymptotic term only).}
+      \end{cases}
 
   `a` is a Python float in (0, 1]; the coefficients 1/Γ(a·k + 1) are float64 constants.
   `below_one` optionally gives the branch (z < 1) computed exactly by the caller: the coded function

@@ -1,16 +1,25 @@
-"""The inverse reweighting of mixed-label batches (mixup, CutMix, GLMC's soft labels).
+r"""The inverse reweighting of mixed-label batches (mixup, CutMix, GLMC's soft labels).
 
 The project's definition of the inverse reweighting (Wang et al., ICML 2026, arXiv 2605.10047)
 inside mixed-label pipelines such as ETF-DR's mixup and GLMC; the paper reports these combinations
 but releases no integration code. Row i of the batch carries two labels a_i, b_i with weights λ and
 1 − λ (one λ per batch) and two per-example losses ℓ_i^a, ℓ_i^b, its loss against a_i and against
-b_i (the caller's: CE −log softmax(z_i)_{a_i}, or ETF-DR's DR loss with y = a_i). Each label enters
-the class statistics with its weight:
+b_i (the caller's: CE :math:`-\log \operatorname{softmax}(z_i)_{a_i}`, or ETF-DR's DR loss with
+y = a_i). Each label enters the class statistics with its weight: the class mass m_c, the class
+losses L_c (a class is present iff m_c > 0), the weights ŵ_c (w* the paper's closed form from these
+L_c) and the loss are
 
-    m_c  = Σ_i (λ·1[a_i = c] + (1 − λ)·1[b_i = c])                       class mass
-    L_c  = Σ_i (λ·1[a_i = c]·ℓ_i^a + (1 − λ)·1[b_i = c]·ℓ_i^b) / m_c     present ⇔ m_c > 0
-    ŵ_c  = clip(β_c · w*_c, 0, max_weight),   w* the paper's closed form from these L_c
-    loss = (1/B) Σ_i (λ·ŵ_{a_i}·ℓ_i^a + (1 − λ)·ŵ_{b_i}·ℓ_i^b)
+.. math::
+
+    \begin{aligned}
+      m_c &= \sum_i \bigl(\lambda\, \mathbf{1}[a_i = c]
+        + (1 - \lambda)\, \mathbf{1}[b_i = c]\bigr), \\
+      L_c &= \frac{1}{m_c} \sum_i \bigl(\lambda\, \mathbf{1}[a_i = c]\, \ell_i^a
+        + (1 - \lambda)\, \mathbf{1}[b_i = c]\, \ell_i^b\bigr), \\
+      \hat w_c &= \operatorname{clip}(\beta_c w^*_c,\ 0,\ \mathrm{max\_weight}), \\
+      \mathrm{loss} &= \frac{1}{B} \sum_i \bigl(\lambda\, \hat w_{a_i} \ell_i^a
+        + (1 - \lambda)\, \hat w_{b_i} \ell_i^b\bigr).
+    \end{aligned}
 
 Everything after L_c — L̄, w*, the macro factor β and its refresh, the clip, the two gradient modes,
 the counter update B_c += 1 for the present classes (once per step) — is
@@ -20,11 +29,23 @@ tests/test_reweight_mixed_labels.py):
 * λ = 1, or b = a with ℓ^b = ℓ^a: `inverse_reweighted_loss(ℓ^a, a)` (b = a for any ℓ^b:
   `inverse_reweighted_loss(λℓ^a + (1 − λ)ℓ^b, a)`).
 * ŵ = v (e.g. α → ∞ with prior v, macro off, no clip): GLMC's soft-label reweighted CE L_reb,
-  (1/B) Σ_i ce(z_i, λ·v_{a_i}·e_{a_i} + (1 − λ)·v_{b_i}·e_{b_i}).
-* α = 0, no clip active, β ≡ 1: Σ_i (λŵ_{a_i}ℓ_i^a + (1 − λ)ŵ_{b_i}ℓ_i^b)
-  = Σ_c m_c·w*_c·L_c = L̄·Σ_c m_c = B·L̄ (up to ε), so loss = L̄; with β, loss = L̄·S/B,
-  S = Σ_c m_c·β_c. Under gradient flow ∂loss/∂ℓ_i^a = λ/(P·m_{a_i}) (P present classes): a
-  per-batch class-balanced mean over the label mass, as for the unmixed loss.
+
+  .. math::
+
+      \frac{1}{B} \sum_i \mathrm{ce}\bigl(z_i,\ \lambda v_{a_i} e_{a_i}
+        + (1 - \lambda) v_{b_i} e_{b_i}\bigr).
+
+* α = 0, no clip active, β ≡ 1:
+
+  .. math::
+
+      \sum_i \bigl(\lambda \hat w_{a_i} \ell_i^a + (1 - \lambda) \hat w_{b_i} \ell_i^b\bigr)
+        = \sum_c m_c w^*_c L_c = \bar L \sum_c m_c = B \bar L
+
+  (up to ε), so loss = L̄; with β, :math:`\mathrm{loss} = \bar L S / B,\ S = \sum_c m_c \beta_c`.
+  Under gradient flow :math:`\partial \mathrm{loss} / \partial \ell_i^a = \lambda / (P\, m_{a_i})`
+  (P present classes): a per-batch class-balanced mean over the label mass, as for the unmixed
+  loss.
 """
 
 from __future__ import annotations
@@ -53,18 +74,21 @@ from reweight_jax.state import ReweightState
 
 
 class MixedReweightAux(NamedTuple):
-  """Diagnostics of one mixed-label step (global-batch values, identical on every device).
+  r"""Diagnostics of one mixed-label step (global-batch values, identical on every device).
 
   The fields of `ReweightAux`, with the label mass and two example weights per row.
 
   Attributes:
     class_losses: [K], L_c of the global batch; 0 for absent classes.
     present: bool [K], m_c > 0.
-    class_mass: [K], m_c = Σ_i (λ·1[a_i = c] + (1 − λ)·1[b_i = c]) of the global batch.
+    class_mass: [K],
+      :math:`m_c = \sum_i (\lambda\, \mathbf{1}[a_i = c] + (1 - \lambda)\, \mathbf{1}[b_i = c])` of
+      the global batch.
     mean_class_loss: scalar L̄.
     inverse_weights: [K], w* (w⁰ for absent classes).
-    class_weights: [K], ŵ = clip(β·w*, 0, max_weight) (β = 1 when `macro=False`); for absent
-      classes the value their labels would get, clip(β·w⁰).
+    class_weights: [K], :math:`\hat w = \operatorname{clip}(\beta w^*, 0, \mathrm{max\_weight})`
+      (β = 1 when `macro=False`); for absent classes the value their labels would get,
+      :math:`\operatorname{clip}(\beta w^0)`.
     example_weights_a: [B], ŵ_{a_i} of the local rows; 0 for padding or an out-of-range a_i.
     example_weights_b: [B], ŵ_{b_i} likewise.
   """
@@ -97,15 +121,23 @@ def mixed_inverse_reweighted_loss(
     where: ArrayLike | None = None,
     eps: float = 1e-8,
 ) -> tuple[jax.Array, ReweightState, MixedReweightAux]:
-  """Inverse-view reweighted loss of a mixed-label batch; returns `(loss, new_state, aux)`.
+  r"""Inverse-view reweighted loss of a mixed-label batch; returns `(loss, new_state, aux)`.
 
   The inverse reweighting of Wang et al., ICML 2026, arXiv 2605.10047, over the label mass of
-  mixed labels (the project's definition; see the module docstring for the identities):
+  mixed labels (the project's definition; see the module docstring for the identities), with ŵ_c
+  as in `inverse_reweighted_loss`:
 
-      m_c  = Σ_i (λ·1[a_i=c] + (1−λ)·1[b_i=c])
-      L_c  = Σ_i (λ·1[a_i=c]·ℓ_i^a + (1−λ)·1[b_i=c]·ℓ_i^b) / m_c
-      ŵ_c  = clip(β_c·w*_c, 0, max_weight)      (as `inverse_reweighted_loss`)
-      loss = (1/B) Σ_i (λ·ŵ_{a_i}·ℓ_i^a + (1−λ)·ŵ_{b_i}·ℓ_i^b)
+  .. math::
+
+      \begin{aligned}
+        m_c &= \sum_i \bigl(\lambda\, \mathbf{1}[a_i = c]
+          + (1 - \lambda)\, \mathbf{1}[b_i = c]\bigr), \\
+        L_c &= \frac{1}{m_c} \sum_i \bigl(\lambda\, \mathbf{1}[a_i = c]\, \ell_i^a
+          + (1 - \lambda)\, \mathbf{1}[b_i = c]\, \ell_i^b\bigr), \\
+        \hat w_c &= \operatorname{clip}(\beta_c w^*_c,\ 0,\ \mathrm{max\_weight}), \\
+        \mathrm{loss} &= \frac{1}{B} \sum_i \bigl(\lambda\, \hat w_{a_i} \ell_i^a
+          + (1 - \lambda)\, \hat w_{b_i} \ell_i^b\bigr).
+      \end{aligned}
 
   The order of operations, the β refresh cadence (`refresh_macro`), the gradient modes
   (`stop_gradient`), data parallelism (`axis_name`: m_c and the sums are psum-reduced, B_c counts a

@@ -1,44 +1,64 @@
-"""Neural Collapse metrics NC1–NC4 (and ρ), one-shot and streaming.
+r"""Neural Collapse metrics NC1–NC4 (and ρ), one-shot and streaming.
 
 The standard definitions of Papyan, Han, Donoho, "Prevalence of neural collapse during the terminal
 phase of deep learning training", PNAS 2020, arXiv 2008.08186, and Zhu et al., "A Geometric
 Analysis of Neural Collapse with Unconstrained Features", NeurIPS 2021, arXiv 2105.02375, as Wang
-et al. (ICML 2026, arXiv 2605.10047) report them. With
-features h_i, class means μ_c over the valid examples of class c, N valid examples, K' classes present
-(n_c > 0), μ_G = (1/N) Σ_i h_i the global sample mean, centred means M = [μ_c − μ_G] (stored here as a
-[K, d] matrix, row c = μ_c − μ_G, i.e. the papers' Mᵀ) and classifier W [K, d]:
+et al. (ICML 2026, arXiv 2605.10047) report them. With features :math:`h_i`, class means
+:math:`\mu_c` over the valid examples of class c, N valid examples, K' classes present
+(:math:`n_c > 0`), :math:`\mu_G = \frac{1}{N} \sum_i h_i` the global sample mean, centred means
+:math:`M = [\mu_c - \mu_G]` (stored here as a [K, d] matrix, row c is :math:`\mu_c - \mu_G`, i.e.
+the papers' :math:`M^\top`) and classifier W [K, d]:
 
-    Σ_W = (1/N) Σ_i (h_i − μ_{y_i})(h_i − μ_{y_i})ᵀ           Σ_B = (1/K') Σ_c (μ_c − μ_G)(μ_c − μ_G)ᵀ
-    NC1 = (1/K') Tr(Σ_W Σ_B⁺)
-    NC2 = ‖ G/‖G‖_F − (I − 11ᵀ/K')/√(K'−1) ‖_F   for G = M Mᵀ ('nc2') and G = W Wᵀ ('nc2_classifier')
-    NC3 = ‖ W/‖W‖_F − M/‖M‖_F ‖_F²
-    NC4 = fraction of examples with argmax_c (W h + b)_c ≠ argmin_c ‖h − μ_c‖
+.. math::
+
+    \begin{aligned}
+      \Sigma_W &= \frac{1}{N} \sum_i (h_i - \mu_{y_i})(h_i - \mu_{y_i})^\top, \qquad
+        \Sigma_B = \frac{1}{K'} \sum_c (\mu_c - \mu_G)(\mu_c - \mu_G)^\top, \\
+      \mathrm{NC1} &= \frac{1}{K'} \operatorname{Tr}(\Sigma_W \Sigma_B^+), \\
+      \mathrm{NC2} &= \Bigl\lVert \frac{G}{\lVert G \rVert_F}
+        - \frac{I - \mathbf{1}\mathbf{1}^\top / K'}{\sqrt{K' - 1}} \Bigr\rVert_F
+        \quad \text{for } G = M M^\top \text{ ('nc2') and } G = W W^\top
+        \text{ ('nc2_classifier')}, \\
+      \mathrm{NC3} &= \Bigl\lVert \frac{W}{\lVert W \rVert_F}
+        - \frac{M}{\lVert M \rVert_F} \Bigr\rVert_F^2, \\
+      \mathrm{NC4} &= \text{fraction of examples with }
+        \operatorname*{argmax}_c (W h + b)_c \ne \operatorname*{argmin}_c \lVert h - \mu_c \rVert.
+    \end{aligned}
 
 Conventions where the papers are silent:
+
 * μ_G is the global *sample* mean, as in Papyan et al. (`centring='sample'`, the default). On
   long-tailed data it is pulled towards the head classes, so an exact simplex ETF of the class means
   scores NC2 = 0 (and a classifier aligned with it NC3 = 0) only when the classes are balanced; with
   CIFAR-10-LT's counts at IF 100 the simplex scores NC2 ≈ 0.65 and the aligned classifier NC3 ≈ 0.15.
   `centring='class_balanced'` centres on the unweighted mean of the present classes' means,
-  μ_G = (1/K') Σ_c μ_c (every class counts once, whatever its size): there the exact simplex scores
-  0 at any class counts, which is the reading wanted when the geometry under imbalance is the
-  question (Thrampoulidis et al., "Imbalance Trouble: Revisiting Neural-Collapse Geometry",
-  NeurIPS 2022, arXiv 2208.05512). NC4 and ρ do not depend on the centring.
+  :math:`\mu_G = \frac{1}{K'} \sum_c \mu_c` (every class counts once, whatever its size): there the
+  exact simplex scores 0 at any class counts, which is the reading wanted when the geometry under
+  imbalance is the question (Thrampoulidis et al., "Imbalance Trouble: Revisiting Neural-Collapse
+  Geometry", NeurIPS 2022, arXiv 2208.05512). NC4 and ρ do not depend on the centring.
 * Classes with no example are left out of every metric (K' counts present classes; W's rows of absent
   classes are dropped from NC2/NC3 and they are never a nearest mean); NC1–NC3 are NaN when K' < 2.
   With every class present this is the plain definition over all K classes.
-* Σ_B⁺ is the pseudo-inverse of rank at most K' − 1 (Σ_c n_c (μ_c − μ_G) = 0, so Σ_B never has more),
-  also dropping singular directions of M below max(K, d)·ε_f32·σ_max; NC1 is computed as
-  Σ_j v_jᵀ Σ_W v_j / σ_j² from the SVD M = U S Vᵀ, which needs no d×d inverse.
+* :math:`\Sigma_B^+` is the pseudo-inverse of rank at most K' − 1
+  (:math:`\sum_c n_c (\mu_c - \mu_G) = 0`, so :math:`\Sigma_B` never has more), also dropping
+  singular directions of M below :math:`\max(K, d)\, \epsilon_\mathrm{f32}\, \sigma_\mathrm{max}`;
+  NC1 is computed as :math:`\sum_j v_j^\top \Sigma_W v_j / \sigma_j^2` from the SVD
+  :math:`M = U S V^\top`, which needs no d×d inverse.
 
 Streaming (`NCAccumulator`): per-class counts and means and the within-class scatter matrix are
 merged batch by batch with the parallel-variance update of Chan et al. (1979):
-    S ← S_a + S_b + Σ_c (n_a n_b / (n_a + n_b))_c δ_c δ_cᵀ,   δ_c = m_c^batch − μ_c^so-far,
-where S_b is the scatter of the batch about its own class means; batch sums, counts and scatter are
-psum-reduced over `axis_name` first. This is a sum of second moments that avoids the float32
-cancellation of Σ h hᵀ − Σ_c n_c μ_c μ_cᵀ (features near collapse have Σ_W ≪ ‖μ_c‖²), and it equals the
-one-shot computation on the full set up to float rounding; `nc_metrics` is exactly one update.
-NC4 needs the final class means, so it takes a second pass over the data (`update_ncc`).
+
+.. math::
+
+    S \leftarrow S_a + S_b + \sum_c \Bigl(\frac{n_a n_b}{n_a + n_b}\Bigr)_c \delta_c \delta_c^\top,
+    \qquad \delta_c = m_c^\mathrm{batch} - \mu_c^\text{so-far},
+
+where :math:`S_b` is the scatter of the batch about its own class means; batch sums, counts and
+scatter are psum-reduced over `axis_name` first. This is a sum of second moments that avoids the
+float32 cancellation of :math:`\sum h h^\top - \sum_c n_c \mu_c \mu_c^\top` (features near collapse
+have :math:`\Sigma_W \ll \lVert \mu_c \rVert^2`), and it equals the one-shot computation on the full
+set up to float rounding; `nc_metrics` is exactly one update. NC4 needs the final class means, so it
+takes a second pass over the data (`update_ncc`).
 """
 
 from __future__ import annotations
@@ -98,7 +118,7 @@ def _etf_distance(gram: jax.Array, present: jax.Array, num_present: jax.Array) -
 
 
 class NCAccumulator(NamedTuple):
-  """Streaming statistics for NC1–NC4 and ρ (a pytree: carry it through `jit`/`pmap` loops).
+  r"""Streaming statistics for NC1–NC4 and ρ (a pytree: carry it through `jit`/`pmap` loops).
 
   Use: `acc = NCAccumulator.init(K, d)`; pass 1 `acc = acc.update(h, y, per_example_loss=ℓ)` over the
   data; optional pass 2 `acc = acc.update_ncc(h, W, bias=b)` over the same data for NC4; then
@@ -110,7 +130,8 @@ class NCAccumulator(NamedTuple):
   Attributes:
     counts: float32 [K], n_c.
     class_means: float32 [K, d], μ_c (0 for classes not seen yet).
-    within_scatter: float32 [d, d], Σ_i (h_i − μ_{y_i})(h_i − μ_{y_i})ᵀ about the current means.
+    within_scatter: float32 [d, d], :math:`\sum_i (h_i - \mu_{y_i})(h_i - \mu_{y_i})^\top` about
+      the current means.
     loss_sums: float32 [K], Σ ℓ_i per class (when losses are given).
     loss_counts: float32 [K], number of losses summed per class.
     ncc_mismatches: float32 scalar, examples whose classifier and nearest-class-mean decisions differ.

@@ -19,11 +19,15 @@ def mean_normalize(values: jax.Array) -> jax.Array:
 
 
 def class_prior(counts: ArrayLike, kind: str) -> jax.Array:
-  """Prior weights w⁰_c, normalised to mean 1 over the K classes.
+  r"""Prior weights w⁰_c, normalised to mean 1 over the K classes.
 
-      uniform:        w⁰_c = 1
-      inv_freq:       w⁰_c ∝ 1 / max(n_c, 1)
-      inv_sqrt_freq:  w⁰_c ∝ 1 / √max(n_c, 1)
+  .. math::
+
+      \begin{aligned}
+        \text{uniform:} &\quad w^0_c = 1, \\
+        \text{inv_freq:} &\quad w^0_c \propto 1 / \max(n_c, 1), \\
+        \text{inv_sqrt_freq:} &\quad w^0_c \propto 1 / \sqrt{\max(n_c, 1)}.
+      \end{aligned}
 
   Wang et al., ICML 2026, arXiv 2605.10047: the prior w⁰ of the Tikhonov term, uniform by default.
 

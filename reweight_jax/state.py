@@ -14,13 +14,13 @@ from mr2_reweight_core.checks import check_num_classes
 
 
 class ReweightState(NamedTuple):
-  """Macro-level state (a NamedTuple, hence a registered pytree; checkpoint it with the model).
+  r"""Macro-level state (a NamedTuple, hence a registered pytree; checkpoint it with the model).
 
   Wang et al., ICML 2026, arXiv 2605.10047: the batch counts B_c of the macro level.
 
   Attributes:
     batch_counts: float32 [K], B_c, the number of (global) batches that contained class c since
-      reweighting started. Exact as float32 up to 2^24 batches.
+      reweighting started. Exact as float32 up to :math:`2^{24}` batches.
     beta: float32 [K], the macro factor β in use, recomputed from `batch_counts` whenever the loss is
       called with `refresh_macro=True`.
     skipped_rows: int32 scalar, the real rows (inside `where`) left out since reweighting started:
