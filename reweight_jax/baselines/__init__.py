@@ -8,7 +8,8 @@ the reduction is the caller's); a batch objective that couples rows returns `(lo
 that carries state `(loss, new_state, aux)`, `aux` a NamedTuple. `where` and `axis_name` are
 keyword-only everywhere.
 
-Modules, each named for what it computes:
+Modules, each named for what it computes::
+
   long_tail            class weights and per-example losses of the long-tail baselines (inverse
                        frequency, class-balanced, focal, LDAM(-DRW), logit adjustment, balanced
                        softmax, IB).

@@ -20,7 +20,11 @@ from mr2_reweight_core.cross_entropy import label_log_prob as _label_log_prob
 
 
 def eql_rare_classes(class_counts: ArrayLike, lam: float = 5e-3) -> jax.Array:
-  """T_λ(f_k) = 1[f_k < λ], f_k = n_k / N: bool [K] (λ = 5e-3, BagofTricks-LT).
+  r"""The rare classes T_λ(f_k), bool [K] (λ = 5e-3, BagofTricks-LT):
+
+  .. math::
+
+      T_\lambda(f_k) = \mathbf{1}[f_k < \lambda], \qquad f_k = n_k / N
 
   Tan et al., CVPR 2020, arXiv 2003.05176: the threshold function of the frequency of each class.
 
@@ -115,11 +119,14 @@ def eql_dropped_at(key: jax.Array, rows: ArrayLike, num_classes: int, gamma: flo
 
 def eql_loss(logits: ArrayLike, labels: ArrayLike, rare: ArrayLike, dropped: ArrayLike, *,
              where: ArrayLike | None = None) -> jax.Array:
-  """Softmax equalization loss per example [B].
+  r"""Softmax equalization loss per example [B].
 
   Tan et al., CVPR 2020, arXiv 2003.05176, in the softmax form:
 
-      ℓ_i = −z_{i,y_i} + log Σ_k w̃_ik · exp z_ik,   w̃_ik = 1 − β_ik · T_k · (1 − 1[k = y_i])
+  .. math::
+
+      \ell_i = -z_{i,y_i} + \log \sum_k \tilde w_{ik} \exp z_{ik}, \qquad
+      \tilde w_{ik} = 1 - \beta_{ik}\, T_k \bigl(1 - \mathbf{1}[k = y_i]\bigr)
 
   i.e. cross-entropy with the logits of rare negative classes dropped where β_ik = 1 (w̃ = 0 is a
   −∞ logit; the label's own logit is never dropped, so the log-sum-exp is shifted by a finite

@@ -1,13 +1,14 @@
-"""ETF-DR: a fixed simplex-ETF classifier trained with the dot-regression loss.
+r"""ETF-DR: a fixed simplex-ETF classifier trained with the dot-regression loss.
 
 Yang et al., "Inducing Neural Collapse in Imbalanced Learning: Do We Really Need a Learnable
 Classifier at the End of Deep Neural Network?", NeurIPS 2022, arXiv 2203.09081).
 
 The classifier M [d, K] is drawn once from a seed (`etf_classifier`) and never trained; the head
 normalises the features (BatchNorm1d, a flax module of the model, then `etf_normalize`); the loss
-pulls each normalised feature onto its class's column of W = M·diag(E), where GivenEw
-(`given_ew`) scales class c by E_c = √(B/(C_b·n_c)) so that every class present in the batch gets
-the same total loss (`dot_regression_loss`). Prediction is argmax_c hᵀm_c.
+pulls each normalised feature onto its class's column of :math:`W = M \operatorname{diag}(E)`,
+where GivenEw (`given_ew`) scales class c by :math:`E_c = \sqrt{B / (C_b n_c)}` so that every class
+present in the batch gets the same total loss (`dot_regression_loss`). Prediction is
+:math:`\operatorname{argmax}_c h^\top m_c`.
 
 With the inverse reweighting (Wang et al., ICML 2026, arXiv 2605.10047, who report ETF-DR with it;
 the per-label weighting is the project's definition), ŵ weights the
@@ -38,15 +39,18 @@ _MIN_NORM = 1e-8
 
 
 def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
-  """The fixed simplex-ETF classifier M, float32 [d, K].
+  r"""The fixed simplex-ETF classifier M, float32 [d, K].
 
   Yang et al., NeurIPS 2022, arXiv 2203.09081: the simplex equiangular tight frame, drawn at random:
 
-      A ∈ R^{d×K}, A_jk iid U[0, 1)   (`np.random.default_rng(seed)`, host side)
-      A = P R                          (reduced QR, d ≥ K, sign-fixed so that diag(R) > 0)
-      M = √(K/(K−1)) · P (I − 11ᵀ/K)
+  .. math::
 
-  Columns have unit norm and m_jᵀm_k = −1/(K−1) for j ≠ k (PᵀP = I); Σ_k m_k = 0. The draw is a
+      A \in \mathbb{R}^{d \times K},\ A_{jk} \sim U[0, 1) \text{ iid}, \qquad A = P R, \qquad
+      M = \sqrt{\frac{K}{K - 1}}\, P \bigl(I - \mathbf{1}\mathbf{1}^\top / K\bigr),
+
+  A drawn on the host (`np.random.default_rng(seed)`) and A = P R its reduced QR (d ≥ K),
+  sign-fixed so that diag(R) > 0. Columns have unit norm and :math:`m_j^\top m_k = -1/(K - 1)` for
+  j ≠ k (:math:`P^\top P = I`); :math:`\sum_k m_k = 0`. The draw is a
   pure function of `seed` (the reference leaves M unseeded and out of its checkpoint, so a resume
   draws another M; keep the seed, or M itself, in the train state). The reduced QR's Q is unique
   once diag(R) > 0 (A has full column rank with probability 1), so M does not depend on the
@@ -95,7 +99,11 @@ def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
 
 
 def etf_normalize(features: ArrayLike) -> jax.Array:
-  """h / max(‖h‖, 1e-8) over the last axis, in the features' dtype (computed in ≥ float32).
+  r"""The normalised features over the last axis, in the features' dtype (computed in ≥ float32):
+
+  .. math::
+
+      h \,/\, \max(\lVert h \rVert,\ 10^{-8})
 
   The head's normalisation after BatchNorm1d. Its gradient is finite everywhere: for ‖h‖ < 1e-8 it
   is the gradient of h / 1e-8 (a zero row maps to zero), where autodiff of a clamped norm would give
@@ -136,14 +144,21 @@ def _safe_norm(h: jax.Array) -> jax.Array:
 
 def given_ew(labels: ArrayLike, num_classes: int, *, where: ArrayLike | None = None,
              axis_name: str | None = None) -> jax.Array:
-  """GivenEw class scales E, float32 [K], of the (global) batch.
+  r"""GivenEw class scales E, float32 [K], of the (global) batch.
 
   Yang et al., NeurIPS 2022, arXiv 2203.09081 (the GivenEw option of their code):
 
-      E_c = √(B / (C_b · n_c))   if n_c > 0,   else 1,
+  .. math::
 
-  n_c the count of class c, B = Σ_c n_c the real rows and C_b the number of classes present.
-  With W = M·diag(E) and ‖h‖ = 1 the DR loss becomes (1/C_b) Σ_c mean_{i: y_i = c} ½(1 − cos_i)²
+      E_c =
+      \begin{cases}
+        \sqrt{B / (C_b\, n_c)} & \text{if } n_c > 0, \\
+        1 & \text{otherwise,}
+      \end{cases}
+
+  n_c the count of class c, :math:`B = \sum_c n_c` the real rows and C_b the number of classes
+  present. With :math:`W = M \operatorname{diag}(E)` and ‖h‖ = 1 the DR loss becomes
+  :math:`\frac{1}{C_b} \sum_c \operatorname{mean}_{i:\, y_i = c} \frac{1}{2} (1 - \cos_i)^2`
   (`dot_regression_loss`): each present class carries the same weight, whatever its count. E is
   a function of the labels, hence a constant for back-propagation.
 
@@ -237,29 +252,41 @@ def _dot_regression(features: jax.Array, labels: ArrayLike, classifier: jax.Arra
 def dot_regression_loss(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
                         class_scale: ArrayLike | None = None, where: ArrayLike | None = None,
                         axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
-  """The dot-regression (DR) loss of ETF-DR; returns `(loss, per_example)`.
+  r"""The dot-regression (DR) loss of ETF-DR; returns `(loss, per_example)`.
 
   Yang et al., NeurIPS 2022, arXiv 2203.09081, the dot-regression loss:
 
-      w_i = E_{y_i} · m_{y_i}                          (m_c = classifier[:, c]; E ≡ 1 by default)
-      ℓ_i = ½ (h_iᵀw_i − sg(‖w_i‖) · sg(‖h_i‖))² / sg(‖h_i‖),   ‖h_i‖ clamped at 1e-8
-      loss = (1/B) Σ_i ℓ_i                             (B real rows of the global batch)
+  .. math::
 
-  The features are meant to be `etf_normalize`-d by the head (‖h_i‖ = 1, then
-  ℓ_i = ½E_{y_i}²(1 − cos_i)² for unit columns), but the norms are computed, as in the reference,
-  so unnormalised features give the reference's value. The norms are constants for
-  back-propagation: ∂ℓ_i/∂h_i = (h_iᵀw_i − ‖w_i‖‖h_i‖) w_i / ‖h_i‖. The classifier receives the
-  gradient of the dot product (ETF-DR keeps M fixed: do not train it); `class_scale` is taken as
-  given (`given_ew` is a function of the labels).
+      \begin{aligned}
+        w_i &= E_{y_i} m_{y_i}, \\
+        \ell_i &= \frac{\bigl(h_i^\top w_i - \operatorname{sg}(\lVert w_i \rVert)\,
+          \operatorname{sg}(\lVert h_i \rVert)\bigr)^2}{2 \operatorname{sg}(\lVert h_i \rVert)}, \\
+        \mathrm{loss} &= \frac{1}{B} \sum_i \ell_i,
+      \end{aligned}
+
+  with :math:`m_c` = classifier[:, c] (E ≡ 1 by default), ‖h_i‖ clamped at 1e-8, and B the real
+  rows of the global batch. The features are meant to be `etf_normalize`-d by the head (‖h_i‖ = 1,
+  then :math:`\ell_i = \frac{1}{2} E_{y_i}^2 (1 - \cos_i)^2` for unit columns), but the norms are
+  computed, as in the reference, so unnormalised features give the reference's value. The norms
+  are constants for back-propagation:
+
+  .. math::
+
+      \frac{\partial \ell_i}{\partial h_i}
+        = \frac{(h_i^\top w_i - \lVert w_i \rVert \lVert h_i \rVert)\, w_i}{\lVert h_i \rVert}.
+
+  The classifier receives the gradient of the dot product (ETF-DR keeps M fixed: do not train it);
+  `class_scale` is taken as given (`given_ew` is a function of the labels).
 
   Data parallel (`axis_name`): B counts the real rows of the global batch and the returned loss is
-  this device's share N_devices · Σ_{local i} ℓ_i / B: `lax.pmean` of it (and of the gradients) is
-  the loss (gradient) of the concatenated batch on one device. `class_scale` must be the global
-  batch's (`given_ew(..., axis_name=...)`). Under `jax.shard_map`'s default `check_vma=True` the
-  loss is still this share; take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over
-  the devices itself (the share's own gradient is N_devices times the global one). Without
-  `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes)
-  sees the global batch: the loss is the global value.
+  this device's share :math:`N_\mathrm{devices} \sum_{\text{local } i} \ell_i / B`: `lax.pmean` of
+  it (and of the gradients) is the loss (gradient) of the concatenated batch on one device.
+  `class_scale` must be the global batch's (`given_ew(..., axis_name=...)`). Under `jax.shard_map`'s
+  default `check_vma=True` the loss is still this share; take the gradient of
+  `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the share's own gradient is
+  N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out with
+  `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global value.
 
   Args:
     features: [B, d] features h.
@@ -299,12 +326,15 @@ def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: 
                               lam: ArrayLike, classifier: ArrayLike,
                               class_scale: ArrayLike | None, *, where: ArrayLike | None = None,
                               axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
-  """The DR loss of a mixup batch x̃ = λx + (1−λ)x_π; returns `(loss, per_example)`.
+  r"""The DR loss of a mixup batch x̃ = λx + (1−λ)x_π; returns `(loss, per_example)`.
 
   Yang et al., NeurIPS 2022, arXiv 2203.09081 train ETF-DR with mixup (Zhang et al., "mixup: Beyond
   Empirical Risk Minimization", ICLR 2018, arXiv 1710.09412):
 
-      loss = λ · DR(h, y) + (1 − λ) · DR(h, y_π),   per_example_i = λ ℓ_i(y_i) + (1 − λ) ℓ_i(y_π(i))
+  .. math::
+
+      \mathrm{loss} = \lambda\, \mathrm{DR}(h, y) + (1 - \lambda)\, \mathrm{DR}(h, y_\pi), \qquad
+      \mathrm{per\_example}_i = \lambda\, \ell_i(y_i) + (1 - \lambda)\, \ell_i(y_{\pi(i)})
 
   with one λ ~ Beta(α, α) and one permutation π per batch (the caller's draws), and the same
   class scales E in both terms: those of the unmixed labels, `given_ew(labels)` (None for E ≡ 1).

@@ -1,4 +1,4 @@
-"""FairDRO with classes as groups.
+r"""FairDRO with classes as groups.
 
 Jung et al., "Re-weighting Based Group Fairness Regularization via Classwise Robust Optimization",
 ICLR 2023, arXiv 2303.00442; reference code `sangwon-jung94/FairDRO`, `trainer/fairdro.py`. One of
@@ -9,19 +9,19 @@ distribution q over the K classes. Per epoch:
 
   1. after epoch e the trainer runs a full pass over the training set and accumulates per-class loss
      sums and counts (exact under data parallelism: psum the sums and counts); the class losses are
-     L_c = sums_c / counts_c, `class_mean(sums, counts)` (or 1 − accuracy, the reference's
-     `use-01loss`: `class_mean(counts − correct, counts)` from `per_class_correct`);
+     :math:`L_c = \mathrm{sums}_c / \mathrm{counts}_c`, `class_mean(sums, counts)` (or 1 − accuracy,
+     the reference's `use-01loss`: `class_mean(counts − correct, counts)` from `per_class_correct`);
   2. `fairdro_best_response(L, rho, present=counts > 0)` is the closed-form q*;
   3. `fairdro_update(q, q*, e, E)` moves q part of the way towards q* (smoothed best response).
 
-Every step's loss is `fairdro_loss` = Σ_c q_c g_c with q constant (g_c the batch class means, as in
-Group DRO; the code is Group DRO's `class_weighted_loss`). The state is q [K] (`init_fairdro_q`) and
-the epoch counter, both carried by the trainer.
+Every step's loss is `fairdro_loss` :math:`= \sum_c q_c g_c` with q constant (g_c the batch class
+means, as in Group DRO; the code is Group DRO's `class_weighted_loss`). The state is q [K]
+(`init_fairdro_q`) and the epoch counter, both carried by the trainer.
 
 The q pass is the trainer's business. Reference quirk not reproduced: the reference runs it in train
 mode (BatchNorm running averages updated) on augmented images; the default here is eval mode without
 augmentation. `fairdro_wo_classwise.py` of the reference starts q at 1 and divides the loss by K·G;
-here q starts uniform (1/K) and the loss is Σ_c q_c g_c, not rescaled.
+here q starts uniform (1/K) and the loss is :math:`\sum_c q_c g_c`, not rescaled.
 """
 
 from __future__ import annotations
@@ -72,23 +72,34 @@ def init_fairdro_q(num_classes: int) -> jax.Array:
 
 def fairdro_best_response(class_losses: ArrayLike, rho: float = 0.5, *, clip: bool = False,
                           present: ArrayLike | None = None) -> jax.Array:
-  """The closed-form worst-case q* over the χ² ball around uniform
+  r"""The closed-form worst-case q* over the χ² ball around uniform
 
   Jung et al., ICLR 2023, arXiv 2303.00442, with classes as groups:
 
-      maximise Σ_c q_c L_c  s.t.  ½·K'·Σ_c (q_c − 1/K')² ≤ ρ,  Σ_c q_c = 1   (q ≥ 0 ignored)
-      q*_c = 1/K' + √(2ρ/K') · (L_c − L̄) / ‖L − L̄‖₂,   L̄ = (1/K') Σ_c L_c
+  .. math::
 
-  over the K' classes with a loss (`present`). Hence Σ_c q*_c = 1, ‖q* − 1/K'‖₂ = √(2ρ/K'), and q*
-  is uniform (1/K' on the present classes) when their losses are all equal (the ‖L − L̄‖ = 0 branch:
-  no division, no NaN, no NaN gradient). The closed form is discontinuous there: any spread, however
-  small, gives a step of full length √(2ρ/K').
+      \max_q \sum_c q_c L_c \quad \text{s.t.} \quad
+      \tfrac{1}{2} K' \sum_c (q_c - 1/K')^2 \le \rho, \quad \sum_c q_c = 1
+      \qquad (q \ge 0 \text{ ignored}),
 
-  Negative weights: q*_c < 0 exactly when (L̄ − L_c)/‖L − L̄‖ > 1/√(2ρK'), i.e. for classes much
+  .. math::
+
+      q^*_c = \frac{1}{K'} + \sqrt{\frac{2\rho}{K'}}\,
+        \frac{L_c - \bar L}{\lVert L - \bar L \rVert_2}, \qquad
+      \bar L = \frac{1}{K'} \sum_c L_c
+
+  over the K' classes with a loss (`present`). Hence :math:`\sum_c q^*_c = 1`,
+  :math:`\lVert q^* - 1/K' \rVert_2 = \sqrt{2\rho/K'}`, and q* is uniform (1/K' on the present
+  classes) when their losses are all equal (the :math:`\lVert L - \bar L \rVert = 0` branch: no
+  division, no NaN, no NaN gradient). The closed form is discontinuous there: any spread, however
+  small, gives a step of full length :math:`\sqrt{2\rho/K'}`.
+
+  Negative weights: :math:`q^*_c < 0` exactly when
+  :math:`(\bar L - L_c) / \lVert L - \bar L \rVert > 1 / \sqrt{2\rho K'}`, i.e. for classes much
   easier than average once ρ is large (with K = 100 from ρ ≈ 0.1); such a class's loss is then
   pushed *up*. The nonnegativity constraint is ignored by default; log `jnp.min(q)`.
-  `clip=True` takes max(q*, 0) and renormalises to sum 1 (then no longer on the sphere of radius
-  √(2ρ/K')).
+  `clip=True` takes :math:`\max(q^*, 0)` and renormalises to sum 1 (then no longer on the sphere of
+  radius :math:`\sqrt{2\rho/K'}`).
 
   Classes without a loss (design choice): a class with no training example (count 0) has no L_c. It
   is left out of L̄, of the norm and of K' (the problem is the same problem over the classes that
@@ -155,11 +166,15 @@ def fairdro_best_response(class_losses: ArrayLike, rho: float = 0.5, *, clip: bo
 
 
 def fairdro_step_size(epoch: ArrayLike, num_epochs: int, schedule: str = "linear") -> jax.Array:
-  """The smoothing step α_e of FairDRO's best response after epoch e of E
+  r"""The smoothing step α_e of FairDRO's best response after epoch e of E
   (Jung et al., ICLR 2023, arXiv 2303.00442; the cos variant is the reference code's).
 
-      linear:  α_e = 1 − e/E
-      cos:     α_e = ½·(1 + cos(π·e/E))
+  .. math::
+
+      \begin{aligned}
+        \text{linear:} &\quad \alpha_e = 1 - e / E, \\
+        \text{cos:} &\quad \alpha_e = \tfrac{1}{2} \bigl(1 + \cos(\pi e / E)\bigr).
+      \end{aligned}
 
   Both start at 1 (e = 0: q jumps to q*) and reach 0 at e = E; ½ at e = E/2. The trainer passes the
   0-based index of the epoch just finished, e ∈ {0, …, E − 1}, so the last update still moves 1/E
@@ -204,12 +219,17 @@ def fairdro_step_size(epoch: ArrayLike, num_epochs: int, schedule: str = "linear
 
 def fairdro_update(q: ArrayLike, q_star: ArrayLike, epoch: ArrayLike, num_epochs: int,
                    schedule: str = "linear") -> jax.Array:
-  """Smoothed best response after epoch e of E: q ← q + α_e·(q* − q)
+  r"""Smoothed best response after epoch e of E:
+
+  .. math::
+
+      q \leftarrow q + \alpha_e (q^* - q)
 
   Jung et al., ICLR 2023, arXiv 2303.00442: the smoothed best response.
 
-  α_e is `fairdro_step_size(epoch, num_epochs, schedule)`. q stays on {Σq = 1} when q and q* are
-  (a convex combination, α_e ∈ [0, 1]); it stays nonnegative when q* is (e.g. `clip=True`).
+  α_e is `fairdro_step_size(epoch, num_epochs, schedule)`. q stays on :math:`\{\sum q = 1\}` when q
+  and q* are (a convex combination, α_e ∈ [0, 1]); it stays nonnegative when q* is (e.g.
+  `clip=True`).
 
   Args:
     q: [K] current weights (`init_fairdro_q` at the start).
@@ -244,12 +264,17 @@ def fairdro_update(q: ArrayLike, q_star: ArrayLike, epoch: ArrayLike, num_epochs
 def fairdro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *,
                  axis_name: str | None = None, where: ArrayLike | None = None
                  ) -> tuple[jax.Array, ClassWeightedAux]:
-  """FairDRO's step loss Σ_c q_c g_c with q constant; returns `(loss, aux)`
+  r"""FairDRO's step loss Σ_c q_c g_c with q constant; returns `(loss, aux)`
 
   Jung et al., ICLR 2023, arXiv 2303.00442, with classes as groups:
 
-      g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch, as in Group DRO)
-      loss = Σ_c q_c g_c,  ∂loss/∂ℓ_i = q_{y_i} / n_{y_i}
+  .. math::
+
+      g_c = \frac{1}{n_c} \sum_{i:\, y_i = c} \ell_i, \qquad
+      \mathrm{loss} = \sum_c q_c g_c, \qquad
+      \frac{\partial\, \mathrm{loss}}{\partial \ell_i} = \frac{q_{y_i}}{n_{y_i}},
+
+  with :math:`g_c = 0` for a class absent from the batch, as in Group DRO.
 
   q comes from the last `fairdro_update` and is fixed within the epoch; it may have negative entries
   (nonnegativity is ignored by default), which is why this is not Group DRO with η = 0 (that takes

@@ -1,4 +1,4 @@
-"""Global and Local Mixture Consistency cumulative learning.
+r"""Global and Local Mixture Consistency cumulative learning.
 
 Du et al., "Global and Local Mixture Consistency Cumulative Learning for Long-tailed Visual
 Recognitions", CVPR 2023, arXiv 2305.08661; reference code `ynu-yangpeng/GLMC`
@@ -6,17 +6,26 @@ Recognitions", CVPR 2023, arXiv 2305.08661; reference code `ynu-yangpeng/GLMC`
 inverse reweighting inside it (`mixed_inverse_reweighted_loss`).
 
 One GLMC step sees two batches of B rows paired row by row: an instance-balanced one (a shuffled
-epoch) with labels a and a re-balanced one (drawn with replacement, P(row) ∝ n_y^(−r),
-`glmc_rebalanced_indices`) with labels b, each with two crops per image. With one λ per step:
+epoch) with labels a and a re-balanced one (drawn with replacement,
+:math:`P(\text{row}) \propto n_y^{-r}`, `glmc_rebalanced_indices`) with labels b, each with two
+crops per image. With one λ per step, the global mixture (`mix_images`), the local mixture
+(`cutmix_box`, `cutmix`), and the targets of both (`mixed_targets`, v = `glmc_class_weights`) are
 
-    x_g = λ x¹_a + (1 − λ) x¹_b                     global mixture (`mix_images`)
-    x_l = x²_a with a box taken from x²_b           local mixture  (`cutmix_box`, `cutmix`)
-    y   = λ e_a + (1 − λ) e_b                       for both       (`mixed_targets`)
-    y^w = λ v_a e_a + (1 − λ) v_b e_b               v = `glmc_class_weights`
+.. math::
 
-and the loss of the two forward passes (`glmc_loss`):
+    \begin{aligned}
+      x_g &= \lambda x^1_a + (1 - \lambda) x^1_b, \\
+      x_l &= x^2_a \text{ with a box taken from } x^2_b, \\
+      y &= \lambda e_a + (1 - \lambda) e_b, \\
+      y^w &= \lambda v_a e_a + (1 - \lambda) v_b e_b,
+    \end{aligned}
 
-    L = α_e L_bal + (1 − α_e) L_reb + w_con L_con,   α_e = 1 − (e/E)²   (`glmc_alpha`)
+and the loss of the two forward passes (`glmc_loss`), with α_e from `glmc_alpha`:
+
+.. math::
+
+    L = \alpha_e L_\mathrm{bal} + (1 - \alpha_e) L_\mathrm{reb} + w_\mathrm{con} L_\mathrm{con},
+    \qquad \alpha_e = 1 - (e / E)^2
 
 λ is drawn by the caller, once per step and the same on every device: λ ~ Beta(1, 1) = U(0, 1), the
 released code's actual draw (its `--beta 0.5` never reaches `GLMC_mixed`, a defect of the release;
@@ -64,13 +73,16 @@ _COSINE_EPS = 1e-8
 
 
 class GLMCAux(NamedTuple):
-  """The three terms of `glmc_loss`, each this device's share (as the loss: `lax.pmean` of a share
+  r"""The three terms of `glmc_loss`, each this device's share (as the loss: `lax.pmean` of a share
   is its value on the global batch).
 
   Attributes:
-    balanced: L_bal = mean ce(fc(x_g), y) + mean ce(fc(x_l), y).
-    rebalanced: L_reb = mean ce(fc_cb(x_g), y^w) + mean ce(fc_cb(x_l), y^w).
-    consistency: L_con = mean [−cos(p_g, sg(z_l)) − cos(p_l, sg(z_g))].
+    balanced: :math:`L_\mathrm{bal}`, the mean of
+      :math:`\mathrm{ce}(\mathrm{fc}(x_g), y) + \mathrm{ce}(\mathrm{fc}(x_l), y)`.
+    rebalanced: :math:`L_\mathrm{reb}`, the mean of
+      :math:`\mathrm{ce}(\mathrm{fc_{cb}}(x_g), y^w) + \mathrm{ce}(\mathrm{fc_{cb}}(x_l), y^w)`.
+    consistency: :math:`L_\mathrm{con}`, the mean of
+      :math:`-\cos(p_g, \operatorname{sg}(z_l)) - \cos(p_l, \operatorname{sg}(z_g))`.
   """
   balanced: jax.Array
   rebalanced: jax.Array
@@ -94,16 +106,23 @@ def __getattr__(name: str):
 
 
 def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
-  """The re-balanced head's label weights (`Trainer.update_weight`), float32 [K].
+  r"""The re-balanced head's label weights (`Trainer.update_weight`), float32 [K].
 
   Du et al., CVPR 2023, arXiv 2305.08661, the weights of the re-balanced branch:
 
-      v_c = n_c^(−ℓw) / mean_{k: n_k > 0} n_k^(−ℓw)   for n_c > 0,     v_c = 0 for n_c = 0
+  .. math::
+
+      v_c =
+      \begin{cases}
+        n_c^{-\ell_w} \,/\, \operatorname{mean}_{k:\, n_k > 0} n_k^{-\ell_w}
+          & \text{for } n_c > 0, \\
+        0 & \text{for } n_c = 0,
+      \end{cases}
 
   so the weights average 1 over the classes that have training examples (over all K classes when
   every class has some, as in the reference). A class without examples never occurs as a label; it
-  gets weight 0 and is left out of the mean (the reference would divide by 0^ℓw). Computed in log
-  space. ℓw = 0 gives 1 for every class with examples.
+  gets weight 0 and is left out of the mean (the reference would divide by :math:`0^{\ell_w}`).
+  Computed in log space. ℓw = 0 gives 1 for every class with examples.
 
   Args:
     class_counts: [K] non-negative training counts n_c, at least one positive.
@@ -146,13 +165,19 @@ def _cosine(p: jax.Array, z: jax.Array) -> jax.Array:
 
 def glmc_consistency(pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike, proj_l: ArrayLike, *,
                      where: ArrayLike | None = None) -> jax.Array:
-  """The cumulative (SimSiam) consistency of the two mixtures, per example [B].
+  r"""The cumulative (SimSiam) consistency of the two mixtures, per example [B].
 
   Du et al., CVPR 2023, arXiv 2305.08661 (a SimSiam loss: Chen & He, "Exploring Simple Siamese
   Representation Learning", CVPR 2021, arXiv 2011.10566):
 
-      c_i = −cos(p_g,i, sg(z_l,i)) − cos(p_l,i, sg(z_g,i)),
-      cos(p, z) = ⟨p, z⟩ / (max(‖p‖, ε) · max(‖z‖, ε)),   ε = 1e-8
+  .. math::
+
+      \begin{aligned}
+        c_i &= -\cos\bigl(p_{g,i}, \operatorname{sg}(z_{l,i})\bigr)
+          - \cos\bigl(p_{l,i}, \operatorname{sg}(z_{g,i})\bigr), \\
+        \cos(p, z) &= \frac{\langle p, z \rangle}{\max(\lVert p \rVert, \epsilon)\,
+          \max(\lVert z \rVert, \epsilon)}, \qquad \epsilon = 10^{-8}
+      \end{aligned}
 
   z = projector(h), p = predictor(z) of the global (g) and local (l) pass. The projections are
   stop-gradient targets (`SimSiamLoss` detaches z), so no gradient flows into `proj_g`, `proj_l`
@@ -197,14 +222,16 @@ def glmc_consistency(pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike, pr
 
 
 def glmc_alpha(epoch: ArrayLike, num_epochs: int) -> jax.Array:
-  """The cumulative-learning weight of the balanced branch, float32 scalar (jittable in `epoch`).
+  r"""The cumulative-learning weight of the balanced branch, float32 scalar (jittable in `epoch`).
 
   Du et al., CVPR 2023, arXiv 2305.08661, the cumulative learning schedule:
 
-      α_e = 1 − (e / E)²
+  .. math::
+
+      \alpha_e = 1 - (e / E)^2
 
   with e the 0-based epoch, as the reference (`alpha = 1 - (epoch / epochs) ** 2`): 1 at e = 0, and
-  1 − ((E − 1)/E)² > 0 in the last epoch; e = E gives 0.
+  :math:`1 - ((E - 1)/E)^2 > 0` in the last epoch; e = E gives 0.
 
   Args:
     epoch: scalar e in [0, E] (integer or floating; may be traced). Eagerly outside → ValueError;
@@ -246,16 +273,26 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
               alpha: ArrayLike | None = None, w_con: ArrayLike | None = None,
               axis_name: str | None = None, where: ArrayLike | None = None
               ) -> tuple[jax.Array, GLMCAux]:
-  """GLMC's loss of one step (`Trainer.train`), returns `(loss, GLMCAux)`.
+  r"""GLMC's loss of one step (`Trainer.train`), returns `(loss, GLMCAux)`.
 
   Du et al., CVPR 2023, arXiv 2305.08661: the global and local mixture losses of the two heads and
-  the cumulative consistency:
+  the cumulative consistency, with the targets of `mixed_targets` and the consistency of
+  `glmc_consistency`:
 
-      y   = λ e_a + (1 − λ) e_b,   y^w = λ v_a e_a + (1 − λ) v_b e_b          (`mixed_targets`)
-      L_bal = mean_i ce(fc(x_g)_i, y_i)    + mean_i ce(fc(x_l)_i, y_i)
-      L_reb = mean_i ce(fc_cb(x_g)_i, y^w_i) + mean_i ce(fc_cb(x_l)_i, y^w_i)
-      L_con = mean_i [−cos(p_g,i, sg(z_l,i)) − cos(p_l,i, sg(z_g,i))]       (`glmc_consistency`)
-      L     = α L_bal + (1 − α) L_reb + w_con L_con
+  .. math::
+
+      \begin{aligned}
+        y &= \lambda e_a + (1 - \lambda) e_b, \qquad
+          y^w = \lambda v_a e_a + (1 - \lambda) v_b e_b, \\
+        L_\mathrm{bal} &= \operatorname{mean}_i \mathrm{ce}(\mathrm{fc}(x_g)_i, y_i)
+          + \operatorname{mean}_i \mathrm{ce}(\mathrm{fc}(x_l)_i, y_i), \\
+        L_\mathrm{reb} &= \operatorname{mean}_i \mathrm{ce}(\mathrm{fc}_\mathrm{cb}(x_g)_i, y^w_i)
+          + \operatorname{mean}_i \mathrm{ce}(\mathrm{fc}_\mathrm{cb}(x_l)_i, y^w_i), \\
+        L_\mathrm{con} &= \operatorname{mean}_i
+          \bigl[-\cos\bigl(p_{g,i}, \operatorname{sg}(z_{l,i})\bigr)
+          - \cos\bigl(p_{l,i}, \operatorname{sg}(z_{g,i})\bigr)\bigr], \\
+        L &= \alpha L_\mathrm{bal} + (1 - \alpha) L_\mathrm{reb} + w_\mathrm{con} L_\mathrm{con}.
+      \end{aligned}
 
   ce is `soft_cross_entropy`; g is the mixup pass (x_g), l the CutMix pass (x_l); both passes use
   the same targets. The gradient flows into the four logits and the two predictions, not into the
@@ -265,12 +302,13 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
 
   Data parallel (`axis_name`): the means run over the real rows of the global batch (their count
   psum-ed), λ, v, α and w_con must be the same on every device, and the loss and each aux term are
-  this device's share N_devices · (Σ_{local i} …) / B_global: `lax.pmean` of it, and of the
-  parameter gradients, is the value (gradient) of the concatenated batch on one device. Under
-  `jax.shard_map`'s default `check_vma=True` the loss is still this share and so are the aux terms;
-  take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the
-  share's own gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over a
-  batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss
+  this device's share
+  :math:`N_\mathrm{devices} (\sum_{\text{local } i} \ldots) / B_\mathrm{global}`: `lax.pmean` of it,
+  and of the parameter gradients, is the value (gradient) of the concatenated batch on one device.
+  Under `jax.shard_map`'s default `check_vma=True` the loss is still this share and so are the aux
+  terms; take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself
+  (the share's own gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over
+  a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss
   is the global value, and so are the aux terms.
 
   Args:

@@ -1,10 +1,11 @@
-"""Class-level Group DRO (Sagawa et al., "Distributionally Robust Neural Networks
+r"""Class-level Group DRO (Sagawa et al., "Distributionally Robust Neural Networks
 for Group Shifts", ICLR 2020, arXiv 1911.08731: online group DRO, Algorithm 1; one of MR2's
 comparison methods).
 
-Groups are classes. The state is the group distribution q ∈ Δ^K (start: `init_group_dro_q`, 1/K each),
-carried in the train state like any other loss state. The step loss Σ_c q_c g_c with global-batch
-class means is `class_weighted_loss`, shared with FairDRO (`reweight_jax/fairdro.py`).
+Groups are classes. The state is the group distribution :math:`q \in \Delta^K` (start:
+`init_group_dro_q`, 1/K each), carried in the train state like any other loss state. The step loss
+:math:`\sum_c q_c g_c` with global-batch class means is `class_weighted_loss`, shared with FairDRO
+(`reweight_jax/fairdro.py`).
 """
 
 from __future__ import annotations
@@ -94,24 +95,28 @@ def _weighted_share(q: jax.Array, batch: _BatchClasses, axis_name: str | None) -
 def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *,
                         axis_name: str | None = None, where: ArrayLike | None = None
                         ) -> tuple[jax.Array, ClassWeightedAux]:
-  """Σ_c q_c g_c over the (global) batch with fixed class weights q; returns `(loss, aux)`.
+  r"""Σ_c q_c g_c over the (global) batch with fixed class weights q; returns `(loss, aux)`.
 
-      g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch)
-      loss = Σ_c q_c g_c                 (q a constant: ∂loss/∂ℓ_i = q_{y_i}/n_{y_i})
+  .. math::
+
+      g_c = \frac{1}{n_c} \sum_{i:\, y_i = c} \ell_i, \qquad \mathrm{loss} = \sum_c q_c g_c,
+
+  with :math:`g_c = 0` for a class absent from the batch, and q a constant:
+  :math:`\partial\, \mathrm{loss} / \partial \ell_i = q_{y_i} / n_{y_i}`.
 
   The step loss of Group DRO (Sagawa et al., ICLR 2020, arXiv 1911.08731; with its updated q) and of
   FairDRO (Jung et al., ICLR 2023, arXiv 2303.00442), with classes as groups. q may be any real
   vector (FairDRO's q may have negative entries); it is not normalised here.
 
   Data parallel (`axis_name`): g_c comes from the global batch (class sums and counts psum-ed), q
-  must be the same on every device, and the returned loss is this device's share N_devices ·
-  Σ_{local i} q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated batch and
-  `lax.pmean` of the parameter gradients is its gradient. Under `jax.shard_map`'s default
-  `check_vma=True` the loss is still this share and aux is typed replicated; take the gradient of
-  `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the share's own gradient is
-  N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out with
-  `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global value,
-  aux replicated.
+  must be the same on every device, and the returned loss is this device's share
+  :math:`N_\mathrm{devices} \sum_{\text{local } i} q_{y_i} \ell_i / n_{y_i}`: `lax.pmean` of it is
+  the loss on the concatenated batch and `lax.pmean` of the parameter gradients is its gradient.
+  Under `jax.shard_map`'s default `check_vma=True` the loss is still this share and aux is typed
+  replicated; take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the devices
+  itself (the share's own gradient is N_devices times the global one). Without `axis_name`,
+  `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global
+  batch: the loss is the global value, aux replicated.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i.
@@ -166,11 +171,11 @@ def init_group_dro_q(num_classes: int) -> jax.Array:
 
 
 def group_dro_adjustment(class_counts: ArrayLike, c: float) -> jax.Array:
-  """The generalisation adjustment C/√n_c of each class (n_c training counts; a class with none
+  r"""The generalisation adjustment C/√n_c of each class (n_c training counts; a class with none
   is treated as having one, as the other count-based weights here do).
 
-  Sagawa et al., ICLR 2020, arXiv 1911.08731: the group adjustment C/√n_g added to each group's
-  loss before the update of q.
+  Sagawa et al., ICLR 2020, arXiv 1911.08731: the group adjustment :math:`C / \sqrt{n_g}` added to
+  each group's loss before the update of q.
 
   Args:
     class_counts: [K] training-set class counts n_c.
@@ -194,31 +199,41 @@ def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike,
                    eta: ArrayLike = 0.01, adjustment: ArrayLike | None = None, normalize: bool = False,
                    axis_name: str | None = None, where: ArrayLike | None = None
                    ) -> tuple[jax.Array, jax.Array, GroupDROAux]:
-  """One Group DRO step with classes as groups; returns `(loss, new_q, aux)`.
+  r"""One Group DRO step with classes as groups; returns `(loss, new_q, aux)`.
 
   Sagawa et al., ICLR 2020, arXiv 1911.08731, Algorithm 1 (online group DRO), with the groups the
   K classes as MR2 (Zhu et al., ICLR 2026, arXiv 2602.00205) compares it:
 
-      g_c = (1/n_c) Σ_{i: y_i = c} ℓ_i   (0 for a class absent from the batch)
-      a_c = g_c + adjustment_c           (optionally a / Σ_k a_k, `normalize`)
-      q_c ← q_c · exp(η · sg(a_c)),  q ← q / Σ_k q_k
-      loss = Σ_c q_c g_c                 (with the updated q, a constant for back-propagation;
-                                          as `class_weighted_loss`)
+  .. math::
 
-  Absent classes get exp(η·adjustment_c) (exp(0) without adjustment) and lose mass relative to the
-  present ones. The reference adds the adjustment to g in place, so its logged loss includes C/√n_c;
-  here the loss is Σ_c q_c g_c without it (the paper's objective). The multiplicative update is
-  taken in log space (q ← softmax(log q + η a)), so it neither overflows nor underflows to NaN.
+      \begin{aligned}
+        g_c &= \frac{1}{n_c} \sum_{i:\, y_i = c} \ell_i, \\
+        a_c &= g_c + \mathrm{adjustment}_c, \\
+        q_c &\leftarrow q_c \exp\bigl(\eta\, \operatorname{sg}(a_c)\bigr), \qquad
+          q \leftarrow q \,/\, \textstyle\sum_k q_k, \\
+        \mathrm{loss} &= \sum_c q_c g_c,
+      \end{aligned}
+
+  with :math:`g_c = 0` for a class absent from the batch, a optionally normalised to
+  :math:`a / \sum_k a_k` (`normalize`), and the loss taken with the updated q, a constant for
+  back-propagation (as `class_weighted_loss`).
+
+  Absent classes get :math:`\exp(\eta\, \mathrm{adjustment}_c)` (exp(0) without adjustment) and
+  lose mass relative to the present ones. The reference adds the adjustment to g in place, so its
+  logged loss includes :math:`C / \sqrt{n_c}`; here the loss is :math:`\sum_c q_c g_c` without it
+  (the paper's objective). The multiplicative update is taken in log space
+  (:math:`q \leftarrow \operatorname{softmax}(\log q + \eta a)`), so it neither overflows nor
+  underflows to NaN.
 
   Data parallel (`axis_name`): g_c comes from the global batch (class sums and counts psum-ed), q is
-  the same on every device, and the returned loss is this device's share N_devices · Σ_{local i}
-  q_{y_i} ℓ_i / n_{y_i}: `lax.pmean` of it is the loss on the concatenated batch and `lax.pmean` of
-  the parameter gradients is its gradient. Under `jax.shard_map`'s default `check_vma=True` the loss
-  is still this share and the new q and aux are typed replicated (`out_specs=P()`); take the
-  gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the share's own
-  gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out
-  with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global
-  value, q and aux replicated.
+  the same on every device, and the returned loss is this device's share
+  :math:`N_\mathrm{devices} \sum_{\text{local } i} q_{y_i} \ell_i / n_{y_i}`: `lax.pmean` of it is
+  the loss on the concatenated batch and `lax.pmean` of the parameter gradients is its gradient.
+  Under `jax.shard_map`'s default `check_vma=True` the loss is still this share and the new q and
+  aux are typed replicated (`out_specs=P()`); take the gradient of `lax.pmean(loss, axis_name)`,
+  which JAX sums over the devices itself (the share's own gradient is N_devices times the global
+  one). Without `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto
+  mesh axes) sees the global batch: the loss is the global value, q and aux replicated.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).

@@ -1,10 +1,10 @@
-"""Image mixing: the mixup mixture and the CutMix box and paste.
+r"""Image mixing: the mixup mixture and the CutMix box and paste.
 
 Zhang et al., "mixup: Beyond Empirical Risk Minimization", ICLR 2018, arXiv 1710.09412 (the global
-mixture x = λ·a + (1 − λ)·b) and Yun et al., "CutMix", ICCV 2019, arXiv 1905.04899 (a box of b
-pasted into a), as GLMC uses them (Du et al., CVPR 2023, arXiv 2305.08661; `utils/util.py`,
-`rand_bbox`). `cutmix_box` draws the box on the host (NumPy, once per step); `mix_images` and
-`cutmix` run on the device (jittable).
+mixture :math:`x = \lambda a + (1 - \lambda) b`) and Yun et al., "CutMix", ICCV 2019, arXiv
+1905.04899 (a box of b pasted into a), as GLMC uses them (Du et al., CVPR 2023, arXiv 2305.08661;
+`utils/util.py`, `rand_bbox`). `cutmix_box` draws the box on the host (NumPy, once per step);
+`mix_images` and `cutmix` run on the device (jittable).
 """
 
 from __future__ import annotations
@@ -34,19 +34,25 @@ def _check_host_lam(lam: Any) -> float:
 
 def cutmix_box(lam: float, height: int, width: int,
                rng: np.random.Generator) -> tuple[int, int, int, int]:
-  """The CutMix box of one step (host-side; `utils/util.py`, `rand_bbox`), (y0, y1, x0, x1).
+  r"""The CutMix box of one step (host-side; `utils/util.py`, `rand_bbox`), (y0, y1, x0, x1).
 
   Yun et al., "CutMix", ICCV 2019, arXiv 1905.04899, as Du et al., CVPR 2023, arXiv 2305.08661 draw
-  it:
+  it, with :math:`c_y` and :math:`c_x` drawn in this order from `rng`:
 
-      h = ⌊⌈H·√(1 − λ)⌉ / 2⌋,  w = ⌊⌈W·√(1 − λ)⌉ / 2⌋
-      c_y ~ U{0, …, H − 1},  c_x ~ U{0, …, W − 1}          (drawn in this order from `rng`)
-      rows [c_y − h, c_y + h) ∩ [0, H),  columns [c_x − w, c_x + w) ∩ [0, W)
+  .. math::
+
+      \begin{aligned}
+        h &= \bigl\lfloor \lceil H \sqrt{1 - \lambda} \rceil / 2 \bigr\rfloor, \qquad
+          w = \bigl\lfloor \lceil W \sqrt{1 - \lambda} \rceil / 2 \bigr\rfloor, \\
+        c_y &\sim U\{0, \ldots, H - 1\}, \qquad c_x \sim U\{0, \ldots, W - 1\}, \\
+        \text{rows } &[c_y - h,\ c_y + h) \cap [0, H), \qquad
+          \text{columns } [c_x - w,\ c_x + w) \cap [0, W).
+      \end{aligned}
 
   λ = 1 gives h = w = 0, an empty box; λ = 0 with even H, W and the centre at (H/2, W/2) covers the
   whole image. Near the border the box is clipped, so the fraction of the image it replaces,
-  (y1 − y0)(x1 − x0)/(HW), is in general not 1 − λ; GLMC's targets use λ regardless (as released,
-  kept: it is the method's definition).
+  :math:`(y_1 - y_0)(x_1 - x_0) / (H W)`, is in general not 1 − λ; GLMC's targets use λ regardless
+  (as released, kept: it is the method's definition).
 
   Args:
     lam: the step's λ in [0, 1].

@@ -1,4 +1,4 @@
-"""Just Train Twice (Liu et al., "Just Train Twice: Improving Group Robustness without Training
+r"""Just Train Twice (Liu et al., "Just Train Twice: Improving Group Robustness without Training
 Group Information", ICML 2021, arXiv 2107.09044, Algorithm 1; reference code `anniesch/jtt`; one of
 MR2's comparison methods).
 
@@ -11,9 +11,9 @@ JTT is two ERM runs and a data-set edit between them, so there is no loss functi
      (train mode, augmented, each before its update); the trainer offers that as an option, and
      this function takes the logits of either pass.
   3. Stage 2: a fresh model trained by ERM on the training set in which every example of E appears
-     1 + λ_up times (`jtt_upsampled_indices`), so the epoch grows to N + λ_up·|E| examples
-     (`jtt_epoch_length`). λ_up grid {20, 50, 100} (4–6 for text); T and λ_up are chosen on the
-     validation split's worst-class (or Hard) accuracy.
+     1 + λ_up times (`jtt_upsampled_indices`), so the epoch grows to
+     :math:`N + \lambda_\mathrm{up} |E|` examples (`jtt_epoch_length`). λ_up grid {20, 50, 100}
+     (4–6 for text); T and λ_up are chosen on the validation split's worst-class (or Hard) accuracy.
 
 State: the stage-1 checkpoint, the error mask (N,) and the host-side index list of each epoch. The
 upsampled list is drawn once per epoch on the host (NumPy), not per step, so it costs nothing on the
@@ -37,12 +37,14 @@ from mr2_reweight_core.checks import check_where
 
 def jtt_error_set(logits: ArrayLike, labels: ArrayLike, *, where: ArrayLike | None = None
                   ) -> jax.Array:
-  """The error set of JTT's stage-1 model as a mask, bool [N].
+  r"""The error set of JTT's stage-1 model as a mask, bool [N].
 
   Liu et al., ICML 2021, arXiv 2107.09044, Algorithm 1 (the examples the identification model
-  misclassifies):
+  misclassifies), False for rows with `where` False:
 
-      E_i = 1[argmax_k z_ik ≠ y_i]   (False for rows with `where` False)
+  .. math::
+
+      E_i = \mathbf{1}\bigl[\operatorname*{argmax}_k z_{ik} \ne y_i\bigr]
 
   Ties: `argmax` returns the first maximal index, so an example whose label ties for the largest
   logit is correctly classified only if no smaller class index ties with it. A row with a NaN logit

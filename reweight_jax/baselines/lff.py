@@ -99,17 +99,19 @@ def init_lff_state(num_examples: int) -> LfFState:
 
 def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: ArrayLike = 0.7,
              where: ArrayLike | None = None) -> jax.Array:
-  """Generalized cross-entropy as LfF codes it, per example [B].
+  r"""Generalized cross-entropy as LfF codes it, per example [B].
 
   Zhang & Sabuncu, "Generalized Cross Entropy Loss for Training Deep Neural Networks with Noisy
   Labels", NeurIPS 2018, arXiv 1805.07836, as LfF (Nam et al., NeurIPS 2020, arXiv 2007.02561)
   trains its biased model with it:
 
-      ℓ_i = q · sg(p_{i,y_i}^q) · (−log p_{i,y_i}),   p_i = softmax(z_i)
+  .. math:: \ell_i = q \operatorname{sg}(p_{i,y_i}^q) (-\log p_{i,y_i}), \qquad
+     p_i = \operatorname{softmax}(z_i)
 
-  so ∂ℓ_i/∂z_i = q · p_y^q · (softmax(z_i) − onehot(y_i)), the gradient of (1 − p_y^q)/q of Zhang &
-  Sabuncu (2018), while the value is not (1 − p_y^q)/q (`module/loss.py`, `GeneralizedCELoss`).
-  p_y^q is exp(q · log p_y) from the stable log-softmax, so it neither overflows nor is 0^q.
+  so :math:`\partial\ell_i/\partial z_i = q\,p_y^q\,(\mathrm{softmax}(z_i) - \mathrm{onehot}(y_i))`,
+  the gradient of :math:`(1 - p_y^q)/q` of Zhang & Sabuncu (2018), while the value is not
+  :math:`(1 - p_y^q)/q` (`module/loss.py`, `GeneralizedCELoss`). :math:`p_y^q` is
+  :math:`\exp(q \log p_y)` from the stable log-softmax, so it neither overflows nor is :math:`0^q`.
 
   Args:
     logits: float [B, K].
@@ -187,15 +189,15 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
                    loss_debiased: ArrayLike, *, alpha: ArrayLike = 0.7,
                    where: ArrayLike | None = None,
                    axis_name: str | None = None) -> LfFState:
-  """The loss EMAs after one (global) batch, at the batch's dataset positions.
+  r"""The loss EMAs after one (global) batch, at the batch's dataset positions.
 
   Nam et al., NeurIPS 2020, arXiv 2007.02561 (the reference's `util.py`, `EMA`):
 
-      e_i ← ℓ_i                        on the first visit of example i,
-      e_i ← α · e_i + (1 − α) · ℓ_i    afterwards,          for e = e_B, e_D.
+  .. math:: e_i \leftarrow \begin{cases} \ell_i & \text{on the first visit of example } i, \\
+     \alpha e_i + (1 - \alpha) \ell_i & \text{afterwards,} \end{cases} \qquad e = e_B, e_D.
 
-  The reference writes α·e + (1 − α·seen)·ℓ, the same thing with e = 0 before the first visit.
-  Losses are taken as constants (stop-gradient).
+  The reference writes :math:`\alpha e + (1 - \alpha\, \mathrm{seen})\, \ell`, the same thing with
+  e = 0 before the first visit. Losses are taken as constants (stop-gradient).
 
   Indices within one global batch are assumed distinct (an epoch's permutation). A repeated index
   is not accumulated: every repeat reads the pre-step e, and the row last in the global batch
@@ -275,20 +277,20 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
 
 def lff_weights(state: LfFState, indices: ArrayLike, labels: ArrayLike, dataset_labels: ArrayLike,
                 num_classes: int, *, where: ArrayLike | None = None) -> jax.Array:
-  """LfF's per-example weights of the debiased model's cross-entropy, [B] in [0, 1).
+  r"""LfF's per-example weights of the debiased model's cross-entropy, [B] in [0, 1).
 
   Nam et al., NeurIPS 2020, arXiv 2007.02561, Algorithm 1 (the relative difficulty score):
 
-      ẽ_i = e_i / max{e_j : y_j = y_i, j = 1..N}     (unvisited examples have e_j = 0)
-      W_i = ẽ_B,i / (ẽ_B,i + ẽ_D,i + 1e-8)
+  .. math:: \tilde e_i = \frac{e_i}{\max\{e_j : y_j = y_i,\ j = 1, \ldots, N\}}, \qquad
+     W_i = \frac{\tilde e_{B,i}}{\tilde e_{B,i} + \tilde e_{D,i} + 10^{-8}}
 
-  The class maxima run over all N training examples (`jax.ops.segment_max` over the dataset
-  labels, O(N) per step, as the reference's `EMA.max_loss`). A class whose maximum is 0 (its
-  members unvisited or with zero loss) gives ẽ = 0, hence W = 0, where the reference divides 0 by 0.
-  W < 1 holds in exact arithmetic; in float32 (as in the reference) W rounds to 1 once
-  ẽ_D + 1e-8 < 6e-8·ẽ_B, e.g. when f_D's loss has underflowed to 0.
-  Pass the state after this step's `lff_update_ema`, as the reference does. No communication: the
-  state is identical on every device.
+  Unvisited examples have e_j = 0. The class maxima run over all N training examples
+  (`jax.ops.segment_max` over the dataset labels, O(N) per step, as the reference's
+  `EMA.max_loss`). A class whose maximum is 0 (its members unvisited or with zero loss) gives ẽ = 0,
+  hence W = 0, where the reference divides 0 by 0. W < 1 holds in exact arithmetic; in float32 (as
+  in the reference) W rounds to 1 once ẽ_D + 1e-8 < 6e-8·ẽ_B, e.g. when f_D's loss has underflowed
+  to 0. Pass the state after this step's `lff_update_ema`, as the reference does. No communication:
+  the state is identical on every device.
 
   Args:
     state: `LfFState` with N entries.
@@ -348,28 +350,29 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
              indices: ArrayLike, state: LfFState, dataset_labels: ArrayLike, *, q: float = 0.7,
              alpha: float = 0.7, axis_name: str | None = None, where: ArrayLike | None = None
              ) -> tuple[jax.Array, LfFState, LfFAux]:
-  """One LfF step of both models; returns `(loss, new_state, aux)`.
+  r"""One LfF step of both models; returns `(loss, new_state, aux)`.
 
   Nam et al., NeurIPS 2020, arXiv 2007.02561, Algorithm 1 (and `train.py` of the reference):
 
-      ℓ_B,i = CE(z^B_i, y_i), ℓ_D,i = CE(z^D_i, y_i)   update the EMAs (`lff_update_ema`, constants)
-      W_i   from the updated EMAs                        (`lff_weights`, a constant)
-      loss  = (1/B) Σ_i GCE_q(z^B_i, y_i) + (1/B) Σ_i W_i · CE(z^D_i, y_i)
+  .. math:: \ell_{B,i} = \mathrm{CE}(z^B_i, y_i), \qquad \ell_{D,i} = \mathrm{CE}(z^D_i, y_i),
+     \qquad \mathrm{loss} = \frac{1}{B} \sum_i \mathrm{GCE}_q(z^B_i, y_i)
+       + \frac{1}{B} \sum_i W_i\, \mathrm{CE}(z^D_i, y_i),
 
-  The order is the reference's: EMA update with this step's losses first, then the class maxima
-  and the weights, so an example on its first visit has e = ℓ. The biased model's gradient comes
-  only from the GCE term and the debiased model's only from the weighted CE term, so one backward
-  pass of the sum trains both.
+  where ℓ_B and ℓ_D update the EMAs (`lff_update_ema`, constants) and W_i comes from the updated
+  EMAs (`lff_weights`, a constant). The order is the reference's: EMA update with this step's losses
+  first, then the class maxima and the weights, so an example on its first visit has e = ℓ. The
+  biased model's gradient comes only from the GCE term and the debiased model's only from the
+  weighted CE term, so one backward pass of the sum trains both.
 
   Data parallel (`axis_name`): the EMA update is the global batch's on every device (all-gathered),
   B counts the real rows of the global batch, and the returned loss is this device's share
-  N_devices · (Σ_{local i} GCE_B,i + W_i·CE_D,i) / B: `lax.pmean` of it (and of the gradients) is
-  the loss (gradient) of the concatenated batch on one device. Under `jax.shard_map`'s default
-  `check_vma=True` the loss is still this share and the new state is typed replicated
-  (`out_specs=P()`); take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums over the
-  devices itself (the share's own gradient is N_devices times the global one). Without `axis_name`,
-  `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global
-  batch: the loss is the global value, the state replicated.
+  :math:`N_\mathrm{devices} \sum_{\text{local } i} (\mathrm{GCE}_{B,i} + W_i \mathrm{CE}_{D,i})/B`:
+  `lax.pmean` of it (and of the gradients) is the loss (gradient) of the concatenated batch on one
+  device. Under `jax.shard_map`'s default `check_vma=True` the loss is still this share and the new
+  state is typed replicated (`out_specs=P()`); take the gradient of `lax.pmean(loss, axis_name)`,
+  which JAX sums over the devices itself (the share's own gradient is N_devices times the global
+  one). Without `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto
+  mesh axes) sees the global batch: the loss is the global value, the state replicated.
 
   Args:
     logits_biased: float [B, K] logits of the biased model f_B.

@@ -33,7 +33,11 @@ from reweight_jax.priors import mean_normalize
 # ---------------------------------------------------------------------------------------------------
 
 def inverse_frequency_weights(class_counts: ArrayLike) -> jax.Array:
-  """Inverse-frequency class weights w_c ∝ 1 / max(n_c, 1), normalised to mean 1.
+  r"""Inverse-frequency class weights, normalised to mean 1:
+
+  .. math::
+
+      w_c \propto 1 / \max(n_c, 1)
 
   The inverse-frequency baseline of Wang et al., ICML 2026, arXiv 2605.10047 (and the class
   weights of the IB loss, Park et al., ICCV 2021, arXiv 2110.02444).
@@ -60,11 +64,16 @@ def inverse_frequency_weights(class_counts: ArrayLike) -> jax.Array:
 
 
 def class_balanced_weights(class_counts: ArrayLike, beta: float = 0.9999) -> jax.Array:
-  """Effective-number weights w_c ∝ (1 − β) / (1 − β^{max(n_c, 1)}), normalised to mean 1.
+  r"""Effective-number class weights, normalised to mean 1:
+
+  .. math::
+
+      w_c \propto \frac{1 - \beta}{1 - \beta^{\max(n_c, 1)}}
 
   Cui et al., "Class-Balanced Loss Based on Effective Number of Samples", CVPR 2019, arXiv
-  1901.05555 (β = 0.9999 for CIFAR-LT). 1 − β^n is evaluated as −expm1(n·log β) with log β taken in
-  double precision, because 1 − β is not representable to float32 accuracy for β close to 1.
+  1901.05555 (β = 0.9999 for CIFAR-LT). :math:`1 - \beta^n` is evaluated as
+  :math:`-\operatorname{expm1}(n \log \beta)` with log β taken in double precision, because 1 − β is
+  not representable to float32 accuracy for β close to 1.
 
   Args:
     class_counts: [K] non-negative training-set class counts n_c; a class with no example
@@ -134,10 +143,15 @@ def ldam_drw_weights(class_counts: ArrayLike, epoch: ArrayLike, *, drw_epoch: in
 
 def focal_loss(logits: ArrayLike, labels: ArrayLike, *, gamma: float = 1.0,
                class_weights: ArrayLike | None = None, where: ArrayLike | None = None) -> jax.Array:
-  """Focal loss w_y·(1 − p_y)^γ · CE, per example [B].
+  r"""Focal loss, per example [B]:
+
+  .. math::
+
+      w_y (1 - p_y)^\gamma\, \mathrm{CE}
 
   Lin et al., "Focal Loss for Dense Object Detection", ICCV 2017, arXiv 1708.02002 (γ = 1 or 2;
-  default 1 as in the LDAM-DRW CIFAR-LT code). 1 − p_y is computed as −expm1(log p_y).
+  default 1 as in the LDAM-DRW CIFAR-LT code). :math:`1 - p_y` is computed as
+  :math:`-\operatorname{expm1}(\log p_y)`.
 
   Args:
     logits: float [B, K].
@@ -173,7 +187,11 @@ def focal_loss(logits: ArrayLike, labels: ArrayLike, *, gamma: float = 1.0,
 
 
 def ldam_margins(class_counts: ArrayLike, max_margin: float = 0.5) -> jax.Array:
-  """LDAM's margins Δ_c = C / max(n_c, 1)^{1/4}, with C such that max_c Δ_c = `max_margin`.
+  r"""LDAM's margins Δ_c, with C such that max_c Δ_c = `max_margin`:
+
+  .. math::
+
+      \Delta_c = C / \max(n_c, 1)^{1/4}
 
   Cao et al., NeurIPS 2019, arXiv 1906.07413 (the largest margin 0.5 in their CIFAR code).
 
@@ -203,12 +221,16 @@ def ldam_margins(class_counts: ArrayLike, max_margin: float = 0.5) -> jax.Array:
 def ldam_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
               max_margin: float = 0.5, scale: float = 30.0, class_weights: ArrayLike | None = None,
               where: ArrayLike | None = None) -> jax.Array:
-  """LDAM: CE on s·(z − Δ_y·e_y), per example [B], optionally weighted by w_y (DRW).
+  r"""LDAM loss, per example [B], optionally weighted by w_y (DRW):
 
-  Cao et al., NeurIPS 2019, arXiv 1906.07413: the margin Δ_c = C / n_c^{1/4} (largest 0.5) is
-  subtracted from the true-class logit and the logits scaled by s = 30. Pass
+  .. math::
+
+      \mathrm{CE}\bigl(s\, (z - \Delta_y e_y),\ y\bigr)
+
+  Cao et al., NeurIPS 2019, arXiv 1906.07413: the margin :math:`\Delta_c = C / n_c^{1/4}` (largest
+  0.5) is subtracted from the true-class logit and the logits scaled by s = 30. Pass
   `class_weights=ldam_drw_weights(...)` for LDAM-DRW. (The original code reduces a weighted batch by
-  Σ w_y ℓ / Σ w_y; the reduction is the caller's.)
+  :math:`\sum w_y \ell / \sum w_y`; the reduction is the caller's.)
 
   Args:
     logits: float [B, K] (normalised-feature logits in the original recipe).
@@ -249,7 +271,11 @@ def ldam_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
 
 def logit_adjusted_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
                         tau: float = 1.0, where: ArrayLike | None = None) -> jax.Array:
-  """Logit-adjusted CE: CE(z + τ·log π, y), π_c = max(n_c, 1) / Σ_k max(n_k, 1), per example [B].
+  r"""Logit-adjusted cross-entropy, per example [B]:
+
+  .. math::
+
+      \mathrm{CE}(z + \tau \log \pi,\ y), \qquad \pi_c = \frac{\max(n_c, 1)}{\sum_k \max(n_k, 1)}
 
   Menon et al., "Long-tail learning via logit adjustment", ICLR 2021, arXiv 2007.07314 (the
   logit-adjusted loss, τ = 1).
@@ -291,7 +317,11 @@ def logit_adjusted_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Arra
 
 def balanced_softmax_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
                           where: ArrayLike | None = None) -> jax.Array:
-  """Balanced Softmax: CE(z + log n_c, y), per example [B].
+  r"""Balanced Softmax, per example [B]:
+
+  .. math::
+
+      \mathrm{CE}(z + \log n_c,\ y)
 
   Ren et al., "Balanced Meta-Softmax for Long-Tailed Visual Recognition", NeurIPS 2020, arXiv
   2007.10740. Equal to `logit_adjusted_loss` with τ = 1 (log n_c and log π_c differ by a constant
@@ -328,7 +358,12 @@ def balanced_softmax_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Ar
 def ib_loss(logits: ArrayLike, labels: ArrayLike, features: ArrayLike, *, alpha: float = 1000.0,
             epsilon: float = 1e-3, class_weights: ArrayLike | None = None,
             where: ArrayLike | None = None) -> jax.Array:
-  """Influence-balanced loss: w_y·CE·α / (‖softmax(z) − e_y‖₁·‖h‖₁ + ε), per example [B].
+  r"""Influence-balanced loss, per example [B]:
+
+  .. math::
+
+      \frac{w_y\, \mathrm{CE}\, \alpha}{\lVert \operatorname{softmax}(z) - e_y \rVert_1\,
+        \lVert h \rVert_1 + \epsilon}
 
   Park et al., "Influence-Balanced Loss for Imbalanced Visual Classification", ICCV 2021, arXiv
   2110.02444 (α = 1000, switched on from epoch 100 — before that, train with plain CE). As in the

@@ -1,4 +1,5 @@
-"""GLMC's re-balanced sampling, host-side (NumPy): each row drawn with replacement, P(row) ∝ n_y^(−r).
+r"""GLMC's re-balanced sampling, host-side (NumPy): each row drawn with replacement,
+:math:`P(\text{row}) \propto n_y^{-r}`.
 
 Du et al., "Global and Local Mixture Consistency Cumulative Learning for Long-tailed Visual
 Recognitions", CVPR 2023, arXiv 2305.08661 (reference code `ynu-yangpeng/GLMC`): the re-balanced
@@ -42,15 +43,17 @@ def _check_host_labels(labels: ArrayLike, class_counts: ArrayLike) -> tuple[np.n
 
 def glmc_rebalanced_probabilities(labels: ArrayLike, class_counts: ArrayLike, r: float
                                   ) -> np.ndarray:
-  """The re-balanced sampler's probability of each training row (host-side NumPy, float64 [N]).
+  r"""The re-balanced sampler's probability of each training row (host-side NumPy, float64 [N]).
 
   Du et al., CVPR 2023, arXiv 2305.08661 (the re-balanced branch's sampler):
 
-      P(i) = n_{y_i}^(−r) / Σ_j n_{y_j}^(−r)
+  .. math::
+
+      P(i) = \frac{n_{y_i}^{-r}}{\sum_j n_{y_j}^{-r}}
 
   (`main.py`'s `WeightedRandomSampler` weights; their per-class normalisation cancels here). The
-  probability of class c is n_c^(1−r) / Σ_k n_k^(1−r): r = 0 is plain uniform sampling of rows (the
-  reference's setting for CIFAR-100-LT IF 100, as released: the second loader is then no
+  probability of class c is :math:`n_c^{1-r} / \sum_k n_k^{1-r}`: r = 0 is plain uniform sampling of
+  rows (the reference's setting for CIFAR-100-LT IF 100, as released: the second loader is then no
   re-balancing at all), r = 1 samples classes uniformly. Computed in log space, so large counts and
   exponents neither overflow nor underflow.
 

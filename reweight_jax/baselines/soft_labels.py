@@ -1,8 +1,9 @@
-"""Soft (mixed) labels: the cross-entropy against soft targets and GLMC's mixed, weighted targets.
+r"""Soft (mixed) labels: the cross-entropy against soft targets and GLMC's mixed, weighted targets.
 
-Du et al., CVPR 2023, arXiv 2305.08661 (reference code `ynu-yangpeng/GLMC`): y = λ e_a + (1 − λ) e_b
-and its class-weighted form y^w = λ v_a e_a + (1 − λ) v_b e_b, trained with the cross-entropy
-against soft targets. Device side (jittable).
+Du et al., CVPR 2023, arXiv 2305.08661 (reference code `ynu-yangpeng/GLMC`):
+:math:`y = \lambda e_a + (1 - \lambda) e_b` and its class-weighted form
+:math:`y^w = \lambda v_a e_a + (1 - \lambda) v_b e_b`, trained with the cross-entropy against soft
+targets. Device side (jittable).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from mr2_reweight_core.checks import unit_scalar_or_nan
 
 def soft_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, where: ArrayLike | None = None
                        ) -> jax.Array:
-  """Per-example cross-entropy against soft targets [B].
+  r"""Per-example cross-entropy against soft targets [B].
 
   The ce of Du et al., CVPR 2023, arXiv 2305.08661, against mixed (and weighted) targets:
 
-      ce(z_i, t_i) = −Σ_k t_ik · log softmax(z_i)_k
+  .. math::
+
+      \mathrm{ce}(z_i, t_i) = -\sum_k t_{ik} \log \operatorname{softmax}(z_i)_k
 
   with the stable log-softmax (`jax.nn.log_softmax`); a term with t_ik = 0 is 0 even where
   z_ik = −inf. Targets need not sum to 1 (GLMC's y^w does not). Computed in at least float32.
@@ -72,15 +75,17 @@ def soft_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, where: ArrayLik
 
 def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_classes: int,
                   class_weights: ArrayLike | None = None) -> jax.Array:
-  """GLMC's mixed targets [B, K] (Du et al., CVPR 2023, arXiv 2305.08661):
+  r"""GLMC's mixed targets [B, K] (Du et al., CVPR 2023, arXiv 2305.08661):
 
-      y_i   = λ e_{a_i} + (1 − λ) e_{b_i}                      (class_weights None)
-      y^w_i = λ v_{a_i} e_{a_i} + (1 − λ) v_{b_i} e_{b_i}      (class_weights v)
+  .. math::
 
-  used for both the mixup and the CutMix pass (GLMC's CutMix targets use λ, not the clipped box's
-  area). Without weights each row sums to 1. `class_weights` enter as given, so a caller passing
-  weights that carry a gradient (the inverse reweighting's ŵ under gradient flow,
-  `mixed_inverse_reweighted_loss`) keeps it.
+      y_i = \lambda e_{a_i} + (1 - \lambda) e_{b_i}, \qquad
+      y^w_i = \lambda v_{a_i} e_{a_i} + (1 - \lambda) v_{b_i} e_{b_i},
+
+  y with `class_weights` None and y^w with `class_weights` v, used for both the mixup and the CutMix
+  pass (GLMC's CutMix targets use λ, not the clipped box's area). Without weights each row sums
+  to 1. `class_weights` enter as given, so a caller passing weights that carry a gradient (the
+  inverse reweighting's ŵ under gradient flow, `mixed_inverse_reweighted_loss`) keeps it.
 
   Args:
     labels_a: int [B] labels of the instance-balanced rows, in [0, K).

@@ -87,16 +87,21 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: Array
                 base_temperature: ArrayLike = 0.07, where: ArrayLike | None = None,
                 axis_name: str | None = None, num_classes: int | None = None
                 ) -> tuple[jax.Array, SupConAux]:
-  """SupCon loss of a batch of views; returns `(loss, aux)`.
+  r"""SupCon loss of a batch of views; returns `(loss, aux)`.
 
   Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020, arXiv 2004.11362: the L^sup_out
   form, as the reference code `HobbitLong/SupContrast` computes it.
 
   For anchor i of the N views (valid rows only), A(i) = every other view, P(i) = those of A(i) with
-  the label of i (i's other views among them), s_ij = z_i·z_j / τ:
+  the label of i (i's other views among them), :math:`s_{ij} = z_i \cdot z_j / \tau`:
 
-      ℓ_i = −(τ/τ_b) · (1/|P(i)|) · Σ_{p∈P(i)} [s_ip − log Σ_{a∈A(i)} exp s_ia]
-      L   = (1/N_valid) Σ_i ℓ_i
+  .. math::
+
+      \begin{aligned}
+        \ell_i &= -\frac{\tau}{\tau_b} \frac{1}{|P(i)|} \sum_{p \in P(i)}
+          \Bigl[s_{ip} - \log \sum_{a \in A(i)} \exp s_{ia}\Bigr], \\
+        L &= \frac{1}{N_\mathrm{valid}} \sum_i \ell_i
+      \end{aligned}
 
   An anchor with no positive (a view whose partners are padded out) gives ℓ_i = 0 but still counts
   in N_valid, as in the reference. τ/τ_b only scales the loss (and its gradient): with the README
@@ -115,14 +120,14 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: Array
   Data parallel (`axis_name`, inside `shard_map` or `pmap`): P(i) and A(i) range over the global
   batch (projections, labels and `where` all-gathered, tiled, in device order), a local anchor is
   excluded from its own A(i) by its global index, and the returned loss is this device's share
-  N_devices · Σ_{local i} ℓ_i / N_valid(global): `lax.pmean` of the shares is the loss on the
-  concatenated batch, and `lax.pmean` of the parameter gradients is its gradient (the all-gather's
-  transpose carries each anchor's cotangents back to the devices that own its candidates). That is
-  for `pmap` and `shard_map(..., check_vma=False)`. Under `jax.shard_map`'s default `check_vma=True`
-  the loss is still this share; take the gradient of `lax.pmean(loss, axis_name)`, which JAX sums
-  over the devices itself (the share's own gradient is N_devices times the global one). Without
-  `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes)
-  sees the global batch: the loss is the global value.
+  :math:`N_\mathrm{devices} \sum_{\text{local } i} \ell_i / N_\mathrm{valid}(\text{global})`:
+  `lax.pmean` of the shares is the loss on the concatenated batch, and `lax.pmean` of the parameter
+  gradients is its gradient (the all-gather's transpose carries each anchor's cotangents back to the
+  devices that own its candidates). That is for `pmap` and `shard_map(..., check_vma=False)`. Under
+  `jax.shard_map`'s default `check_vma=True` the loss is still this share; take the gradient of
+  `lax.pmean(loss, axis_name)`, which JAX sums over the devices itself (the share's own gradient is
+  N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out with
+  `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global value.
 
   Args:
     projections: float [N, D] view embeddings z (L2-normalised by the head), N = views × batch,
