@@ -1,0 +1,86 @@
+"""The documentation site's own extensions (docs/_ext), without building the site: docstrings keep
+their written maths, and the example pages find the scripts to run."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+# Reads docs/ and examples/ of the checkout (not in the library-only job's copy of tests/).
+
+DOCS_EXT = pathlib.Path(__file__).resolve().parents[2] / "docs" / "_ext"
+
+
+def _load(name: str):
+  path = DOCS_EXT / f"{name}.py"
+  if not path.exists():
+    pytest.skip("a copy of tests/ without docs/")
+  spec = importlib.util.spec_from_file_location(f"docs_ext_{name}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_docstring_maths_is_passed_on_as_written():
+  literal_blocks = _load("docstring_blocks").literal_blocks
+  doc = ["The norm :math:`|x|_2` of a vector, |x| in words.",
+         "",
+         "    |x| = sqrt(sum_i x_i^2)",
+         "",
+         ".. math::",
+         "",
+         "   \\gamma_k \\propto (A_k + V_k)^{1/3}, \\quad |x|",
+         "",
+         "Returns:",
+         "  Its norm:",
+         "",
+         "  .. math::",
+         "     |x| \\ge 0",
+         ""]
+  out = literal_blocks(doc)
+  # The role and both `.. math::` bodies are untouched; a bar in prose is escaped.
+  assert out[0] == "The norm :math:`|x|_2` of a vector, \\|x\\| in words."
+  assert "   \\gamma_k \\propto (A_k + V_k)^{1/3}, \\quad |x|" in out
+  assert "     |x| \\ge 0" in out
+  # The indented plain-text equation becomes a literal block.
+  literal = out.index("    |x| = sqrt(sum_i x_i^2)")
+  assert out[literal - 2] == "::" or out[literal - 2].endswith("::")
+
+
+def test_every_training_example_gets_an_executed_page():
+  example_pages = _load("example_pages")
+  root = DOCS_EXT.parents[1]
+  scripts = [p.stem for p in example_pages._scripts(root) if example_pages._runs(p)]
+  assert scripts == ["linen_train", "nnx_train", "optax_train"]
+  # The page's code starts after the module docstring.
+  optax_train = root / "examples" / "optax_train.py"
+  first = optax_train.read_text().splitlines()[example_pages._code_start(optax_train) - 1]
+  assert first.startswith("import ")
+
+
+def test_compact_math_lists_and_marked_blocks_keep_their_shape():
+  """The three forms the LaTeX docstrings use besides plain `.. math::`: a formula on the
+  directive's own line continued below it (one formula, not two), a list item's continuation line
+  (text, not code) and a block the docstring marks with `::` (left as the author's literal block)."""
+  literal_blocks = _load("docstring_blocks").literal_blocks
+  doc = [".. math:: w_c = \\frac{a}{b}",
+         "   + |c|",
+         "",
+         "Steps:",
+         "",
+         "1. first step, whose text",
+         "   goes on here;",
+         "",
+         "A table::",
+         "",
+         "    name   what",
+         "    x      |y|",
+         ""]
+  out = literal_blocks(doc)
+  directive = next(i for i, line in enumerate(out) if line.startswith(".. math::"))
+  body = [line for line in out[directive:directive + 4] if line.strip()]
+  assert "+ |c|" in " ".join(body)  # the continuation stays in the formula, its bar unescaped
+  assert sum(line.startswith(".. math::") for line in out) == 1
+  assert "   goes on here;" in out and out[out.index("   goes on here;") - 1] != "::"
+  assert "    x      |y|" in out  # the marked block is passed on as written
+  assert sum(line.rstrip().endswith("::") for line in out if "A table" in line) == 1
