@@ -1,5 +1,5 @@
 """The harness around `mr2_jax` and `reweight_jax`: packages by role, each importing only the ones
-below it (checked by tests/test_harness_layout.py):
+below it (checked by tests/harness/test_layout.py):
 
     common   errors and their one-line CLI form, XLA's CPU flags
     data     sources, long-tailed subsets and splits, augmentation, batches, the input pipeline

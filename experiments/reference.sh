@@ -33,7 +33,7 @@
 # files (train.npz, test.npz as in ../shared/data/cifar10_jpeg; copy them into the checkout, e.g.
 # .data/cifar10_jpeg, since ../shared does not travel).
 # --smoke: the same commands at tiny size on any machine (a small CNN, 2 epochs, 30 images per
-# class, one seed): what tests/test_reference_script.py runs on CPU.
+# class, one seed): what tests/harness/test_reference_script.py runs on CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 smoke=0

@@ -17,7 +17,7 @@ chex.set_n_cpu_devices(8)
 # XLA's persistent compilation cache, shared by the test processes (and kept between runs on one
 # machine; entries are keyed by the compiled program, so a changed function never hits a stale one):
 # many tests compile the same step or loss again (other closures, other workers), ≈ 13 % of the
-# default run measured on tests/test_losses.py + tests/test_representation_margin.py.
+# default run measured on tests/harness/losses/test_registry.py + tests/lib/mr2_jax/test_representation_margin.py.
 jax.config.update("jax_compilation_cache_dir", os.environ.get(
     "MR2_JAX_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "mr2_jax_test_xla_cache")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
@@ -42,38 +42,6 @@ settings.register_profile("slow",
                           deadline=None, derandomize=False, print_blob=True, database=None,
                           suppress_health_check=_SUPPRESSED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
-
-
-from tests import imports as _imports  # noqa: E402
-
-
-def pytest_ignore_collect(collection_path, config):
-  """In the library-only run (MR2_JAX_LIBRARY_ONLY=1: `pip install .` plus the `test` extra, as in
-  .ci/run's library jobs), leaves out the test files whose imports (followed through the tests/
-  helper modules) need the harness or a package that install does not bring. Never otherwise: there
-  a missing package is an error."""
-  del config
-  path = str(collection_path)
-  name = os.path.basename(path)
-  if not _imports.library_only() or not (name.startswith("test_") and name.endswith(".py")):
-    return None
-  return True if _imports.missing_top_levels(path) else None
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-  """In the library-only run, the test files it leaves out and the packages they need (computed
-  here, in the controlling process: under xdist the workers collect)."""
-  del exitstatus, config
-  if not _imports.library_only() or hasattr(terminalreporter.config, "workerinput"):
-    return
-  names = sorted(n for n in os.listdir(_imports.TESTS_DIR)
-                 if n.startswith("test_") and n.endswith(".py"))
-  left_out = {n: _imports.missing_top_levels(os.path.join(_imports.TESTS_DIR, n)) for n in names}
-  left_out = {n: m for n, m in left_out.items() if m}
-  terminalreporter.write_line(
-      f"library-only run: {len(names) - len(left_out)} of {len(names)} test files; left out "
-      "(they need the harness or an extra): "
-      + ", ".join(f"{n} [{'/'.join(m)}]" for n, m in left_out.items()))
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -120,10 +88,10 @@ MOVED_TO_SLOW = {
     "test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result[mr2+":
         "[ce] and the property tests' 2/4/8-device splits of the registry entry",
     "test_fairdro_q_is_the_best_response_to_the_training_pass_after_an_epoch":
-        "test_losses.py::test_epoch_end_hook_sets_fairdro_q_from_the_training_pass",
+        "tests/harness/losses/test_registry.py::test_epoch_end_hook_sets_fairdro_q_from_the_training_pass",
     "test_tiny_wide_resnet_forward": "test_wrn28_10_parameter_count_and_shapes",
     "test_one_pass_evaluation_equals_numpy[linear-none-1]": "[cosine-none-1], [linear-pmap-8]",
-    "test_adapter_step_is_ce_on_both_views_plus_lambda_supcon": "test_supcon.py",
+    "test_adapter_step_is_ce_on_both_views_plus_lambda_supcon": "tests/lib/reweight_jax/baselines/test_supcon.py",
     "test_loss_fns_per_call_and_loop_agree": "the benchmark itself compares them",
     "test_released_form_variants_are_each_a_different_program_with_the_same_result":
         "the benchmark itself compares them (104 s of the default run on 2 cores)",
@@ -163,6 +131,10 @@ MOVED_TO_SLOW = {
     "test_registry_entry_sharded[mr2[lam=0]]": SHARDED_KEPT,
     "test_registry_entry_sharded[mr2[uniform_margin]]": SHARDED_KEPT,
     "test_registry_entry_sharded[inverse_reweight[stop_gradient]]": SHARDED_KEPT,
+    # the inverse reweighting around the methods no earlier registry wrapped: eagerly as well as
+    # under jit (the default run keeps the jitted case, and every wrapped entry's other tests).
+    **{f"test_entry_before_and_after_its_start[{base}+inverse_reweight-False]": "[…-True]"
+       for base in ("balanced_softmax", "eql", "focal", "jtt", "ldam", "logit_adjust")},
 }
 
 

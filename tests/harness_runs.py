@@ -23,7 +23,7 @@ difference grows over training steps; see docs/harness.md, "Checking a refactor"
   summary are identical; the exit status is 1 if any differs. `--recorder head` (the recorder of
   the working tree in both; needed for the runs past the nine of `NAMES`) records every run; a run
   of `NEW_RUNS` is recorded at the working tree only and printed as new.
-* **The default test run** (`tests/test_harness_runs.py`) trains short versions of the runs (2
+* **The default test run** (`tests/harness/test_harness_runs.py`) trains short versions of the runs (2
   epochs of 5 steps, JTT's of 12: `config_of(short=True)`) and compares them with the records committed in
   tests/fixtures/harness_runs/ within the tolerances stated there, which hold on any x86-64 CPU
   (measured under XLA's AVX-512, AVX2 and SSE4.2 code generation).
@@ -184,7 +184,7 @@ def differences(base: dict, head: dict) -> list[str]:
 def spread(folders) -> dict[str, float]:
   """The largest difference, over the runs, between any two of the record folders `folders`: the
   relative difference of the logged losses and of the per-class training losses, and the absolute
-  difference of the test accuracies (overall and per class). What tests/test_harness_runs.py's
+  difference of the test accuracies (overall and per class). What tests/harness/test_harness_runs.py's
   tolerances are measured from."""
   sets = [{p.stem: json.loads(p.read_text()) for p in sorted(pathlib.Path(f).glob("*.json"))}
           for f in folders]

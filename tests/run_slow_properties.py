@@ -23,9 +23,10 @@ import subprocess
 import sys
 import time
 
-FILES = ("tests/test_properties_losses.py", "tests/test_properties_stats.py",
-         "tests/test_properties_comparisons.py", "tests/test_reweight_etf_dr.py",
-         "tests/test_reweight_glmc.py")
+FILES = ("tests/harness/losses/test_properties_registry.py", "tests/lib/test_properties_stats.py",
+         "tests/lib/test_properties_comparisons.py",
+         "tests/lib/reweight_jax/baselines/test_etf_dr.py",
+         "tests/lib/reweight_jax/baselines/test_glmc.py")
 
 
 def collect(expression: str | None) -> list[str]:
@@ -41,8 +42,8 @@ def collect(expression: str | None) -> list[str]:
 
 
 def display_name(test_id: str) -> str:
-  """The test's name; for a test outside tests/test_properties_*.py (whose names may repeat across
-  files) `<file stem>.<test name>`."""
+  """The test's name; for a test outside the `test_properties_*.py` files (whose names may repeat
+  across files) `<file stem>.<test name>`."""
   path, name = test_id.split("::", 1)
   if not os.path.basename(path).startswith("test_properties_"):
     name = os.path.splitext(os.path.basename(path))[0] + "." + name

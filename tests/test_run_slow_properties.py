@@ -9,11 +9,9 @@ import pytest
 from tests import run_slow_properties as runner
 from tests import strategies as S
 
-# It runs or reads the checkout's harness files: left out of the library-only run.
-pytestmark = pytest.mark.harness
 
-TEST = "tests/test_properties_losses.py::test_registry_entry_slow[mr2]"
-OTHER = "tests/test_reweight_glmc.py::test_property_matches_reference_slow"
+TEST = "tests/harness/losses/test_properties_registry.py::test_registry_entry_slow[mr2]"
+OTHER = "tests/lib/reweight_jax/baselines/test_glmc.py::test_property_matches_reference_slow"
 
 FINISHED_LOG = """commit=abc1234 started=2026-12-02 04:26:23
 .
@@ -30,7 +28,7 @@ wall_seconds=14 returncode=0
 def test_log_names_and_what_counts_as_finished(tmp_path):
   out = str(tmp_path)
   assert runner.log_path(out, TEST) == os.path.join(out, "test_registry_entry_slow_mr2_.log")
-  assert runner.display_name(OTHER) == "test_reweight_glmc.test_property_matches_reference_slow"
+  assert runner.display_name(OTHER) == "test_glmc.test_property_matches_reference_slow"
   path = runner.log_path(out, TEST)
   assert not runner.finished(path)
   with open(path, "w") as f:
@@ -74,4 +72,5 @@ def test_collect_takes_the_twins_not_the_tests_moved_to_the_slow_run():
   # conftest moves test_registry_entry_sharded[inv_freq] (default profile) to `-m slow`; its twin is
   # test_registry_entry_sharded_slow[inv_freq].
   ids = runner.collect("registry_entry_sharded and inv_freq")
-  assert ids == ["tests/test_properties_losses.py::test_registry_entry_sharded_slow[inv_freq]"]
+  assert ids == ["tests/harness/losses/test_properties_registry.py"
+                 "::test_registry_entry_sharded_slow[inv_freq]"]

@@ -12,7 +12,7 @@ of the default step (`experiments/benchmarks/run.py --only cpu_gap`, section not
   `+eltwise,+reduce` lets YNNPACK fuse it, with its vectorised kernels.
 
 The flags change only how XLA executes the same HLO (results agree to float32 rounding; checked by
-`tests/test_xla_cpu.py`), and only the CPU backend reads them. They must be in `XLA_FLAGS` before
+`tests/harness/common/test_xla_cpu.py`), and only the CPU backend reads them. They must be in `XLA_FLAGS` before
 JAX creates its CPU client, i.e. before the first computation: `configure()` does that and refuses
 to run after.
 """

@@ -8,7 +8,7 @@ them with the rows' dataset positions — int32 [B, 3] per view and [B], instead
 from its copy of the split (`crop_flip_rows`), and the step normalises them with the host's
 256-entry table (`normalization.normalize(..., xp=jnp)`, `steps.device_images`). Index arithmetic,
 a gather and a table lookup, no float arithmetic: the uint8 crops and the float32 images are bit
-for bit the host path's (tests/test_device_crop_flip.py).
+for bit the host path's (tests/harness/data/test_device_crop_flip.py).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ the best response q* to the per-class training losses within radius ρ, smoothed
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 import reweight_jax
 from experiments.methods.method import POSITIVE
@@ -41,6 +42,11 @@ def fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
   return {**state, "fairdro_q": q}
 
 
+def final_q(config, loss_state):
+  del config
+  return {"fairdro_q": np.asarray(loss_state["fairdro_q"]).tolist()}
+
+
 METHODS = (Method("fairdro", fairdro, trees={"fairdro": TREE}, reads=("fairdro",),
                   state={"fairdro_q": reweight_jax.baselines.init_fairdro_q},
-                  recipe=Recipe(epoch_end=fairdro_epoch_end)),)
+                  recipe=Recipe(epoch_end=fairdro_epoch_end), state_summary=final_q),)

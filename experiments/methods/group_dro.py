@@ -5,6 +5,7 @@ per-class losses (step size η, adjustment C/√n_c, optionally normalised)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 import reweight_jax
 from experiments.methods.method import NON_NEGATIVE
@@ -28,5 +29,11 @@ def group_dro(config, logits, features, labels, state, info):
   return loss, {**state, "group_dro_q": q}, metrics
 
 
+def final_q(config, loss_state):
+  del config
+  return {"group_dro_q": np.asarray(loss_state["group_dro_q"]).tolist()}
+
+
 METHODS = (Method("group_dro", group_dro, trees={"group_dro": TREE}, reads=("group_dro",),
-                  state={"group_dro_q": reweight_jax.baselines.init_group_dro_q}),)
+                  state={"group_dro_q": reweight_jax.baselines.init_group_dro_q},
+                  state_summary=final_q),)

@@ -12,6 +12,7 @@ method alone.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 import reweight_jax
 from experiments.methods.method import NON_NEGATIVE
@@ -51,6 +52,12 @@ def reweighted_mean(config, rows, labels, state, info):
   return loss, {**state, "reweight": reweight_state}, metrics
 
 
+def batch_counts(config, loss_state):
+  """The counters' batch counts B_c at the end."""
+  del config
+  return {"reweight_batch_counts": np.asarray(loss_state["reweight"].batch_counts).tolist()}
+
+
 WRAPPER = Wrapper("inverse_reweight", over="ce", loss=reweighted_mean, trees={"reweight": TREE},
                   state={"reweight": reweight_jax.init_reweight_state},
-                  start="reweight.start_epoch")
+                  start="reweight.start_epoch", state_summary=batch_counts)

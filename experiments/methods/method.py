@@ -163,6 +163,8 @@ class Method:
     per_example: (config, logits, features, labels, loss_state, StepInfo) → `PerExample`, for a
       method whose loss is a mean of per-example losses: what a `Wrapper` weighs.
     per_example_check: config checks of the per-example form (MR2's: the paper form).
+    state_summary: (config, final loss state) → {name: list} the run's summary.json reports of
+      the state it carries (MR2's margins γ_k, Group DRO's q).
   """
   name: str
   loss: LossApply
@@ -177,6 +179,7 @@ class Method:
   recipe: Recipe = PLAIN
   per_example: Callable[..., PerExample] | None = None
   per_example_check: Callable[[Any], None] | None = None
+  state_summary: Callable[[Any, dict], dict] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +195,7 @@ class Wrapper:
     over: the method `name` alone stands for (the inverse reweighting: CE).
     loss: (config, PerExample, labels, loss_state, StepInfo) → (the weighted mean of the rows,
       loss_state, metrics).
-    trees, state, start: as `Method`'s, its own.
+    trees, state, start, state_summary: as `Method`'s, its own.
   """
   name: str
   over: str
@@ -200,6 +203,7 @@ class Wrapper:
   trees: Mapping[str, ConfigTree] = dataclasses.field(default_factory=dict)
   state: Mapping[str, Callable[[int], Any]] = dataclasses.field(default_factory=dict)
   start: str | None = None
+  state_summary: Callable[[Any, dict], dict] | None = None
 
   def name_around(self, base: str) -> str:
     return self.name if base == self.over else f"{base}+{self.name}"
@@ -225,9 +229,15 @@ class Wrapper:
         each(config)
     check.__name__ = (checks[0].__name__ if len(checks) == 1 else "check")
 
+    summaries = [f for f in (base.state_summary, self.state_summary) if f is not None]
+
+    def state_summary(config, loss_state):
+      return {key: value for each in summaries for key, value in each(config, loss_state).items()}
+
     return Method(name=self.name_around(base.name), loss=loss,
                   reads=(*base.reads, *self.trees), state={**base.state, **self.state},
                   example_state=base.example_state, start=self.start, before=base.name,
                   check=(checks[0] if len(checks) == 1 else check) if checks else None,
-                  reads_mix=base.reads_mix, recipe=base.recipe)
+                  reads_mix=base.reads_mix, recipe=base.recipe,
+                  state_summary=state_summary if summaries else None)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import ml_collections
+import numpy as np
 
 import mr2_jax
 from experiments.common.errors import ConfigError
@@ -60,6 +61,13 @@ def check_paper_form(config):
                       "terms, which exist in the paper form only")
 
 
+def margins(config, loss_state):
+  """The margins γ_k of the final class statistics."""
+  return {"class_margins": np.asarray(
+      mr2_jax.class_margins(loss_state["class_stats"], config.mr2.c_bar)).tolist()}
+
+
 METHODS = (Method("mr2", mr2_loss, trees={"mr2": TREE}, reads=("mr2",),
                   state={"class_stats": mr2_jax.init_class_stats},
-                  per_example=per_example_mr2, per_example_check=check_paper_form),)
+                  per_example=per_example_mr2, per_example_check=check_paper_form,
+                  state_summary=margins),)

@@ -18,6 +18,7 @@ import numpy as np
 
 import mr2_jax
 import reweight_jax
+from experiments import losses
 from experiments.data import batches
 from experiments.data import long_tail
 from experiments.train import steps
@@ -134,17 +135,12 @@ def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str
 
 
 def loss_state_summary(config, loss_state: dict[str, Any]) -> dict[str, list[float]]:
-  """The per-class state a run ends with: MR2's margins γ_k (from its class statistics), the
-  reweighting's batch counts B_c and Group DRO's / FairDRO's q, for the losses that carry them."""
+  """What the method reports of the state a run ends with (`Method.state_summary`: MR2's margins
+  γ_k, the reweighting's batch counts B_c, Group DRO's and FairDRO's q), nothing for the others."""
   out = {}
-  if "class_stats" in loss_state:
-    out["class_margins"] = np.asarray(
-        mr2_jax.class_margins(loss_state["class_stats"], config.mr2.c_bar)).tolist()
-  if "reweight" in loss_state:
-    out["reweight_batch_counts"] = np.asarray(loss_state["reweight"].batch_counts).tolist()
-  for field in ("group_dro_q", "fairdro_q"):  # the class weights of Group DRO / FairDRO
-    if field in loss_state:
-      out[field] = np.asarray(loss_state[field]).tolist()
+  for method in losses.phases(config.loss):  # a deferred method carries its before method's state
+    if method.state_summary is not None:
+      out.update(method.state_summary(config, loss_state))
   return out
 
 

@@ -147,7 +147,7 @@ def _jit_runner(loss_fn, task, learning_rate_fn, devices) -> Runner:
   partitioning: the mesh axis is Auto-typed, as in MaxText's and big_vision's trainers, so that
   the harness's own reshapes and permutations of the batch, e.g. the view-major flatten of two
   views, are partitioned by XLA instead of being sharding-type errors; the libraries' functions
-  also run on Explicit axes, tests/test_sharding_modes.py)."""
+  also run on Explicit axes, tests/lib/test_sharding_modes.py)."""
   layout = _MeshLayout(devices, axis_types=(jax.sharding.AxisType.Auto,))
   train, evaluate, ncc = _steps(loss_fn, task, learning_rate_fn, None)
   return Runner(jax.jit(train, donate_argnums=(0,)), jax.jit(evaluate), jax.jit(ncc),

@@ -1,0 +1,248 @@
+"""experiments/studies/accelerator_runs.py: the chains (standard_size.sh's specs), the deadline, what
+is packed (checkpoints only where a run goes on from them) within the device tool's file limits, and
+the slimmed CIFAR-10 copy (the same images for every chain)."""
+
+import importlib
+import pathlib
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+
+from experiments.common.errors import DataError
+from experiments.data.in_memory_sources import decode_jpegs
+from experiments.data.loading import load_data
+from experiments.data.long_tail import long_tail_indices
+from experiments.studies import accelerator_runs as ar
+from tests.harness.test_reference_script import cifar_folder
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10_jpeg"
+
+
+def _specs(study):
+  return subprocess.run(["bash", "experiments/studies/standard_size.sh", "--specs", study], cwd=REPO,
+                        check=True, capture_output=True, text=True).stdout.split()
+
+
+def test_chains_train_every_spec_of_standard_size_once():
+  chains = ar.chains()
+  for study in ("cifar10_lt_200", "cifar10_balanced_200"):
+    trained = [m for c in chains if c.study == study for m in c.methods]
+    assert sorted(trained) == sorted(_specs(study))
+  # The reweighting runs after CE in one process: it starts from CE's epoch-160 checkpoint.
+  assert next(c for c in chains if c.name == "lt200_ce").methods == ("ce", "inverse_reweight")
+  names = [c.name for c in chains]
+  assert len(set(names)) == len(names)
+  # Issue 39's chains are queued before the reference script's.
+  first_ref = min(i for i, c in enumerate(chains) if c.study.startswith("reference_"))
+  assert all(c.study.startswith("reference_") for c in chains[first_ref:])
+
+
+def test_chains_per_seed():
+  chains = {c.name: c for c in ar.chains((0, 2))}
+  assert chains["lt200_ce"].seed == 0 and chains["lt200_ce_seed2"].seed == 2
+  assert chains["balanced200_mr2_seed2"].methods == ("mr2",)
+  assert all(c.seed == 0 for c in chains.values() if c.study.startswith("reference_"))
+
+
+def test_command_puts_extra_flags_last_and_a_report_per_chain(tmp_path):
+  chain = ar.Chain("x", "study", "cifar10_lt_200", ("ce", "inverse_reweight"),
+                   flags=("--config.num_epochs=200",))
+  cmd = ar.command(chain, "data", tmp_path, 2, ("--config.num_epochs=2",))
+  assert cmd[-2:] == ["--config.num_epochs=200", "--config.num_epochs=2"]
+  assert f"--report_dir={tmp_path / 'study' / 'report_' / 'x'}" in cmd
+  assert "--methods=ce,inverse_reweight" in cmd and "--config.data_workers=2" in cmd
+
+
+def _run(folder, finished, steps=(100, 200)):
+  folder.mkdir(parents=True)
+  (folder / "config.json").write_text("{}")
+  (folder / "metrics.jsonl").write_text("{}\n")
+  if finished:
+    (folder / "summary.json").write_text("{}")
+  for step in steps:
+    (folder / "checkpoints" / str(step)).mkdir(parents=True)
+    (folder / "checkpoints" / str(step) / "state").write_bytes(b"x" * 1000)
+  # An interrupted save's temporary folder: never packed.
+  (folder / "checkpoints" / "300.orbax-checkpoint-tmp-1").mkdir()
+  (folder / "checkpoints" / "300.orbax-checkpoint-tmp-1" / "state").write_bytes(b"x")
+
+
+@pytest.mark.parametrize("follower_finished", [False, True])
+def test_members_keep_checkpoints_only_where_a_run_goes_on(tmp_path, follower_finished):
+  chain = ar.Chain("lt200_ce", "s", "c", ("ce", "inverse_reweight"))
+  alone = ar.Chain("lt200_la", "s", "c", ("logit_adjust",))
+  _run(tmp_path / "s" / "ce" / "seed0", finished=True)
+  _run(tmp_path / "s" / "inverse_reweight" / "seed0", finished=follower_finished)
+  _run(tmp_path / "s" / "logit_adjust" / "seed0", finished=False)
+  (tmp_path / "logs").mkdir()
+  (tmp_path / "logs" / "lt200_ce.log").write_text("log")
+  units = ar.members(tmp_path, [chain, alone])
+  priority = {str(p.relative_to(tmp_path)): k for k, files in units for p, _ in files}
+  # An unfinished run keeps its checkpoints (resumed on the CPU), the latest step first.
+  assert priority["s/logit_adjust/seed0/checkpoints/200/state"] == 3
+  assert priority["s/logit_adjust/seed0/checkpoints/100/state"] == 4
+  # A finished CE keeps every step (the reweighting starts from its epoch-160 one) only while the
+  # reweighting has not finished.
+  assert ("s/ce/seed0/checkpoints/100/state" in priority) == (not follower_finished)
+  # The reweighting comes back when finished (without checkpoints), not at all otherwise.
+  assert ("s/inverse_reweight/seed0/config.json" in priority) == follower_finished
+  assert not any("checkpoints" in k for k in priority if k.startswith("s/inverse_reweight"))
+  assert not any("tmp" in k for k in priority)
+  assert priority["logs/lt200_ce.log"] == 0 and priority["s/ce/seed0/summary.json"] == 1
+  # A run's files without checkpoints are one unit, a checkpoint step another.
+  ce_files = next(files for k, files in units if k == 1 and "ce/seed0" in str(files[0][0]))
+  assert {p.name for p, _ in ce_files} == {"config.json", "metrics.jsonl", "summary.json"}
+
+
+def test_pack_keeps_units_whole_within_the_limits_results_before_checkpoints(tmp_path, monkeypatch):
+  monkeypatch.setattr(ar, "MAX_FILES", 3)
+  monkeypatch.setattr(ar, "MAX_FILE_BYTES", 60_000)
+  monkeypatch.setattr(ar, "MAX_TOTAL_BYTES", 150_000)
+  work, out = tmp_path / "work", tmp_path / "out"
+  units = []
+
+  def unit(priority, *names, size):
+    files = []
+    for name in names:
+      path = work / name
+      path.parent.mkdir(parents=True, exist_ok=True)
+      path.write_bytes(b"d" * size)
+      files.append((path, size))
+    units.append((priority, files))
+
+  # Checkpoint steps listed first: packing goes by priority, not by the order given.
+  for run in range(6):
+    unit(3, f"s/m{run}/seed0/checkpoints/200/a", f"s/m{run}/seed0/checkpoints/200/b", size=15_000)
+  for run in range(6):
+    unit(1, f"s/m{run}/seed0/summary.json", f"s/m{run}/seed0/metrics.jsonl", size=2_000)
+  unit(0, "logs/a.log", size=100)
+  (out).mkdir()
+  (out / "runs5.tar").write_bytes(b"stale")
+  lines = []
+  left = ar.pack(work, out, units, lines.append)
+  tars = sorted(out.glob("runs*.tar"))
+  assert 1 <= len(tars) <= 3 and out / "runs5.tar" not in tars
+  assert all(t.stat().st_size <= 60_000 for t in tars)
+  assert sum(t.stat().st_size for t in tars) <= 150_000
+  packed = set()
+  for tar in tars:
+    with tarfile.open(tar) as t:
+      packed |= set(t.getnames())
+  # Every log and run file came back; what is left out is whole checkpoint steps.
+  assert "logs/a.log" in packed
+  assert all(f"s/m{r}/seed0/summary.json" in packed for r in range(6))
+  assert left and all("checkpoints/200" in str(p) for p in left)
+  for run in range(6):
+    step = {f"s/m{run}/seed0/checkpoints/200/{n}" in packed for n in "ab"}
+    assert len(step) == 1, run  # a step whole or not at all
+  assert f"left out {len(left)}:" in lines[-1]
+
+
+def test_deadline_stops_the_running_chains_and_skips_the_queued(tmp_path, monkeypatch):
+  def fake_command(chain, *args):
+    code = {"fails": "raise SystemExit(3)",
+            # ignores SIGTERM: killed with SIGKILL after the grace
+            "stubborn": "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                        "time.sleep(60)"}.get(chain.name, "import time; time.sleep(60)")
+    return [sys.executable, "-c", code]
+
+  monkeypatch.setattr(ar, "command", fake_command)
+  chains = [ar.Chain(n, "s", "c", ("ce",)) for n in ("fails", "stubborn", "slow", "queued")]
+  begin = time.monotonic()
+  outcome = ar.run_chains(chains, "data", tmp_path, jobs=2, deadline_s=8, data_workers=1,
+                          log=lambda _: None, grace_s=2, start_margin_s=1)
+  assert time.monotonic() - begin < 8 + 2 + 5
+  assert outcome["fails"].startswith("exit 3")
+  assert outcome["stubborn"].startswith("stopped at the deadline")
+  assert outcome["slow"].startswith("stopped at the deadline")
+  assert outcome["queued"] == "not started (deadline)"
+  assert (tmp_path / "logs" / "stubborn.log").exists()
+
+
+def test_no_chain_starts_too_close_to_the_deadline(tmp_path, monkeypatch):
+  monkeypatch.setattr(ar, "command", lambda *a: [sys.executable, "-c", "pass"])
+  outcome = ar.run_chains([ar.Chain("x", "s", "c", ("ce",))], "data", tmp_path, jobs=1,
+                          deadline_s=30, data_workers=1, log=lambda _: None, start_margin_s=60)
+  assert outcome == {"x": "not started (deadline)"}
+
+
+def _same_data(config_name, original, slim, seed=0):
+  loaded = []
+  for data_dir in (original, slim):
+    config = importlib.import_module(f"experiments.configs.{config_name}").get_config()
+    config.data_dir, config.seed = str(data_dir), seed
+    train, _, test = load_data(config)
+    loaded.append((train.images, train.labels, test.images, test.labels))
+  return all(np.array_equal(a, b) for a, b in zip(*loaded))
+
+
+def test_slim_data_keeps_every_selected_image(tmp_path, monkeypatch):
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  original = cifar_folder(tmp_path / "cifar", per_class_train=30, per_class_test=3)
+  chains = [c for c in ar.chains() if c.name == "lt200_ce"]
+  ar.slim_data(original, tmp_path / "slim", chains)
+  assert _same_data("cifar10_lt_200", original, tmp_path / "slim")
+  before = (original / "train.npz").stat().st_size
+  assert (tmp_path / "slim" / "train.npz").stat().st_size < before
+  # The images no chain selects are grey: the copy is not the original under another name.
+  with np.load(tmp_path / "slim" / "train.npz") as npz:
+    images = decode_jpegs(npz["jpeg"], npz["offsets"])
+    labels = npz["labels"]
+  kept = long_tail_indices(labels, 10, 100.0, 0, selection="ldam")
+  dropped = np.setdiff1d(np.arange(len(labels)), kept)
+  assert 0 < len(dropped) < len(labels)
+  assert np.abs(images[dropped].astype(int) - 128).max() <= 2
+  assert np.abs(images[kept].astype(int) - 128).max() > 2
+
+
+def test_slim_copy_refuses_its_own_source_and_a_slim_source_and_runs_check_it(tmp_path,
+                                                                              monkeypatch):
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  original = cifar_folder(tmp_path / "cifar", per_class_train=30, per_class_test=3)
+  lt = [c for c in ar.chains() if c.name == "lt200_ce"]
+  with pytest.raises(DataError, match="would replace its source"):
+    ar.slim_data(original, original, lt)
+  ar.slim_data(original, tmp_path / "slim", lt)
+  with pytest.raises(DataError, match="itself a slimmed copy"):
+    ar.slim_data(tmp_path / "slim", tmp_path / "slim2", lt)
+  ar.check_data(tmp_path / "slim", lt)  # the chains it was made for: fine
+  balanced = [c for c in ar.chains() if c.name == "balanced200_ce"]  # selects every image here
+  with pytest.raises(DataError, match="grey stand-in"):
+    ar.check_data(tmp_path / "slim", balanced)
+  assert ar.main(["--only=no_such_chain"]) == 2
+
+
+# Decodes the 50,000 training images a few times (about 15 s).
+@pytest.mark.skipif(not SHARED_CIFAR.is_dir(), reason="needs ../shared/data/cifar10_jpeg")
+def test_slim_copy_of_the_shared_cifar10_gives_every_config_the_same_data(tmp_path, monkeypatch):
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  chains = ar.chains((0, 1, 2))
+  ar.slim_data(SHARED_CIFAR, tmp_path / "slim", chains)
+  ar.check_data(tmp_path / "slim", chains)
+  for config, seed in sorted({(c.config, c.seed) for c in chains}):
+    assert _same_data(config, SHARED_CIFAR, tmp_path / "slim", seed), (config, seed)
+
+
+def test_end_to_end_one_tiny_chain_comes_back_packed(tmp_path, monkeypatch):
+  """The commands `command` builds are accepted by experiments.compare, and the run comes back."""
+  monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  original = cifar_folder(tmp_path / "cifar", per_class_train=30, per_class_test=3)
+  tiny = ["--config.model=small_cnn", "--config.num_epochs=2", "--config.warmup_epochs=1",
+          "--config.batch_size=20", "--config.eval_batch_size=50", "--config.nc_metrics=False"]
+  out = tmp_path / "out"
+  assert ar.main([f"--data_dir={original}", f"--workdir={tmp_path / 'work'}", f"--out={out}",
+                  "--only=lt200_logit_adjust", "--deadline_s=600", "--jobs=1",
+                  *(f"--extra={flag}" for flag in tiny)]) == 0
+  with tarfile.open(out / "runs0.tar") as tar:
+    names = set(tar.getnames())
+  assert "cifar10_lt_200/logit_adjust/seed0/summary.json" in names, sorted(names)[:20]
+  assert "logs/lt200_logit_adjust.log" in names
+  assert "exit 0" in (out / "driver.log").read_text()
+  assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the driver's handler is gone again
