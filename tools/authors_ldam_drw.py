@@ -9,8 +9,9 @@ wrapper does, and nothing more:
   1. writes the CIFAR-10 JPEG copy (`train.npz` / `test.npz`, decoded with Pillow) into `WORKDIR/data`
      as the `cifar-10-batches-py` pickles torchvision's `CIFAR10` reads, in the dataset's order, so
      the release's own `IMBALANCECIFAR10` draws its own selection (12,406 images at IF 100);
-  2. runs with no GPU: `.cuda()` of tensors and modules is the identity and `torch.load` maps to the
-     CPU (the release calls `.cuda()` unconditionally); torchvision's MD5 check of the batches (the
+  2. runs with no GPU: `.cuda()` of tensors and modules is the identity, `torch.cuda.FloatTensor`
+     (LDAMLoss's margins) is `torch.FloatTensor` and `torch.load` maps to the CPU (the release calls
+     `.cuda()` unconditionally); torchvision's MD5 check of the batches (the
      originals' checksums, which a re-encoded copy cannot have) is skipped, and nothing downloads;
   3. keeps the logs of every start: the release opens `log_train.csv` / `log_test.csv` with 'w', so a
      resumed start would erase the epochs before it; an existing pair is renamed `*.part<N>.csv`.
@@ -76,6 +77,7 @@ def run_on_cpu() -> None:
   import torchvision
   torch.Tensor.cuda = lambda self, *a, **k: self
   torch.nn.Module.cuda = lambda self, *a, **k: self
+  torch.cuda.FloatTensor = torch.FloatTensor  # LDAMLoss builds its margins as torch.cuda.FloatTensor
   load = torch.load
   torch.load = lambda f, *a, **k: load(f, map_location="cpu", weights_only=False)
   torchvision.datasets.CIFAR10._check_integrity = lambda self: True
