@@ -20,7 +20,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from experiments.common import cli as cli_errors
+from experiments.common import cli
 from experiments.studies import method_comparison
 from experiments import losses
 from experiments.report import seed_stats
@@ -57,7 +57,7 @@ def main(argv):
   workdir = pathlib.Path(_WORKDIR.value)
   seeds = [int(s) for s in _SEEDS.value]
   report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
-  with cli_errors.one_line_errors():
+  with cli.one_line_errors():
     markdown = method_comparison.compare(base, _METHODS.value, seeds, workdir, report_dir,
                                   start_deferred_from_reference=_SHARE_REFERENCE.value)
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
@@ -68,4 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli_errors.run_app(main, sys.argv)
+  cli.run_app(main, sys.argv)

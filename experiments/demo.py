@@ -21,10 +21,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from experiments.common import cli as cli_errors
+from experiments.common import cli
 from experiments.report import claims
 from experiments.report import run_tables
-from experiments.studies import method_comparison as comparison
+from experiments.studies import method_comparison
 from experiments.common import xla_cpu
 from experiments.configs import digits
 from experiments.configs import digits_lt
@@ -52,16 +52,16 @@ def main(argv):
   seeds = [int(s) for s in _SEEDS.value]
   workdir = pathlib.Path(_WORKDIR.value)
   tables = []
-  counter = comparison.RunCounter(sum(len(s[3]) for s in SETTINGS) * len(seeds))
+  counter = method_comparison.RunCounter(sum(len(s[3]) for s in SETTINGS) * len(seeds))
   print(f"{counter.total} runs (the first compiles the step: it takes longest)", flush=True)
-  with cli_errors.one_line_errors():
+  with cli.one_line_errors():
     for name, title, get_config, methods, claim, metrics in SETTINGS:
       print(f"== {title}: {', '.join(methods)}, seeds {seeds}", flush=True)
-      markdown = comparison.compare(get_config(), list(methods), seeds, workdir / name,
-                                    workdir / name / "report", counter=counter)
+      markdown = method_comparison.compare(get_config(), list(methods), seeds, workdir / name,
+                                           workdir / name / "report", counter=counter)
       # The summary table and the paired Δ table (the per-class table stays in the report).
       head = markdown.split("\nPer-class test accuracy")[0].strip()
-      reference_run = comparison.run_dir(workdir / name, methods[0], seeds[0])
+      reference_run = method_comparison.run_dir(workdir / name, methods[0], seeds[0])
       counts = run_tables.load_summaries([reference_run])[0]["train_class_counts"]
       supports = claims.what_the_table_supports(workdir / name / "report", metrics, counts)
       tables.append(f"## {title} (seeds {seeds})\n\n{head}\n\n{claim}\n{supports}\n\n"
@@ -70,4 +70,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli_errors.run_app(main, sys.argv)
+  cli.run_app(main, sys.argv)

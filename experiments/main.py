@@ -18,7 +18,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from experiments.common import cli as cli_errors
+from experiments.common import cli
 from experiments.train import loop
 from experiments.common import xla_cpu
 
@@ -52,10 +52,10 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   xla_cpu.configure(_XLA_CPU_TUNING.value)
   if not _WORKDIR.value:
-    cli_errors.fail("--workdir is required")
+    cli.fail("--workdir is required")
   if _NUM_PROCESSES.value > 1:
     initialize_distributed()
-  with cli_errors.one_line_errors():
+  with cli.one_line_errors():
     summary = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, max_steps=_MAX_STEPS.value,
                                        resume_from_previous=_RESUME_FROM_PREVIOUS.value)
   print(json.dumps({k: summary[k] for k in ("loss", "overall_accuracy", "worst_class_accuracy",
@@ -63,4 +63,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli_errors.run_app(main, sys.argv)
+  cli.run_app(main, sys.argv)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,6 +26,14 @@ from experiments.data.augmentations import AUGMENTATIONS, augment_view, crop_fli
 from experiments.data.crop_flip import CROP_PADDING
 from experiments.data.normalization import normalize
 from experiments.data.split import Split
+
+
+class PairDraw(NamedTuple):
+  """One step's pairing of a paired batch, drawn on the host for the global batch (a recipe's
+  `pair` draw: GLMC's re-balanced partners, mixup's permutation)."""
+  rows: np.ndarray                 # int [global batch] each row's partner's dataset position
+  lam: float                       # the step's λ
+  box: tuple[int, int, int, int]   # its CutMix box (y0, y1, x0, x1); zeros where none is cut
 
 
 def steps_per_epoch(split: Split, batch_size: int, process_count: int = 1,
@@ -61,7 +70,7 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
                   process_index: int = 0, process_count: int = 1, start_batch: int = 0,
                   views: int = 1, sample: np.ndarray | None = None,
                   augmentation: str = "crop_flip",
-                  pair: Callable[..., dict] | None = None,
+                  pair: Callable[..., PairDraw] | None = None,
                   normalized: bool = True,
                   crops_on_device: bool = False) -> Iterator[dict[str, np.ndarray]]:
   """One epoch of full training batches for this process.
@@ -79,8 +88,8 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
     sample: dataset positions an epoch draws from, repeats allowed (JTT's up-sampled training set:
       the epoch grows); default every position once.
     pair: a paired batch (GLMC's re-balanced partner rows, mixup's permuted global batch):
-      pair(rng, global rows, H, W) → {'rows': partner positions [global batch], 'lam': the step's
-      λ, 'box': its CutMix box (y0, y1, x0, x1)}, drawn with rng [seed, epoch, b, 1000] for the
+      pair(rng, global rows, H, W) → `PairDraw` (partner positions, λ, CutMix box), drawn with
+      rng [seed, epoch, b, 1000] for the
       global batch (`global rows`: its dataset positions, every process's rows; this process takes
       its rows' partners), adds 'image_b' (augmented like 'image', key [seed, epoch, b, 1001]),
       'label_b', 'index_b', and 'lam' float32 [B] and 'box' int32 [B, 4] (the step's values on
@@ -138,7 +147,7 @@ def global_batch_positions(order: np.ndarray, b: int, global_batch: int) -> np.n
 
 def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: bool,
                 process_index: int = 0, process_count: int = 1, views: int = 1,
-                augmentation: str = "crop_flip", pair: Callable[..., dict] | None = None,
+                augmentation: str = "crop_flip", pair: Callable[..., PairDraw] | None = None,
                 normalized: bool = True,
                 global_indices: np.ndarray | None = None,
                 crops_on_device: bool = False) -> dict[str, np.ndarray]:
@@ -164,11 +173,11 @@ def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: b
       raise DataError("a paired batch needs the global batch's positions (global_indices)")
     drawn = pair(np.random.default_rng([*key, 1000]), np.asarray(global_indices),
                  *split.images.shape[1:3])
-    partners = np.asarray(drawn["rows"])[process_index::process_count]
+    partners = np.asarray(drawn.rows)[process_index::process_count]
     batch.update({f"{image_field}_b": images(partners, [*key, 1001])},
                  label_b=split.labels[partners], index_b=partners.astype(np.int32),
-                 lam=np.full(batch_size, drawn["lam"], np.float32),
-                 box=np.tile(np.asarray(drawn["box"], np.int32), (batch_size, 1)))
+                 lam=np.full(batch_size, drawn.lam, np.float32),
+                 box=np.tile(np.asarray(drawn.box, np.int32), (batch_size, 1)))
   return batch
 
 

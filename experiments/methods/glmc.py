@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 import reweight_jax
 from experiments.common.errors import INF
+from experiments.data.batches import PairDraw
 from experiments.methods.batch_means import global_mean
 from experiments.methods.method import NON_NEGATIVE
 from experiments.methods.method import ConfigTree
@@ -72,8 +73,7 @@ def glmc_pair(config, train):
     rows = reweight_jax.baselines.glmc_rebalanced_indices(train.labels, train.class_counts, r,
                                                           len(global_rows), rng)
     lam = float(rng.beta(1.0, 1.0))
-    return {"rows": rows, "lam": lam,
-            "box": reweight_jax.baselines.cutmix_box(lam, height, width, rng)}
+    return PairDraw(rows, lam, reweight_jax.baselines.cutmix_box(lam, height, width, rng))
   return draw
 
 

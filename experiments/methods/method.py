@@ -120,9 +120,9 @@ class Recipe:
       record written to the run's sampler.json), for a method that trains on an edited training
       set; `read_run(workdir, field)` is another run's model over this training set
       (`experiments.train.run_features.read_run`), given by the trainer.
-    pair: (config, training split) → draw(rng, global batch rows, H, W) → {'rows', 'lam', 'box'}:
-      each row's partner in a paired batch, the step's λ and CutMix box, drawn on the host
-      (`experiments.data.batches.train_batches(pair=...)`).
+    pair: (config, training split) → draw(rng, global batch rows, H, W) →
+      `experiments.data.batches.PairDraw`: each row's partner in a paired batch, the step's λ and
+      CutMix box, drawn on the host (`experiments.data.batches.train_batches(pair=...)`).
     mix: (batch) → (images, `Mix`): how the step mixes a paired batch on the device.
     indices: the loss reads the rows' dataset positions (`RecipeInputs.indices`).
     epoch_end: (config, loss_state, EpochPass, epoch, num_epochs) → loss_state, for a method whose
@@ -224,10 +224,9 @@ class Wrapper:
 
     checks = [c for c in (base.check, base.per_example_check) if c is not None]
 
-    def check(config):
+    def both_checks(config):
       for each in checks:
         each(config)
-    check.__name__ = (checks[0].__name__ if len(checks) == 1 else "check")
 
     summaries = [f for f in (base.state_summary, self.state_summary) if f is not None]
 
@@ -237,7 +236,7 @@ class Wrapper:
     return Method(name=self.name_around(base.name), loss=loss,
                   reads=(*base.reads, *self.trees), state={**base.state, **self.state},
                   example_state=base.example_state, start=self.start, before=base.name,
-                  check=(checks[0] if len(checks) == 1 else check) if checks else None,
+                  check=checks[0] if len(checks) == 1 else (both_checks if checks else None),
                   reads_mix=base.reads_mix, recipe=base.recipe,
                   state_summary=state_summary if summaries else None)
 

@@ -12,6 +12,7 @@ import numpy as np
 
 import reweight_jax
 from experiments import losses
+from experiments.data.batches import PairDraw
 from experiments.methods.method import Mix
 from experiments.methods.method import Recipe
 
@@ -29,8 +30,7 @@ def mixup_pair(config, train):
   def draw(rng, global_rows, height, width):
     del height, width
     lam = float(rng.beta(alpha, alpha))
-    return {"rows": np.asarray(global_rows)[rng.permutation(len(global_rows))], "lam": lam,
-            "box": (0, 0, 0, 0)}
+    return PairDraw(np.asarray(global_rows)[rng.permutation(len(global_rows))], lam, (0, 0, 0, 0))
   return draw
 
 

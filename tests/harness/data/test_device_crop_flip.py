@@ -42,8 +42,8 @@ DIGITS_LIKE = dict(name="digits", shape=(40, 8, 8, 1))
 def draw_pair(rng, global_rows, height, width):
   """A GLMC-like partner draw (rows, λ, box) from the batch's generator."""
   del height, width
-  return {"rows": rng.integers(0, 40, len(global_rows)), "lam": float(rng.random()),
-          "box": (1, 3, 2, 5)}
+  return batches_lib.PairDraw(rng.integers(0, 40, len(global_rows)), float(rng.random()),
+                              (1, 3, 2, 5))
 
 
 def batch_pair(data, step, **options):

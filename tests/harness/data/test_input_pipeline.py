@@ -36,8 +36,8 @@ def digits():
 
 def draw_pair(rng, global_rows, height, width):
   """A GLMC-like partner draw (rows, λ, box) from the batch's generator."""
-  return {"rows": rng.integers(0, len(digits()), len(global_rows)), "lam": float(rng.random()),
-          "box": (1, 3, 2, 5)}
+  return batches_lib.PairDraw(rng.integers(0, len(digits()), len(global_rows)), float(rng.random()),
+                              (1, 3, 2, 5))
 
 
 def batch_at(split=None, **kwargs):
