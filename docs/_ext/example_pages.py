@@ -22,9 +22,13 @@ import pathlib
 import subprocess
 import sys
 
-from sphinx.util import logging
 
-logger = logging.getLogger(__name__)
+def _logger():
+  """Sphinx's logger, imported when the build runs: the test of the example list
+  (tests/docs/test_docs_site.py) reads this module where Sphinx is not installed."""
+  from sphinx.util import logging  # pylint: disable=g-import-not-at-top
+  return logging.getLogger(__name__)
+
 
 LIBRARIES = ("mr2_jax", "reweight_jax", "mr2_reweight_core")
 TIMEOUT_S = 600
@@ -89,10 +93,10 @@ def _finish(app, name: str, process: subprocess.Popen, key: str) -> None:
   except subprocess.TimeoutExpired:
     process.kill()
     process.communicate()
-    logger.warning(f"examples/{name}.py ran past {TIMEOUT_S} s", type="example_pages")
+    _logger().warning(f"examples/{name}.py ran past {TIMEOUT_S} s", type="example_pages")
     return
   if process.returncode != 0 or not stdout.strip():
-    logger.warning(f"examples/{name}.py exited with {process.returncode} and printed "
+    _logger().warning(f"examples/{name}.py exited with {process.returncode} and printed "
                    f"{len(stdout)} characters:\n{stderr[-3000:]}", type="example_pages")
     return
   (out / f"{name}.out").write_text(stdout)
@@ -131,7 +135,7 @@ def write_pages(app):
     name, process = _running.popitem()
     _finish(app, name, process, key)
   if started:
-    logger.info(f"example pages: ran {started} example scripts")
+    _logger().info(f"example pages: ran {started} example scripts")
   pages = []
   for script in _scripts(root):
     title, description = _docstring(script)
