@@ -5,7 +5,7 @@ batch 128, pad-4 crop + flip, one view) on the LDAM seed-0 selection (12,406 ima
 epochs, with 5 linear warm-up epochs and the rate ×0.01 from epoch 160 and ×0.0001 from 180;
 deferred methods (the reweighting, DRW) from epoch 160, started from CE's epoch-160 checkpoint by
 `experiments.compare`. LDAM-DRW keeps its released normalised head (`head=cosine`, scale 30,
-`ldam.scale=1`, `ldam.max_margin=15`: experiments/studies/standard_size.sh). Every 20 epochs the
+`ldam.scale=1`, `ldam.max_margin=15`: tools/standard_size.sh). Every 20 epochs the
 per-class training loss L_c, ρ and NC1–NC4 are logged (metrics.jsonl, class_history.jsonl; MR2's
 γ_k every 50 steps), for the terminal-phase claims.
 The rate steps match the release's: its `adjust_learning_rate` counts epochs from 1 (`epoch + 1`)

@@ -3,7 +3,7 @@ recipe of the standard-size study (issue 17) for every method. SGD 0.1, momentum
 2e-4, batch 128, pad-4 crop + flip, 2 warm-up epochs, ×0.1 at 80 % and ×0.01 at 90 % of 30 epochs;
 deferred methods (reweighting, DRW) from 80 % (epoch 24), where they start from CE's checkpoint
 (`experiments.compare` does this by itself). LDAM-DRW keeps its released head, the normalised one
-(`head=cosine`, scale 30, `ldam.scale=1`, `ldam.max_margin=15`: experiments/studies/standard_size.sh); on the
+(`head=cosine`, scale 30, `ldam.scale=1`, `ldam.max_margin=15`: tools/standard_size.sh); on the
 linear head its s = 30 would multiply unnormalised logits.
 Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
 """

@@ -1,5 +1,5 @@
 """Where long runs stand: for every run folder under the given folders (one holding a config.json:
-a training workdir, or a run parked by `experiments/studies/standard_size.sh --park`), its last
+a training workdir, or a run parked by `tools/standard_size.sh --park`), its last
 logged step of the total, the epoch, the loss, the training speed (median images/s of the last
 logging windows), the latest checkpoint and, at that speed, the hours left.
 

@@ -13,8 +13,8 @@ A study's runs are committed as `runs/<method>-seed<s>.json` (the run's summary.
 `<method>-seed<s>.config.json` and, where logged, `.metrics.jsonl` and `.class_history.jsonl`; they
 are linked into `<method>/seed<s>/` workdirs in a temporary folder, the layout
 `experiments.report.run_tables` reads. Which methods a report shows, in which order, and its reference are listed in `STUDIES` (the
-`--methods` of each `experiments.compare` call in `experiments/studies/run_studies.sh` and
-`experiments/studies/standard_size.sh`).
+`--methods` of each `experiments.compare` call in `tools/run_studies.sh` and
+`tools/standard_size.sh`).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ STUDIES = (
     # seeds all four have finished, and ERM against MR2 (paper form) on every seed both have.
     Study("cifar10_balanced", _from("cifar10_balanced/runs", *_BALANCED)),
     Study("cifar10_balanced/ce_vs_mr2", _from("cifar10_balanced/runs", "ce", "mr2")),
-    # Issue 39 (200 epochs; seed 0, trained on an H200 by experiments/studies/accelerator_runs.py):
+    # Issue 39 (200 epochs; seed 0, trained on an H200 by tools/accelerator_runs.py):
     # CIFAR-10-LT at the LDAM-DRW release's schedule, and balanced CIFAR-10 with ERM and MR2's two
     # forms.
     Study("cifar10_lt_200", _from("cifar10_lt_200/runs", "ce", "inverse_reweight", "logit_adjust",

@@ -209,7 +209,7 @@ def test_pipeline_config_is_checked():
 
 
 def test_the_numpy_pipeline_runs_without_grain_installed(tmp_path):
-  """The accelerator image has no grain (experiments/reference.sh runs from PYTHONPATH): the default
+  """The accelerator image has no grain (tools/reference.sh runs from PYTHONPATH): the default
   pipeline, checkpoints included, must not import it."""
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top

@@ -1,4 +1,4 @@
-"""experiments/studies/accelerator_runs.py: the chains (standard_size.sh's specs), the deadline, what
+"""tools/accelerator_runs.py: the chains (standard_size.sh's specs), the deadline, what
 is packed (checkpoints only where a run goes on from them) within the device tool's file limits, and
 the slimmed CIFAR-10 copy (the same images for every chain)."""
 
@@ -17,15 +17,15 @@ from experiments.common.errors import DataError
 from experiments.data.in_memory_sources import decode_jpegs
 from experiments.data.loading import load_data
 from experiments.data.long_tail import long_tail_indices
-from experiments.studies import accelerator_runs as ar
-from tests.harness.test_reference_script import cifar_folder
+from tools import accelerator_runs as ar
+from tests.tools.test_reference import cifar_folder
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10_jpeg"
 
 
 def _specs(study):
-  return subprocess.run(["bash", "experiments/studies/standard_size.sh", "--specs", study], cwd=REPO,
+  return subprocess.run(["bash", "tools/standard_size.sh", "--specs", study], cwd=REPO,
                         check=True, capture_output=True, text=True).stdout.split()
 
 

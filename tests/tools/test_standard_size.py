@@ -1,4 +1,4 @@
-"""experiments/studies/standard_size.sh: which runs it skips, and parking an unfinished run across sessions
+"""tools/standard_size.sh: which runs it skips, and parking an unfinished run across sessions
 (`--park` copies its config, logs and latest checkpoint under experiments/studies/results/<study>/unfinished/;
 the next start copies it back, and deletes it once the run has finished). Run in a scratch folder
 laid out like the checkout (the script reads `experiments/studies/results` relative to where it runs)."""
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "experiments" / "studies" / "standard_size.sh"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tools" / "standard_size.sh"
 
 
 def _functions(*names):
@@ -28,7 +28,7 @@ def _functions(*names):
 def _park(cwd):
   """`standard_size.sh --park w` in `cwd`, its Python the test's (with the checkout importable)."""
   env = {**os.environ, "PYTHON": sys.executable,
-         "PYTHONPATH": os.pathsep.join([str(SCRIPT.parents[2]), os.environ.get("PYTHONPATH", "")])}
+         "PYTHONPATH": os.pathsep.join([str(SCRIPT.parents[1]), os.environ.get("PYTHONPATH", "")])}
   return subprocess.run(["bash", str(SCRIPT), "--park", "w"], cwd=cwd, check=True,
                         capture_output=True, text=True, env=env).stdout
 

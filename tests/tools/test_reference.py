@@ -1,4 +1,4 @@
-"""experiments/reference.sh --smoke: the accelerator script's commands, end to end at tiny size on
+"""tools/reference.sh --smoke: the accelerator script's commands, end to end at tiny size on
 CPU, from a checkout without `pip install` of the project (PYTHONPATH), on a generated CIFAR-format
 folder (JPEG files packed like ../shared/data/cifar10_jpeg)."""
 
@@ -51,7 +51,7 @@ def test_reference_script_smoke(tmp_path):
   probe = subprocess.run(["python3", "-c", "import tensorflow_datasets"], env=env,
                          capture_output=True, text=True)
   assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr, probe.stderr
-  result = subprocess.run(["bash", "experiments/reference.sh", "--smoke", str(data), str(work)],
+  result = subprocess.run(["bash", "tools/reference.sh", "--smoke", str(data), str(work)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "reference.sh: done" in result.stdout
@@ -80,7 +80,7 @@ def test_reference_script_smoke(tmp_path):
 ])
 def test_reference_script_refuses_unknown_parts_and_thread_counts(tmp_path, variables, message):
   env = dict(os.environ, **variables)
-  result = subprocess.run(["bash", "experiments/reference.sh", "--smoke", str(tmp_path / "data"),
+  result = subprocess.run(["bash", "tools/reference.sh", "--smoke", str(tmp_path / "data"),
                            str(tmp_path / "work")], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=60)
   assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-command reference reproduction for an accelerator (issue 17, point 3), offline.
 #
-#   [PARTS="1 2 3"] [THREADS=8] bash experiments/reference.sh [--smoke] [DATA_DIR] [WORKDIR] [LT_SEEDS] [BALANCED_SEEDS]
+#   [PARTS="1 2 3"] [THREADS=8] bash tools/reference.sh [--smoke] [DATA_DIR] [WORKDIR] [LT_SEEDS] [BALANCED_SEEDS]
 #
 # 1. CIFAR-10-LT IF 100, the reweighting's network and optimiser with a cosine schedule
 #    (experiments/configs/cifar10_lt_cosine.py: ResNet-32, cosine head s = 30, 200 epochs, lr 0.3
@@ -21,7 +21,7 @@
 # issue 39's runs, experiments/studies/results/accelerator_logs/2026-12-04/): the ResNet-32 step at
 # batch 128 ran at 31.6 k images/s in one process with 2 host threads, and six processes sharing
 # the GPU at 5.1-5.4 k each (≈ 31.6 k together, the GPU at 100 %): ≈ 6.3 min for parts 1 and 2,
-# one process after another. experiments/studies/accelerator_runs.py runs the same commands as
+# one process after another. tools/accelerator_runs.py runs the same commands as
 # parallel chains within a deadline and packs the runs for the device tool. Part 3 is larger (the released recipe's three views, 3.9 k images/s per thread
 # here) and is not sized: PARTS="1 2" runs parts 1 and 2 alone, e.g. within a 10-minute call.
 # Reports: WORKDIR/cifar10_lt/report and WORKDIR/cifar10_balanced/report (same as experiments.compare).
@@ -29,11 +29,11 @@
 # Nothing is installed from a network: the project runs from this checkout (PYTHONPATH, no
 # `pip install .`, whose pins would replace the machine's JAX 0.11); the pure-Python packages the
 # accelerator image lacks (ml_collections, tensorboardX) come as wheels in .whl/ (made here by
-# `bash experiments/wheels.sh`) and are installed into /tmp/site. DATA_DIR holds the CIFAR-10 JPEG
+# `bash tools/wheels.sh`) and are installed into /tmp/site. DATA_DIR holds the CIFAR-10 JPEG
 # files (train.npz, test.npz as in ../shared/data/cifar10_jpeg; copy them into the checkout, e.g.
 # .data/cifar10_jpeg, since ../shared does not travel).
 # --smoke: the same commands at tiny size on any machine (a small CNN, 2 epochs, 30 images per
-# class, one seed): what tests/harness/test_reference_script.py runs on CPU.
+# class, one seed): what tests/tools/test_reference.py runs on CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 smoke=0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the pilot studies of experiments/studies/results/README.md (issue 6) on this CPU.
-# Usage: bash experiments/studies/run_studies.sh [CIFAR10_DIR] [WORKDIR] [MNIST_DIR]
+# Usage: bash tools/run_studies.sh [CIFAR10_DIR] [WORKDIR] [MNIST_DIR]
 # --noxla_cpu_tuning: the runs of studies 1, 2 and 4 used XLA's default CPU flags (most of them ran
 # before experiments/common/xla_cpu.py existed); with it they are rerun as committed. The imbalance-factor
 # sweep (study 1b, session 10) ran with the tuned flags (experiments/common/xla_cpu.py, 1.9x faster here).

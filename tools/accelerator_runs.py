@@ -1,7 +1,7 @@
 """Issue 39's 200-epoch studies on one accelerator, several `experiments.compare` processes at once,
 within a deadline, packed to come back from the device tool's $OUT.
 
-    python3 -m experiments.studies.accelerator_runs --data_dir=.data/cifar10_slim \
+    python3 -m tools.accelerator_runs --data_dir=.data/cifar10_slim \
         --workdir=/tmp/work --out="$OUT" --deadline_s=520 --jobs=6
 
 A *chain* is one `experiments.compare` process: a study's config, its methods (a deferred method after
@@ -10,7 +10,7 @@ the run it starts from: the reweighting after CE, from CE's epoch-160 checkpoint
 GPU (each allocates as it goes: XLA_PYTHON_CLIENT_PREALLOCATE=false), started in `chains` order:
 issue 39's (`cifar10_lt_200`, `cifar10_balanced_200`, the method specs of `standard_size.sh
 --specs`) for each of `--seeds`, then the reference script's parts 1 and 2
-(`experiments/reference.sh`). No chain starts with less than `START_MARGIN_S` left. At
+(`tools/reference.sh`). No chain starts with less than `START_MARGIN_S` left. At
 `--deadline_s` the running chains get SIGTERM (their process groups), and SIGKILL `GRACE_S` later.
 Sizing: on an H200 shared by six chains a 200-epoch CIFAR-10-LT run took 490 s and the reweighting's
 40 epochs after CE about 30 s more, so CE + reweighting needs a deadline of about 530 s with six
@@ -60,7 +60,7 @@ from experiments.common.errors import DataError
 from experiments.data import loading
 from experiments.studies import method_comparison
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 MAX_FILES = 7  # the device tool returns 8 files; the driver's own log is the 8th
 MAX_FILE_BYTES = 15 * 2**20  # under its 16 MiB per file
 MAX_TOTAL_BYTES = 60 * 2**20  # under its 64 MiB together
@@ -71,7 +71,7 @@ GRACE_S = 30  # between SIGTERM and SIGKILL at the deadline
 
 def _specs(study: str) -> list[str]:
   """STUDY's method specs from standard_size.sh (one list of the 200-epoch methods)."""
-  out = subprocess.run(["bash", str(REPO / "experiments/studies/standard_size.sh"), "--specs", study],
+  out = subprocess.run(["bash", str(REPO / "tools/standard_size.sh"), "--specs", study],
                        check=True, capture_output=True, text=True).stdout.split()
   if not out:
     raise ValueError(f"standard_size.sh --specs {study} printed no method")
@@ -393,7 +393,7 @@ def accelerator_command(args: flags.FlagValues) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  """`python -m experiments.studies.accelerator_runs`; `argv` (without the program name) runs it
+  """`python -m tools.accelerator_runs`; `argv` (without the program name) runs it
   from Python."""
   return cli.run_command(define_flags, accelerator_command, argv)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pure-Python packages experiments/reference.sh needs that the accelerator image lacks, as wheels
+# The pure-Python packages tools/reference.sh needs that the accelerator image lacks, as wheels
 # in .whl/ (git-ignored; carry it). Run here, where pip reaches the registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."

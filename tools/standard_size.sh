@@ -11,16 +11,16 @@
 # methods (the reweighting) start from CE's checkpoint at their start epoch when CE is in the same
 # invocation (trained there, or finished and back from its parking place: then only re-evaluated).
 # The reports are rebuilt by `python -m experiments.studies.regenerate_reports`.
-# When a session ends: `bash experiments/studies/standard_size.sh --park` (training stopped first)
+# When a session ends: `bash tools/standard_size.sh --park` (training stopped first)
 # exports the finished runs, and copies each unfinished run's config, logs and checkpoints (about
 # 4 MB each; the latest, and a deferred start epoch's when kept) to
 # experiments/studies/results/<study>/unfinished/<method>/seed<s>/ to be committed — and each
 # finished run's too while a method of its seed is still to train (a deferred method may start
 # from it). The next start copies them back into the work folder and resumes them, and deletes
 # the parked copies once their seed's invocation has finished.
-# Usage: bash experiments/studies/standard_size.sh [CIFAR10_DIR] [WORKDIR]
-#        bash experiments/studies/standard_size.sh --park [WORKDIR]
-#        bash experiments/studies/standard_size.sh --specs STUDY   (its method specs)
+# Usage: bash tools/standard_size.sh [CIFAR10_DIR] [WORKDIR]
+#        bash tools/standard_size.sh --park [WORKDIR]
+#        bash tools/standard_size.sh --specs STUDY   (its method specs)
 # Where the runs stand (step, speed, hours left), beside the training:
 #        python -m experiments.report.progress -- workdirs/cifar10_lt_200 experiments/studies/results/cifar10_lt_200/unfinished
 set -euo pipefail
@@ -74,7 +74,7 @@ export_finished() {
       --export_study="${study##*/}" --keep_existing --export_only
   done
 }
-# --specs STUDY: print STUDY's method specs, one per line (for experiments/studies/accelerator_runs.py).
+# --specs STUDY: print STUDY's method specs, one per line (for tools/accelerator_runs.py).
 if [[ ${1:-} == --specs ]]; then
   for spec in $(study_specs "${2:?--specs STUDY}"); do echo "$spec"; done
   exit 0
