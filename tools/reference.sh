@@ -18,7 +18,7 @@
 # (experiments/benchmarks/host_threads.py), so 8 threads keep up with a ResNet-32 step of ≈ 150 k
 # images/s even at half that rate per thread; at 11.9 M images, parts 1 and 2 take ≈ 10 min
 # at a step of 20 k images/s and ≈ 5 min at 40 k. Measured on an H200 on 2026-12-04 (JAX 0.11.2,
-# issue 39's runs, experiments/studies/results/accelerator_logs/2026-12-04/): the ResNet-32 step at
+# issue 39's runs, results/accelerator_logs/2026-12-04/): the ResNet-32 step at
 # batch 128 ran at 31.6 k images/s in one process with 2 host threads, and six processes sharing
 # the GPU at 5.1-5.4 k each (≈ 31.6 k together, the GPU at 100 %): ≈ 6.3 min for parts 1 and 2,
 # one process after another. tools/accelerator_runs.py runs the same commands as

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the pilot studies of experiments/studies/results/README.md (issue 6) on this CPU.
+# Regenerates the pilot studies of results/README.md (issue 6) on this CPU.
 # Usage: bash tools/run_studies.sh [CIFAR10_DIR] [WORKDIR] [MNIST_DIR]
 # --noxla_cpu_tuning: the runs of studies 1, 2 and 4 used XLA's default CPU flags (most of them ran
 # before experiments/common/xla_cpu.py existed); with it they are rerun as committed. The imbalance-factor
@@ -51,7 +51,7 @@ released=":views=3:augmentation=released"
 python -m experiments.compare --config=experiments/configs/study_pipelines_cifar10_lt.py \
   --config.data_dir="$data" --seeds=0,1,2 --workdir="$work/pipelines_cifar10_lt" \
   --methods=ce,released=ce$released,released_rw=inverse_reweight$released,etf_dr=etf_dr:head=etf:mixup_alpha=1.0,etf_dr_rw=etf_dr+inverse_reweight:head=etf:mixup_alpha=1.0,glmc=glmc,glmc_rw=glmc+inverse_reweight
-# The committed reports under experiments/studies/results/ (every report.md / comparison.json / plot, the
+# The committed reports under results/ (every report.md / comparison.json / plot, the
 # sweep table and the linear probe's tables) are rebuilt from the committed runs/ files, without
 # training, by one command (experiments/report/seed_stats.py: mean ± sample std, ddof = 1, paired per-seed Δ):
 #   python -m experiments.studies.regenerate_reports

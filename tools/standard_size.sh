@@ -3,10 +3,10 @@
 # long-tailed, 22-25 balanced):
 # 17.1 full CIFAR-10-LT IF 100 (`cifar10_lt_short.py`) and 17.2 balanced CIFAR-10, 1,000 per class
 # (`cifar10_balanced.py`). Seed by seed, so that each finished seed pairs every method. A (method,
-# seed) whose summary is already committed under experiments/studies/results/<study>/runs/ is skipped (work
+# seed) whose summary is already committed under results/<study>/runs/ is skipped (work
 # folders do not outlive a session on this machine); every other run is resumable
 # (`experiments.compare` resumes a run whose folder exists), so the script is simply started again
-# after an interruption. Each finished run is exported to experiments/studies/results/ as soon as its seed's
+# after an interruption. Each finished run is exported to results/ as soon as its seed's
 # invocation ends, or when the script parks, without rewriting the runs already there. Deferred
 # methods (the reweighting) start from CE's checkpoint at their start epoch when CE is in the same
 # invocation (trained there, or finished and back from its parking place: then only re-evaluated).
@@ -14,7 +14,7 @@
 # When a session ends: `bash tools/standard_size.sh --park` (training stopped first)
 # exports the finished runs, and copies each unfinished run's config, logs and checkpoints (about
 # 4 MB each; the latest, and a deferred start epoch's when kept) to
-# experiments/studies/results/<study>/unfinished/<method>/seed<s>/ to be committed — and each
+# results/<study>/unfinished/<method>/seed<s>/ to be committed — and each
 # finished run's too while a method of its seed is still to train (a deferred method may start
 # from it). The next start copies them back into the work folder and resumes them, and deletes
 # the parked copies once their seed's invocation has finished.
@@ -22,9 +22,9 @@
 #        bash tools/standard_size.sh --park [WORKDIR]
 #        bash tools/standard_size.sh --specs STUDY   (its method specs)
 # Where the runs stand (step, speed, hours left), beside the training:
-#        python -m experiments.report.progress -- workdirs/cifar10_lt_200 experiments/studies/results/cifar10_lt_200/unfinished
+#        python -m experiments.report.progress -- workdirs/cifar10_lt_200 results/cifar10_lt_200/unfinished
 set -euo pipefail
-results=experiments/studies/results
+results=results
 python=${PYTHON:-python}
 # LDAM-DRW keeps its own head, as in its released code (NormedLinear, s = 30): the cosine head at
 # scale 30 with the margin in its units (ldam.max_margin = 0.5 x 30, ldam.scale = 1). On the linear
@@ -64,7 +64,7 @@ missing() {
   echo "${out#,}"
 }
 # export_finished STUDY_DIR...: every finished run (a run folder with a summary.json) of each study
-# folder of the work folder copied to experiments/studies/results/<study>/runs/, where not there yet.
+# folder of the work folder copied to results/<study>/runs/, where not there yet.
 export_finished() {
   local study
   for study in "$@"; do

@@ -1,6 +1,6 @@
 """Copies the results and benchmark reports into the site at build time, with their plots.
 
-The studies' Markdown reports (`experiments/studies/results/**/*.md`, `experiments/benchmarks/RESULTS.md`)
+The studies' Markdown reports (`results/**/*.md`, `experiments/benchmarks/RESULTS.md`)
 stay where the runs write them; each build copies them to docs/_generated/ (their PNG plots beside
 them) and adds a toctree over them, so the site shows what the repository holds and never a copy
 that drifts. A link to a file the site does not copy (per-run JSON, configs, scripts) becomes a link
@@ -26,7 +26,7 @@ from sphinx.util import logging
 logger = logging.getLogger(__name__)
 
 # (source folder, destination under _generated, title of its index page).
-SOURCES = (("experiments/studies/results", "results", "Results on real data"),
+SOURCES = (("results", "results", "Results on real data"),
            ("experiments/benchmarks", "benchmarks", "Benchmarks"))
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
 

@@ -53,7 +53,7 @@ class ProbeSchedule(NamedTuple):
 
 
 # From `python -m experiments.studies.linear_probe select`
-# (experiments/studies/results/linear_probe/selection.json).
+# (results/linear_probe/selection.json).
 SCHEDULE = ProbeSchedule(learning_rate=0.01, epochs=30)
 METHODS = ("erm", "mr2", "reweight", "reweight_sg")
 # Setting name → (imbalance factor, methods). Reweighting's stop-gradient ablation only on LT.

@@ -4,7 +4,7 @@ logged step of the total, the epoch, the loss, the training speed (median images
 logging windows), the latest checkpoint and, at that speed, the hours left.
 
     python -m experiments.report.progress -- workdirs/cifar10_lt_200 \\
-        experiments/studies/results/cifar10_lt_200/unfinished
+        results/cifar10_lt_200/unfinished
 
 It reads the files only (config.json, metrics.jsonl, checkpoints/, summary.json): it can run beside
 the training it reports on.

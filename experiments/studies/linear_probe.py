@@ -11,9 +11,9 @@ Commands:
   python -m experiments.studies.linear_probe features --data_dir=../shared/data/cifar10_jpeg \
       --resolution=128
   python -m experiments.studies.linear_probe select  # lr / epochs on a validation split of train
-  python -m experiments.studies.linear_probe study --out=experiments/studies/results/linear_probe
+  python -m experiments.studies.linear_probe study --out=results/linear_probe
   python -m experiments.studies.linear_probe report \
-      --out=experiments/studies/results/linear_probe  # tables again
+      --out=results/linear_probe  # tables again
 
 Features: CIFAR-10 images (32 px) upsampled bilinearly to `resolution`, no augmentation (one view),
 not normalised afterwards (neither standardised nor L2-normalised: raw pooled ReLU6 activations, as
@@ -197,7 +197,7 @@ def define_flags(flag_values: flags.FlagValues) -> None:
                   "tried.", item=float, flag_values=flag_values)
   cli.define_list("epochs_grid", [10, 30, 100], "select: the numbers of epochs tried.", item=int,
                   flag_values=flag_values)
-  flags.DEFINE_string("out", "experiments/studies/results/linear_probe", "select, study, report: "
+  flags.DEFINE_string("out", "results/linear_probe", "select, study, report: "
                       "the results folder.", flag_values=flag_values)
   cli.define_list("seeds", list(range(10)), "study: the seeds.", item=int, flag_values=flag_values)
   cli.define_list("settings", list(SETTINGS), "study: the settings.", choices=list(SETTINGS),

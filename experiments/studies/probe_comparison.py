@@ -14,9 +14,9 @@ cross-entropy on both views, and the joint objective CE + λ·SupCon on the adap
 through SupCon's projection head (`mr2_jax.SupConProjection`, τ = 0.1, τ_b = 0.07); its paired
 reference is ERM on the same adapter and views (`erm_adapter`, λ = 0).
 
-    python -m experiments.studies.probe_comparison tune  --out=experiments/studies/results/probe_comparison
-    python -m experiments.studies.probe_comparison study --out=experiments/studies/results/probe_comparison
-    python -m experiments.studies.probe_comparison report --out=experiments/studies/results/probe_comparison
+    python -m experiments.studies.probe_comparison tune  --out=results/probe_comparison
+    python -m experiments.studies.probe_comparison study --out=results/probe_comparison
+    python -m experiments.studies.probe_comparison report --out=results/probe_comparison
 
 `tune` trains every candidate of each method's grid (`METHODS` in
 `experiments.studies.probe_comparison_methods`, beside the training of one run and the tuning) on
@@ -135,7 +135,7 @@ def report_command(args: flags.FlagValues) -> None:
 def define_flags(flag_values: flags.FlagValues) -> None:
   """The flags of the three commands (`--seeds` is study's)."""
   cli.define_xla_cpu_tuning(flag_values)
-  flags.DEFINE_string("out", "experiments/studies/results/probe_comparison", "The results folder.",
+  flags.DEFINE_string("out", "results/probe_comparison", "The results folder.",
                       flag_values=flag_values)
   flags.DEFINE_integer("resolution", RESOLUTION, "The cached features' image size.",
                        flag_values=flag_values)

@@ -1,10 +1,10 @@
-"""Rebuild every committed report under experiments/studies/results/ from the committed per-run files,
+"""Rebuild every committed report under results/ from the committed per-run files,
 without training: the comparison reports (report.md, comparison.json, PNG plots) with
 `experiments.report.run_tables`, the imbalance-factor table (sweep.md, sweep.json) with
 `experiments.report.sweep_table`, and the linear probe's results.json / tables.md / plots with
 `experiments.studies.linear_probe report`.
 
-    python -m experiments.studies.regenerate_reports                 # all of experiments/studies/results/
+    python -m experiments.studies.regenerate_reports                 # all of results/
     python -m experiments.studies.regenerate_reports --results DIR   # a copy elsewhere
     python -m experiments.studies.regenerate_reports --export=WORKDIR --export_study=STUDY
                                                       # a compare workdir's runs first
@@ -12,9 +12,9 @@ without training: the comparison reports (report.md, comparison.json, PNG plots)
 A study's runs are committed as `runs/<method>-seed<s>.json` (the run's summary.json) beside
 `<method>-seed<s>.config.json` and, where logged, `.metrics.jsonl` and `.class_history.jsonl`; they
 are linked into `<method>/seed<s>/` workdirs in a temporary folder, the layout
-`experiments.report.run_tables` reads. Which methods a report shows, in which order, and its reference are listed in `STUDIES` (the
-`--methods` of each `experiments.compare` call in `tools/run_studies.sh` and
-`tools/standard_size.sh`).
+`experiments.report.run_tables` reads. Which methods a report shows, in which order, and its
+reference are listed in `STUDIES` (the `--methods` of each `experiments.compare` call in
+`tools/run_studies.sh` and `tools/standard_size.sh`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from experiments.report import run_tables
 from experiments.report import sweep_table
 from experiments.studies import linear_probe
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+# The committed results sit at the top of the checkout, outside the code folders.
+RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results"
 RUN_FILES = {"json": "summary.json", "metrics.jsonl": "metrics.jsonl",
              "class_history.jsonl": "class_history.jsonl", "config.json": "config.json"}
 IF_SWEEP = ("IF 50", "if_sweep/if50"), ("IF 100", "if_sweep/if100"), ("IF 200", "if_sweep/if200")

@@ -1,7 +1,7 @@
 """tools/standard_size.sh: which runs it skips, and parking an unfinished run across sessions
-(`--park` copies its config, logs and latest checkpoint under experiments/studies/results/<study>/unfinished/;
+(`--park` copies its config, logs and latest checkpoint under results/<study>/unfinished/;
 the next start copies it back, and deletes it once the run has finished). Run in a scratch folder
-laid out like the checkout (the script reads `experiments/studies/results` relative to where it runs)."""
+laid out like the checkout (the script reads `results` relative to where it runs)."""
 
 import os
 import pathlib
@@ -39,11 +39,11 @@ def _bash(script, cwd):
 
 
 def test_missing_lists_the_runs_not_committed(tmp_path):
-  runs = tmp_path / "experiments/studies/results/study/runs"
+  runs = tmp_path / "results/study/runs"
   runs.mkdir(parents=True)
   (runs / "ce-seed1.json").write_text("{}")
   (runs / "mr2_inverse_reweight-seed1.json").write_text("{}")
-  out = _bash("results=experiments/studies/results\n" + _functions("folder", "missing") + "\n"
+  out = _bash("results=results\n" + _functions("folder", "missing") + "\n"
               "missing study 1 ce mr2+inverse_reweight ldam=ldam_drw:head=cosine\n"
               "missing study 2 ce mr2+inverse_reweight\n", tmp_path)
   assert out.splitlines() == ["ldam=ldam_drw:head=cosine", "ce,mr2+inverse_reweight"]
@@ -62,16 +62,16 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   (finished / "checkpoints/500").mkdir(parents=True)
   (finished / "summary.json").write_text("{}")
   (work / "study/la/seed2").mkdir(parents=True)  # no checkpoint yet: nothing to park
-  (tmp_path / "experiments/studies/results/study").mkdir(parents=True)
+  (tmp_path / "results/study").mkdir(parents=True)
 
   out = _park(tmp_path)
-  park = tmp_path / "experiments/studies/results/study/unfinished/ce/seed2"
+  park = tmp_path / "results/study/unfinished/ce/seed2"
   # The finished run is exported (its study is not one of the script's: nothing is left to train
   # there, so it is not parked); the unfinished one is parked.
   assert out.splitlines() == [
       f"parked w/study/ce/seed2 (step 1000) in {park.relative_to(tmp_path)}",
-      "exported experiments/studies/results/study/runs/ce-seed1.json"]
-  assert (tmp_path / "experiments/studies/results/study/runs/ce-seed1.json").read_text() == "{}"
+      "exported results/study/runs/ce-seed1.json"]
+  assert (tmp_path / "results/study/runs/ce-seed1.json").read_text() == "{}"
   assert sorted(str(p.relative_to(park)) for p in park.rglob("*") if p.is_file()) == [
       "checkpoints/1000/data", "checkpoints/500/data", "config.json", "metrics.jsonl"]
 
@@ -79,13 +79,13 @@ def test_park_then_unpark_then_delete_when_finished(tmp_path):
   # only once the run has its summary.
   import shutil  # pylint: disable=g-import-not-at-top
   shutil.rmtree(work)
-  prelude = "work=w\nresults=experiments/studies/results\n" + _functions("unpark", "unpark_done") + "\n"
+  prelude = "work=w\nresults=results\n" + _functions("unpark", "unpark_done") + "\n"
   _bash(prelude + "unpark study\nunpark_done study\n", tmp_path)
   assert (work / "study/ce/seed2/checkpoints/1000/data").read_text() == "1000"
   assert park.is_dir()  # still training: kept
   (work / "study/ce/seed2/summary.json").write_text("{}")
   _bash(prelude + "unpark_done study\n", tmp_path)
-  assert not (tmp_path / "experiments/studies/results/study/unfinished").exists()
+  assert not (tmp_path / "results/study/unfinished").exists()
 
 
 def _finished_run(run, steps=(15360, 19200)):
@@ -99,14 +99,14 @@ def test_park_keeps_a_finished_reference_while_its_seed_has_methods_to_train(tmp
   # CE of cifar10_lt_200 finished (keeping its epoch-160 checkpoint); the reweighting, which starts
   # from it, has not: CE is parked (with its summary) so that the next start can still start from
   # it, and exported.
-  results = tmp_path / "experiments/studies/results/cifar10_lt_200"
+  results = tmp_path / "results/cifar10_lt_200"
   work = tmp_path / "w"
   _finished_run(work / "cifar10_lt_200/ce/seed0")
   out = _park(tmp_path)
   park = results / "unfinished/ce/seed0"
   assert out.splitlines() == [
       f"parked w/cifar10_lt_200/ce/seed0 (step 19200) in {park.relative_to(tmp_path)}",
-      "exported experiments/studies/results/cifar10_lt_200/runs/ce-seed0.json"]
+      "exported results/cifar10_lt_200/runs/ce-seed0.json"]
   assert sorted(p.name for p in (park / "checkpoints").iterdir()) == ["15360", "19200"]
   assert (park / "summary.json").exists()
 
@@ -114,7 +114,7 @@ def test_park_keeps_a_finished_reference_while_its_seed_has_methods_to_train(tmp
   # still to train (compare only re-evaluates it and starts the reweighting from it).
   import shutil  # pylint: disable=g-import-not-at-top
   shutil.rmtree(work)
-  prelude = ("work=w\nresults=experiments/studies/results\n"
+  prelude = ("work=w\nresults=results\n"
              + _functions("folder", "missing", "unpark", "with_reference") + "\n")
   out = _bash(prelude + "unpark cifar10_lt_200\nwith_reference cifar10_lt_200 0 ce "
               "\"$(missing cifar10_lt_200 0 ce inverse_reweight logit_adjust)\"\n", tmp_path)
