@@ -13,10 +13,16 @@ below it (checked by tests/harness/test_layout.py):
     train    train state, the step, runners (jit / pmap / shard_map), checkpoints, the loop
     report   seed statistics, tables and plots over finished runs, the diagnosis
     probe    linear probes on frozen features
-    studies  methods × seeds on one recipe, the one-off studies, their scripts and results/
+    studies  methods × seeds on one recipe, the one-off studies, the reports' rebuild
     benchmarks  timing of the pieces above
 
-The entry points stay at the top: `python -m experiments.main` (one run), `compare` (methods ×
-seeds), `demo` (the main job on the embedded data), `launch` (multi-process on one machine) and
-`diagnose` (a run's per-class diagnosis).
+The entry points are the commands at the top: `python -m experiments.main` (one run), `compare`
+(methods × seeds), `demo` (the main job on the embedded data), `launch` (multi-process on one
+machine) and `diagnose` (a run's per-class diagnosis). A command that belongs to one package keeps
+its `main` in its module, run as `python -m experiments.<package>.<module>`: every benchmark, the
+study commands (`studies.linear_probe`, `studies.probe_comparison`, `studies.regenerate_reports`),
+the reports over finished runs (`report.run_tables`, `report.sweep_table`, `report.progress`) and
+the ArrayRecord conversion (`data.sources`). No other module has a `__main__`
+(tests/harness/test_layout.py). The committed results are in the checkout's `results/`, the
+operational scripts (accelerator runs, parking, the reference script, wheels) in `tools/`.
 """

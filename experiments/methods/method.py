@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import jax
 
 from experiments.common.errors import INF
+from experiments.data.batches import PairDraw
 
 # The two ranges most fields have, as `ConfigTree.ranges` writes them.
 POSITIVE = ((0, False), (INF, False))
@@ -132,7 +133,7 @@ class Recipe:
   model: Callable[[Any, Any], Any] | None = None
   views: int = 1
   sampler: Callable[..., tuple] | None = None
-  pair: Callable[[Any, Any], Callable[..., dict]] | None = None
+  pair: Callable[[Any, Any], Callable[..., PairDraw]] | None = None
   mix: Callable[[dict], tuple[Any, Mix]] | None = None
   indices: bool = False
   epoch_end: Callable[..., dict] | None = None

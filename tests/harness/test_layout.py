@@ -15,6 +15,11 @@ HARNESS = ROOT / "experiments"
 LAYERS = ("common", "data", "models", "methods", "losses", "configs", "train", "report", "probe",
           "studies", "benchmarks")
 ENTRY_POINTS = ("main", "compare", "demo", "launch", "diagnose")  # `python -m experiments.<name>`
+# Commands that belong to one package keep their `main` in their module (`python -m
+# experiments.<package>.<module>`): these, and any benchmark. experiments/__init__.py names each.
+PACKAGE_COMMANDS = ("data.sources", "report.run_tables", "report.sweep_table", "report.progress",
+                    "studies.linear_probe", "studies.probe_comparison",
+                    "studies.regenerate_reports")
 # Dependencies a module may import inside a function, because a run can do without them (an
 # accelerator image without grain, plots without a display, PyTorch only for references).
 OPTIONAL = ("grain", "torch", "torchvision", "timm", "matplotlib", "tensorflow_datasets",
@@ -94,6 +99,29 @@ def test_the_packages_are_the_documented_layers():
   assert packages == set(LAYERS)
   top = {p.stem for p in HARNESS.glob("*.py")} - {"__init__"}
   assert top == set(ENTRY_POINTS)
+
+
+def runs_as_a_command(path: pathlib.Path) -> bool:
+  """Whether the module has an `if __name__ == "__main__":` block."""
+  return any(isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+             and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+             and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                     for c in node.test.comparators)
+             for node in ast.parse(path.read_text()).body)
+
+
+def test_entry_points_are_where_the_harness_says():
+  """A `__main__` only in the top-level commands, the listed package commands and the benchmarks;
+  each listed command has one, and experiments/__init__.py names it."""
+  commands = {name.removeprefix("experiments.") for name, path in MODULES.items()
+              if runs_as_a_command(path)}
+  allowed = set(ENTRY_POINTS) | set(PACKAGE_COMMANDS)
+  stray = sorted(c for c in commands - allowed if not c.startswith("benchmarks."))
+  assert not stray, f"modules with a __main__ that experiments/__init__.py does not list: {stray}"
+  assert not allowed - commands, f"listed commands without a __main__: {sorted(allowed - commands)}"
+  said = (HARNESS / "__init__.py").read_text()
+  unsaid = [c for c in PACKAGE_COMMANDS if f"`{c}`" not in said]
+  assert not unsaid, f"experiments/__init__.py does not name the commands {unsaid}"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
