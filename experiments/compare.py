@@ -3,10 +3,11 @@
     python -m experiments.compare                       # embedded long-tailed digits
     python -m experiments.compare --config=experiments/configs/cifar10_lt.py \
         --config.data_dir=../shared/data/cifar10_jpeg --methods=ce,ldam_drw,inverse_reweight \
-        --seeds=0,1,2 --workdir=workdirs/c10lt
+        --seeds=0,1,2 --workdir=workdirs/c10lt [--stack_seeds]
 
 Each (method, seed) is a run of `experiments.train.loop` in `<workdir>/<method>/seed<s>` (resumed if it
-exists); the report (Markdown tables, comparison.json, PNG plots) goes to `<workdir>/report`.
+exists; with `--stack_seeds` a method's seeds train as one vmapped program, each with its solo
+run's files); the report (Markdown tables, comparison.json, PNG plots) goes to `<workdir>/report`.
 The first method is the reference (ERM) that fixes the Easy / Medium / Hard groups.
 """
 
@@ -36,6 +37,10 @@ _METHODS = flags.DEFINE_list(
 
 
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
+_STACK_SEEDS = flags.DEFINE_bool(
+    "stack_seeds", False,
+    "Train a method's seeds as one program, the seeds on a vmapped leading axis of the train state "
+    "and the batch (experiments.train.seed_axis); each seed's files are those of its solo run.")
 _XLA_CPU_TUNING = flags.DEFINE_bool(
     "xla_cpu_tuning", True, "Add experiments.common.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
 _REPORT_DIR = flags.DEFINE_string("report_dir", None,
@@ -59,7 +64,8 @@ def main(argv):
   report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
   with cli.one_line_errors():
     markdown = method_comparison.compare(base, _METHODS.value, seeds, workdir, report_dir,
-                                  start_deferred_from_reference=_SHARE_REFERENCE.value)
+                                  start_deferred_from_reference=_SHARE_REFERENCE.value,
+                                  stack_seeds=_STACK_SEEDS.value)
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
         f"final-epoch test accuracy (%), {seed_stats.MEAN_STD} over seeds {seeds}; groups from "
         f"{method_comparison.parse_method(_METHODS.value[0])[0]}:\n")

@@ -12,6 +12,7 @@ from experiments.train import checkpoints
 from experiments.report import run_tables
 from experiments import losses
 from experiments.train import loop
+from experiments.train import seed_axis
 from experiments.common import overrides
 from experiments.common.errors import ConfigError
 from experiments.configs import default
@@ -69,8 +70,10 @@ class RunCounter:
   def __init__(self, total: int):
     self.total, self.done, self.began = total, 0, time.perf_counter()
 
-  def starting(self, what: str) -> str:
-    line = f"run {self.done + 1} of {self.total}: {what}"
+  def starting(self, what: str, runs: int = 1) -> str:
+    first = self.done + 1
+    which = f"run {first}" if runs == 1 else f"runs {first}-{first + runs - 1}"
+    line = f"{which} of {self.total}: {what}"
     elapsed = time.perf_counter() - self.began
     if self.done:
       left = elapsed / self.done * (self.total - self.done)
@@ -82,7 +85,8 @@ class RunCounter:
 
 
 def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path, *,
-            start_deferred_from_reference: bool = True, counter: RunCounter | None = None) -> str:
+            start_deferred_from_reference: bool = True, counter: RunCounter | None = None,
+            stack_seeds: bool = False) -> str:
   """Trains every (method, seed) in `workdir` (resuming finished or partial runs) and writes the
   report; returns its Markdown. The first method is the reference (ERM).
 
@@ -90,6 +94,9 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
   earlier method of the list (same seed) whose run it equals until then (`shares_reference`: its
   `before` loss, the same config but for the loss): the reference for reweighting after CE, a
   pipeline's own run for the reweighting inside it (ETF-DR, GLMC, the released recipe's views).
+
+  With `stack_seeds`, a method's seeds train as one program (`experiments.train.seed_axis`: the
+  seeds on a vmapped leading axis), each in the folder and with the files of its solo run.
 
   Before each run it prints "run i of n" with the time elapsed and about how long is left
   (`RunCounter`; pass one `counter` to count over several calls)."""
@@ -100,23 +107,42 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
     default.validate(method_config(base, spec, seeds[0])[1])  # all checked before any run
   for spec in specs:
     method = parse_method(spec)[0]
-    runs[method], configs = [], {}
-    for seed in seeds:
-      _, config = method_config(base, spec, seed)
-      configs[seed] = json.loads(config.to_json_best_effort())
-      start = losses.start_epoch(config)
-      source = deferred_source(config, [(name, loss, before[seed])
-                                        for name, loss, before in earlier])
-      if start_deferred_from_reference and source is not None:
-        config.init_from = f"{run_dir(workdir, source, seed).resolve()}:{start}"
-      print(counter.starting(f"{method}, seed {seed}"), flush=True)
+    configs, records = seed_configs(base, spec, seeds, workdir, earlier,
+                                    start_deferred_from_reference)
+    runs[method] = [run_dir(workdir, method, seed) for seed in seeds]
+    groups = [list(range(len(seeds)))] if stack_seeds else [[i] for i in range(len(seeds))]
+    for group in groups:
+      names = ", ".join(f"seed {seeds[i]}" for i in group)
+      print(counter.starting(f"{method}, {names}", len(group)), flush=True)
       began = time.perf_counter()
-      summary = loop.train_and_evaluate(config, run_dir(workdir, method, seed))
-      counter.finished()
-      shared = f", epochs 0-{start} from {source}" if config.init_from else ""
-      print(f"{method:>22s} seed {seed}: test accuracy {100 * summary['overall_accuracy']:5.1f} %"
-            f"  ({time.perf_counter() - began:.0f} s, {summary['steps']} steps{shared})",
-            flush=True)
-      runs[method].append(run_dir(workdir, method, seed))
-    earlier.append((method, parse_method(spec)[1], configs))
+      if stack_seeds:
+        summaries = seed_axis.train_and_evaluate_seeds([configs[i] for i in group],
+                                                       [runs[method][i] for i in group])
+      else:
+        summaries = [loop.train_and_evaluate(configs[group[0]], runs[method][group[0]])]
+      for i, summary in zip(group, summaries):
+        counter.finished()
+        source = configs[i].init_from
+        shared = (f", epochs 0-{losses.start_epoch(configs[i])} from "
+                  f"{pathlib.Path(source.rsplit(':', 1)[0]).parent.name}" if source else "")
+        print(f"{method:>22s} seed {seeds[i]}: test accuracy "
+              f"{100 * summary['overall_accuracy']:5.1f} %  ({time.perf_counter() - began:.0f} s"
+              f"{' for the stacked seeds' if stack_seeds else ''}, {summary['steps']} steps"
+              f"{shared})", flush=True)
+    earlier.append((method, parse_method(spec)[1], records))
   return run_tables.write_report(runs, reference_name, report_dir)
+
+
+def seed_configs(base, spec, seeds, workdir: pathlib.Path, earlier, start_deferred: bool):
+  """(the method's config per seed, {seed: config JSON as specified}): a deferred method's config
+  starts from its source run's checkpoint of the same seed (`deferred_source`) when
+  `start_deferred`."""
+  configs, records = [], {}
+  for seed in seeds:
+    _, config = method_config(base, spec, seed)
+    records[seed] = json.loads(config.to_json_best_effort())
+    source = deferred_source(config, [(name, loss, before[seed]) for name, loss, before in earlier])
+    if start_deferred and source is not None:
+      config.init_from = f"{run_dir(workdir, source, seed).resolve()}:{losses.start_epoch(config)}"
+    configs.append(config)
+  return configs, records

@@ -122,8 +122,10 @@ def save(checkpoint_manager: ocp.CheckpointManager, step: int, host_state,
   checkpoint_manager.save(step, args=ocp.args.Composite(**items))
 
 
-def _restore_step(checkpoint_manager: ocp.CheckpointManager, step: int, template,
+def restore_step(checkpoint_manager: ocp.CheckpointManager, step: int, template,
                   input_state: bool = False):
+  """Checkpoint `step` as a state like `template` (host values), checked against its digest; with
+  `input_state`, (state, the input pipeline's position saved with it, or None)."""
   where = checkpoint_manager.directory / str(step)
   items = dict(state=ocp.args.StandardRestore(to_checkpoint(template)),
                integrity=ocp.args.JsonRestore())
@@ -158,7 +160,7 @@ def restore_latest(checkpoint_manager: ocp.CheckpointManager, template, *,
   """
   for step in sorted(checkpoint_manager.all_steps(), reverse=True):
     try:
-      return _restore_step(checkpoint_manager, step, template, input_state)
+      return restore_step(checkpoint_manager, step, template, input_state)
     except CheckpointError as error:
       older = [s for s in checkpoint_manager.all_steps() if s < step]
       if not resume_from_previous:
@@ -288,7 +290,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
                       f"(step {step}); it kept epochs {kept}")
   source_template = template.replace(
       loss_state=losses.init_loss_state(_config_with_loss(config, before["loss"]), num_classes))
-  restored = _restore_step(source_manager, step, source_template)
+  restored = restore_step(source_manager, step, source_template)
   loss_state = {**template.loss_state, **{k: v for k, v in restored.loss_state.items()
                                           if k in template.loss_state}}
   return restored.replace(loss_state=loss_state)

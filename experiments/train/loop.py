@@ -212,8 +212,8 @@ def train(run: Plan, manager, state, input_state):
   return runner, state, step
 
 
-def summarize(run: Plan, runner, state, step: int) -> dict[str, Any]:
-  """The final evaluation with what made the run (summary.json)."""
+def summarize(run: Plan, runner, state, step: int, record: dict | None = None) -> dict[str, Any]:
+  """The final evaluation with what made the run (summary.json), and `record` (how it ran)."""
   config = run.config
   summary = evaluation.final_evaluation(config, runner, state, run.train, run.validation, run.test,
                                         run.train.num_classes, process_index=jax.process_index(),
@@ -222,7 +222,7 @@ def summarize(run: Plan, runner, state, step: int) -> dict[str, Any]:
                  dataset=config.dataset, imbalance_factor=config.imbalance_factor,
                  seed=config.seed, parallel=config.parallel, num_devices=runner.num_devices,
                  num_processes=jax.process_count(), runtime=runtime_info(), **run.sample_record,
-                 **run.encoder_record)
+                 **run.encoder_record, **(record or {}))
   if jax.process_index() == 0:
     (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
   return summary

@@ -39,13 +39,13 @@ def divergence_error(first_step, host_state, manager, loss_name: str) -> Floatin
 class Events:
   """The loop's work after each step of a run (`loop.Plan`), on its runner and checkpoints."""
 
-  def __init__(self, run, runner, manager, start_step: int):
+  def __init__(self, run, runner, manager, start_step: int, *, show_progress: bool = True):
     self.run, self.runner, self.manager = run, runner, manager
     config = run.config
     is_main = jax.process_index() == 0
     self.writer = metric_writer.MetricWriter(run.workdir, is_main, start_step)
     self.progress = None
-    if config.progress_bar and is_main:
+    if config.progress_bar and is_main and show_progress:
       # optional: tqdm only for the progress bar (config.progress_bar)
       from tqdm import tqdm  # pylint: disable=g-import-not-at-top
       self.progress = tqdm(total=run.total_steps * config.batch_size,
@@ -60,12 +60,31 @@ class Events:
   def after_step(self, step: int, state, metrics, input_state):
     """Everything due after global step `step` (1-based); returns the state (an epoch-end pass
     changes its loss state)."""
-    run, config = self.run, self.run.config
+    self.count(metrics)
+    return self.at(step, state, metrics, input_state) if self.due(step) else state
+
+  def count(self, metrics) -> None:
+    """One step's metrics added to the logging window."""
     self.window = metric_writer.accumulate(self.window, metrics)
     self.window_steps += 1
     if self.progress is not None:
-      self.progress.update(config.batch_size)
-    if step % config.log_every_steps == 0 or step == run.total_steps:
+      self.progress.update(self.run.config.batch_size)
+
+  def logs(self, step: int) -> bool:
+    """Whether the logging window ends at `step`."""
+    return step % self.run.config.log_every_steps == 0 or step == self.run.total_steps
+
+  def due(self, step: int) -> bool:
+    """Whether `at` has anything to do after `step`: a logging window, an epoch, a checkpoint."""
+    config = self.run.config
+    return (self.logs(step) or step % self.run.steps_per_epoch == 0
+            or step % config.checkpoint_every_steps == 0)
+
+  def at(self, step: int, state, metrics, input_state):
+    """The events of `step` once its metrics are counted (`due`): the logging window, the epoch's
+    passes, the checkpoint; returns the state."""
+    run, config = self.run, self.run.config
+    if self.logs(step):
       self.log_window(step, state)
     epoch, epoch_ended = divmod(step, run.steps_per_epoch)
     if epoch_ended == 0:

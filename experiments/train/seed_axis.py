@@ -1,0 +1,307 @@
+"""Seeds as a batch axis: S runs of one config that differ only in `seed` (and, for a deferred
+method, the run each starts from: `init_from`) trained as one program.
+
+    summaries = seed_axis.train_and_evaluate_seeds([config_0, config_1, config_2],
+                                                   [workdir_0, workdir_1, workdir_2])
+
+Each seed is planned and started as its solo run (`loop.plan`, `loop.start`: its data, its initial
+state from `jax.random.key(seed)`, its workdir, checkpoints and the run it starts from). Their
+train states — parameters, optimiser state, BatchNorm statistics, the loss's class statistics and
+state, the dropout key — are stacked on a leading axis of size S and trained by one `jax.vmap`ped
+`steps.train_step`, on a batch stacked from the S solo input pipelines: each seed sees exactly the
+rows, crops and flips of its solo run. What a solo run does after a step (`loop_events.Events`:
+the logging window, the epoch's passes, the checkpoint) is done per seed on that seed's slice, in
+its own workdir, so checkpoints, resume, metrics.jsonl, summary.json and the reports are those of
+S separate runs; `compare --stack_seeds` trains a method's seeds this way.
+
+The numbers equal the solo runs' up to float order: a batched convolution may sum in another order
+than S separate ones (tests/harness/train/test_seed_axis.py measures the difference on digits).
+Runs under `parallel` 'none' (one device) and 'jit' (the batch axis sharded over a mesh, the seed
+axis not); 'pmap' and 'shard_map' name their collective axis inside the step and are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from experiments import losses
+from experiments.common.errors import ConfigError
+from experiments.common.errors import DataError
+from experiments.data import input_pipeline
+from experiments.train import checkpoints
+from experiments.train import device_input
+from experiments.train import loop
+from experiments.train import loop_events
+from experiments.train import metric_writer
+from experiments.train import runners
+from experiments.train import steps
+
+# The fields in which the stacked runs may differ; every other field is the program's.
+PER_SEED_FIELDS = ("seed", "init_from")
+PARALLEL = ("none", "jit")
+
+
+def stack(trees: Sequence[Any]) -> Any:
+  """The trees' leaves stacked on a new leading axis, in the structure of the first tree (the
+  train states of different seeds hold equal but distinct `apply_fn` and `tx` objects)."""
+  treedef = jax.tree.structure(trees[0])
+  columns = zip(*(jax.tree.leaves(tree) for tree in trees))
+  return jax.tree.unflatten(treedef, [jnp.stack(column) for column in columns])
+
+
+def take(tree: Any, seed_index: int) -> Any:
+  """Seed `seed_index`'s slice of a stacked tree."""
+  return jax.tree.map(lambda leaf: leaf[seed_index], tree)
+
+
+def check_stackable(configs: Sequence[ml_collections.ConfigDict]) -> None:
+  """Raises `ConfigError` unless the configs differ in `PER_SEED_FIELDS` only and name distinct
+  seeds."""
+  if not configs:
+    raise ConfigError("seed axis: no config given")
+  seeds = [config.seed for config in configs]
+  if len(set(seeds)) != len(seeds):
+    raise ConfigError(f"seed axis: the seeds {seeds} repeat")
+  if configs[0].parallel not in PARALLEL:
+    raise ConfigError(f"seed axis: config.parallel={configs[0].parallel!r} is not one of "
+                      f"{PARALLEL} (the stacked step has no collective axis)")
+
+  def shared(config):
+    fields = json.loads(config.to_json_best_effort())
+    return {k: v for k, v in fields.items() if k not in PER_SEED_FIELDS}
+  first = shared(configs[0])
+  for config in configs[1:]:
+    other = shared(config)
+    differing = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+    if differing:
+      raise ConfigError(f"seed axis: the configs of seeds {configs[0].seed} and {config.seed} "
+                        f"differ in {differing}; only {PER_SEED_FIELDS} may differ")
+
+
+def check_same_program(runs: Sequence[loop.Plan]) -> None:
+  """Raises `ConfigError` unless the planned runs train the same steps (a JTT sampler's epoch or a
+  long-tailed subset may differ in size per seed)."""
+  for run in runs[1:]:
+    for field in ("steps_per_epoch", "total_steps", "views", "task", "process_batch"):
+      if getattr(run, field) != getattr(runs[0], field):
+        raise ConfigError(f"seed axis: seed {run.config.seed}'s {field} "
+                          f"({getattr(run, field)}) differs from seed {runs[0].config.seed}'s "
+                          f"({getattr(runs[0], field)}); train these seeds as separate runs")
+
+
+@dataclasses.dataclass(frozen=True)
+class StackedRunner:
+  """The vmapped train step and the layouts it takes.
+
+  Attributes:
+    step: (stacked state, stacked batch) → (stacked state, stacked metrics), the state donated.
+    place_state: a stacked host state → the step's layout.
+    place_batch: a stacked host batch [S, B/P, ...] → the step's layout.
+  """
+  step: Callable[[Any, dict], tuple[Any, dict]]
+  place_state: Callable[[Any], Any]
+  place_batch: Callable[[dict], dict]
+
+
+def make_stacked_runner(parallel: str, loss_fn, task: steps.Task, learning_rate_fn,
+                        devices=None) -> StackedRunner:
+  """`steps.train_step` vmapped over the leading (seed) axis of the state and the batch, jitted:
+  on one device ('none'), or with the batch axis sharded over a mesh of `devices` ('jit')."""
+  train = jax.vmap(functools.partial(steps.train_step, loss_fn=loss_fn, task=task,
+                                     learning_rate_fn=learning_rate_fn, axis_name=None))
+  step = jax.jit(train, donate_argnums=(0,))
+  if parallel == "none":
+    return StackedRunner(step, lambda state: state, lambda batch: batch)
+  if parallel != "jit":
+    raise ConfigError(f"seed axis: parallel {parallel!r} is not one of {PARALLEL}")
+  layout = runners._MeshLayout(devices, axis_types=(jax.sharding.AxisType.Auto,))  # pylint: disable=protected-access
+  rows = jax.sharding.NamedSharding(layout.mesh, jax.sharding.PartitionSpec(None, runners.AXIS))
+
+  def place_batch(batch):
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(rows, x), batch)
+  return StackedRunner(step, layout.place_state, place_batch)
+
+
+def start_seeds(runs: Sequence[loop.Plan], resume_from_previous: bool):
+  """(managers, states, input states, step): each seed started as its solo run (`loop.start`), at
+  one common step. Checkpoints are written seed after seed, so a run killed between two of them
+  leaves the first seeds one checkpoint ahead: those resume from the common (older) step, their
+  later checkpoints deleted (training is deterministic: the same states are written again)."""
+  started = [loop.start(run, resume_from_previous) for run in runs]
+  managers = [manager for manager, _, _ in started]
+  latest = [manager.latest_step() for manager in managers]
+  if len(set(latest)) == 1:
+    return managers, [s for _, s, _ in started], [i for _, _, i in started], int(started[0][1].step)
+  if None in latest:
+    raise checkpoints.CheckpointError(
+        "seed axis: some seeds have checkpoints (latest steps "
+        f"{dict(zip([run.config.seed for run in runs], latest))}) and others none; remove the "
+        "seeds' checkpoints folders to start afresh, or train the seeds as separate runs")
+  common = min(latest)
+  states, input_states = [], []
+  for run, manager, (_, state, input_state) in zip(runs, managers, started):
+    if manager.latest_step() != common:
+      if common not in manager.all_steps():
+        raise checkpoints.CheckpointError(
+            f"seed axis: seed {run.config.seed} has no checkpoint at step {common}, the latest "
+            f"step of every seed; train the seeds as separate runs")
+      for later in [s for s in manager.all_steps() if s > common]:
+        manager.delete(later)
+      state, input_state = checkpoints.restore_step(manager, common, run.state, input_state=True)
+      if not input_pipeline.REGISTRY[run.config.input_pipeline].saves_state:
+        input_state = None
+    states.append(state)
+    input_states.append(input_state)
+  return managers, states, input_states, common
+
+
+class SeedEvents:
+  """The solo runs' `loop_events.Events`, one per seed, on a stacked state: the metrics window is
+  accumulated stacked, and at a step where anything is due each seed's events run on its slice.
+  Evaluation and checkpoint time of the other seeds is left out of a seed's images/s, as a solo
+  run leaves out its own."""
+
+  def __init__(self, runs, runner, managers, step: int):
+    self.events = [loop_events.Events(run, runner, manager, step, show_progress=index == 0)
+                   for index, (run, manager) in enumerate(zip(runs, managers))]
+    self.window, self.window_steps = None, 0
+
+  def after_step(self, step: int, stacked, metrics, input_states):
+    """`Events.after_step` of every seed; returns the stacked state (changed by an epoch-end
+    pass)."""
+    first = self.events[0]
+    self.window = metric_writer.accumulate(self.window, metrics)
+    self.window_steps += 1
+    if first.progress is not None:
+      first.progress.update(first.run.config.batch_size)
+    if not first.due(step):
+      return stacked
+    logs = first.logs(step)
+    spent, states, changed = [], [], False
+    for index, events in enumerate(self.events):
+      began = time.perf_counter()
+      events.window, events.window_steps = take(self.window, index), self.window_steps
+      state = take(stacked, index)
+      new_state = events.at(step, state, take(metrics, index), input_states[index])
+      changed |= new_state is not state
+      states.append(new_state)
+      spent.append(time.perf_counter() - began)
+    for index, events in enumerate(self.events):  # the other seeds' passes are not training time
+      others = spent[index + 1:] if logs else spent[:index] + spent[index + 1:]
+      events.window_start += sum(others)
+    if logs:
+      self.window, self.window_steps = None, 0
+    return stack(states) if changed else stacked
+
+  def close(self) -> None:
+    for events in self.events:
+      events.close()
+
+
+def stacked_batches(runs, input_states, step: int, place: Callable[[dict], dict],
+                    device_crops: Sequence[Any] | None):
+  """(step, stacked batch, input states) from the seeds' solo input pipelines (`loop.train_input`),
+  zipped; with `input_on_device`, each seed's images cut on the device (`device_crops`) before
+  stacking."""
+  with contextlib.ExitStack() as stack_of_pipelines:
+    pipelines = [stack_of_pipelines.enter_context(contextlib.closing(
+        loop.train_input(run, input_state).batches(step, crops or (lambda batch: batch))))
+        for run, input_state, crops in zip(runs, input_states,
+                                           device_crops or [None] * len(runs))]
+    for items in zip(*pipelines):
+      batch_steps = {batch_step for batch_step, _, _ in items}
+      if len(batch_steps) != 1:
+        raise DataError(f"seed axis: the seeds' pipelines gave the batches of steps "
+                        f"{sorted(batch_steps)} together")
+      batches = [batch for _, batch, _ in items]
+      if device_crops:
+        stacked = jax.tree.map(lambda *rows: jnp.stack(rows), *batches)
+      else:
+        stacked = place(jax.tree.map(lambda *rows: np.stack(rows), *batches))
+      yield batch_steps.pop(), stacked, [state for _, _, state in items]
+
+
+def device_crops_of(runs, solo_runner) -> list[Any] | None:
+  """One `device_input.DeviceCrops` per seed (seeds with equal training images share one copy of
+  the split on the device), or None without `input_on_device`."""
+  if not runs[0].config.input_on_device:
+    return None
+  crops: list[Any] = []
+  for run in runs:
+    same = next((c for c, r in zip(crops, runs) if np.array_equal(r.train.images,
+                                                                   run.train.images)), None)
+    crops.append(same or device_input.DeviceCrops(run.config.parallel, run.train.images,
+                                                  solo_runner.place_batch))
+  return crops
+
+
+def train_seeds(runs, managers, states, input_states, step: int):
+  """The steps from `step` to the runs' `total_steps`, all seeds in one vmapped step; returns (the
+  solo runner the evaluations use, the seeds' states in its layout, step)."""
+  run = runs[0]
+  config = run.config
+  loss_fn = losses.make_loss_fn(config)
+  solo = runners.make_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn)
+  stacked_runner = make_stacked_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn)
+  stacked = stacked_runner.place_state(stack([jax.device_get(s) for s in states]))
+  events = SeedEvents(runs, solo, managers, step)
+  crops = device_crops_of(runs, solo)
+  try:
+    for batch_step, batch, input_states in stacked_batches(runs, input_states, step,
+                                                           stacked_runner.place_batch, crops):
+      if batch_step != step:
+        raise DataError(f"the input pipelines gave the batch of step {batch_step} at step {step} "
+                        f"(their saved state does not match the checkpoints)")
+      stacked, metrics = stacked_runner.step(stacked, batch)
+      step += 1
+      stacked = events.after_step(step, stacked, metrics, input_states)
+      if step >= run.total_steps:
+        break
+  finally:
+    for manager in managers:
+      manager.wait_until_finished()
+    events.close()
+  host = jax.device_get(stacked)
+  return solo, [solo.place_state(take(host, index)) for index in range(len(runs))], step
+
+
+def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
+                             workdirs: Sequence[str | os.PathLike], *,
+                             max_steps: int | None = None,
+                             resume_from_previous: bool = False) -> list[dict[str, Any]]:
+  """Trains the configs (one per seed, equal but for `PER_SEED_FIELDS`) as one program, each in
+  its workdir as `loop.train_and_evaluate` would, and writes each seed's summary.json.
+
+  Args:
+    configs: one config per seed (see `check_stackable`).
+    workdirs: one output folder per config, laid out as a solo run's.
+    max_steps: stop after this global step (tests); the schedule still follows `num_epochs`.
+    resume_from_previous: as in `loop.train_and_evaluate`, per seed.
+
+  Returns:
+    The seeds' summary dicts, in the order of `configs`.
+  """
+  if len(configs) != len(workdirs):
+    raise ConfigError(f"seed axis: {len(configs)} configs for {len(workdirs)} workdirs")
+  if len({pathlib.Path(w).resolve() for w in workdirs}) != len(workdirs):
+    raise ConfigError("seed axis: two seeds share a workdir")
+  check_stackable(configs)
+  runs = [loop.plan(config, workdir, max_steps) for config, workdir in zip(configs, workdirs)]
+  check_same_program(runs)
+  managers, states, input_states, step = start_seeds(runs, resume_from_previous)
+  solo, states, step = train_seeds(runs, managers, states, input_states, step)
+  record = {"seed_axis": [config.seed for config in configs]}  # trained stacked, with these
+  return [loop.summarize(run, solo, state, step, record=record) for run, state in zip(runs, states)]
