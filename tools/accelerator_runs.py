@@ -5,7 +5,7 @@ within a deadline, packed to come back from the device tool's $OUT.
         --workdir=/tmp/work --out="$OUT" --deadline_s=520 --jobs=6
 
 A *chain* is one `experiments.compare` process: a study's config, its methods (a deferred method after
-the run it starts from: the reweighting after CE, from CE's epoch-160 checkpoint) and one seed
+the run it starts from: the reweighting after CE, from CE's epoch-160 checkpoint) and its seeds
 (`chains`). A ResNet-32 step at batch 128 is too small to fill an H200, so `--jobs` chains share the
 GPU (each allocates as it goes: XLA_PYTHON_CLIENT_PREALLOCATE=false), started in `chains` order:
 issue 39's (`cifar10_lt_200`, `cifar10_balanced_200`, the method specs of `standard_size.sh
@@ -15,6 +15,23 @@ issue 39's (`cifar10_lt_200`, `cifar10_balanced_200`, the method specs of `stand
 Sizing: on an H200 shared by six chains a 200-epoch CIFAR-10-LT run took 490 s and the reweighting's
 40 epochs after CE about 30 s more, so CE + reweighting needs a deadline of about 530 s with six
 co-tenants (the device tool's call limit is 600 s; leave about 40 s for the start and the packing).
+
+Issue 49.6's call, seeds on a batch axis (`--stack_seeds`: one process per chain trains all
+`--seeds` as one vmapped program, `experiments.train.seed_axis`) with the training split in device
+memory (`--extra=--config.input_on_device=True`), every chain given a job:
+
+    python3 -m tools.accelerator_runs --data_dir=DATA_SLIM --workdir=WORK --out="$OUT" \
+        --seeds=1,2 --stack_seeds --fill_seeds=0,1,2 --jobs=7 --deadline_s=500 --data_workers=2 \
+        --only=lt200_ce_seeds1-2,lt200_logit_adjust_seeds1-2,lt200_ldam_drw_seeds1-2,\
+balanced200_ce_seeds1-2,balanced200_mr2_released_seeds1-2,balanced200_mr2_seeds1-2 \
+        --extra=--config.input_on_device=True
+
+With `--fill_seeds`, once every started chain has logged a window after its compilation (the first
+tens of seconds), `fill_plan` reads their images/s and the images they have left, and starts MR2 then
+MR2 + reweighting (`fill_chain`, long-tailed 200-epoch recipe) for as many of those seeds as fit
+before the deadline, taking the device's aggregate images/s as fixed (`seeds_that_fit`); the plan is
+in the driver's log. Make the slim copy with the same `--seeds`, `--stack_seeds`, `--only` and
+`--fill_seeds`.
 
 Then every run comes back, packed by `pack` into at most `MAX_FILES` tar files of at most
 `MAX_FILE_BYTES` each and `MAX_TOTAL_BYTES` together, in this order of priority: the chains' logs,
@@ -52,9 +69,11 @@ import time
 from typing import Sequence
 
 from absl import flags
+import ml_collections
 import numpy as np
 from PIL import Image
 
+from experiments import losses
 from experiments.common import cli
 from experiments.common.errors import DataError
 from experiments.data import loading
@@ -80,29 +99,38 @@ def _specs(study: str) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Chain:
-  """One `experiments.compare` process: `methods` of `study` (configs/<config>.py) for `seed`."""
+  """One `experiments.compare` process: `methods` of `study` (configs/<config>.py) for `seeds`,
+  stacked on a vmapped axis in one program when there are several (`--stack_seeds`)."""
   name: str
   study: str
   config: str
   methods: tuple[str, ...]
-  seed: int = 0
+  seeds: tuple[int, ...] = (0,)
   flags: tuple[str, ...] = ()
 
 
-def chains(seeds: Sequence[int] = (0,)) -> list[Chain]:
-  """Issue 39's chains for each seed (named `<chain>_seed<s>` for s > 0), then the reference script's
-  parts 1 and 2 (its commands, one chain per method but the reweighting after CE; seed 0)."""
+def _tag(seeds: Sequence[int]) -> str:
+  """'' for seed 0 alone (the first calls' names), `_seed<s>` for another seed, `_seeds<a>-<b>`."""
+  if len(seeds) > 1:
+    return f"_seeds{'-'.join(str(s) for s in seeds)}"
+  return f"_seed{seeds[0]}" if seeds[0] else ""
+
+
+def chains(seeds: Sequence[int] = (0,), stack: bool = False) -> list[Chain]:
+  """Issue 39's chains for each seed (named `<chain>_seed<s>` for s > 0) or, with `stack`, for
+  all `seeds` in one process each (`<chain>_seeds<a>-<b>`); then the reference script's parts 1
+  and 2 (its commands, one chain per method but the reweighting after CE; seed 0)."""
   lt200 = _specs("cifar10_lt_200")  # ce, inverse_reweight (from CE at 160), logit_adjust, ldam_drw
   balanced200 = _specs("cifar10_balanced_200")
   assert lt200[:2] == ["ce", "inverse_reweight"], lt200
   out = []
-  for seed in seeds:
-    tag = f"_seed{seed}" if seed else ""
-    out += [Chain(f"lt200_ce{tag}", "cifar10_lt_200", "cifar10_lt_200", tuple(lt200[:2]), seed)]
+  for group in [tuple(seeds)] if stack else [(seed,) for seed in seeds]:
+    tag = _tag(group)
+    out += [Chain(f"lt200_ce{tag}", "cifar10_lt_200", "cifar10_lt_200", tuple(lt200[:2]), group)]
     out += [Chain(f"lt200_{spec.split('=')[0]}{tag}", "cifar10_lt_200", "cifar10_lt_200", (spec,),
-                  seed) for spec in lt200[2:]]
+                  group) for spec in lt200[2:]]
     out += [Chain(f"balanced200_{spec.split('=')[0]}{tag}", "cifar10_balanced_200",
-                  "cifar10_balanced_200", (spec,), seed) for spec in balanced200]
+                  "cifar10_balanced_200", (spec,), group) for spec in balanced200]
   ref_lt = ("--config.num_epochs=200",)
   out += [Chain("ref_lt_ce", "reference_cifar10_lt", "cifar10_lt_cosine", ("ce", "inverse_reweight"),
                 flags=ref_lt),
@@ -118,26 +146,119 @@ def chains(seeds: Sequence[int] = (0,)) -> list[Chain]:
   return out
 
 
+def fill_chain(seeds: Sequence[int]) -> Chain:
+  """Issue 49.6's last chain: MR2 alone, then MR2 + reweighting from MR2's epoch-160 checkpoint,
+  on the long-tailed 200-epoch recipe, for the seeds that fit (`seeds_that_fit`)."""
+  return Chain(f"lt200_mr2{_tag(tuple(seeds))}", "cifar10_lt_200", "cifar10_lt_200",
+               ("mr2", "mr2+inverse_reweight"), tuple(seeds))
+
+
 def command(chain: Chain, data_dir: str, workdir: pathlib.Path, data_workers: int,
             extra: tuple[str, ...] = ()) -> list[str]:
   return [sys.executable, "-m", "experiments.compare",
           f"--config=experiments/configs/{chain.config}.py", f"--config.data_dir={data_dir}",
           f"--workdir={workdir / chain.study}",
           f"--report_dir={workdir / chain.study / 'report_' / chain.name}",
-          f"--methods={','.join(chain.methods)}", f"--seeds={chain.seed}",
+          f"--methods={','.join(chain.methods)}", f"--seeds={','.join(map(str, chain.seeds))}",
+          *(["--stack_seeds"] if len(chain.seeds) > 1 else []),
           f"--config.data_workers={data_workers}", "--config.progress_bar=False", *chain.flags, *extra]
 
 
-def run_folder(workdir: pathlib.Path, chain: Chain, spec: str) -> pathlib.Path:
-  """`<workdir>/<study>/<method>/seed<s>`, where `experiments.compare` writes the run."""
-  return method_comparison.run_dir(workdir / chain.study, method_comparison.parse_method(spec)[0], chain.seed)
+def run_folders(workdir: pathlib.Path, chain: Chain, spec: str) -> list[pathlib.Path]:
+  """`<workdir>/<study>/<method>/seed<s>` for each seed, where `experiments.compare` writes the
+  runs."""
+  method = method_comparison.parse_method(spec)[0]
+  return [method_comparison.run_dir(workdir / chain.study, method, seed) for seed in chain.seeds]
+
+
+def window(run: pathlib.Path) -> dict | None:
+  """The run's last logging window after its first (which holds the compilation) from
+  metrics.jsonl — images/s of this seed, step, epoch — with its config.json; None before that."""
+  try:
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    config = json.loads((run / "config.json").read_text())
+  except (OSError, ValueError):
+    return None
+  lines = [line for line in lines if "images_per_sec" in line]
+  if len(lines) < 2:
+    return None
+  last = lines[-1]
+  return {"images_per_sec": last["images_per_sec"], "step": last["step"],
+          "steps_per_epoch": last["step"] / last["epoch"], "config": config}
+
+
+def chain_load(workdir: pathlib.Path, chain: Chain) -> tuple[float, float] | None:
+  """(images/s now, images left) of a started chain, over its seeds and methods, from the windows
+  of the run training now; a deferred method left to train counts its epochs after its start
+  (`losses.start_epoch`). None before a first window after the compilation."""
+  rate = left = 0.0
+  for runs in zip(*(run_folders(workdir, chain, spec) for spec in chain.methods)):
+    current = next((i for i, run in enumerate(runs) if not (run / "summary.json").exists()), None)
+    if current is None:
+      continue
+    now = window(runs[current])
+    if now is None:
+      return None
+    config, spe = now["config"], now["steps_per_epoch"]
+    rate += now["images_per_sec"]
+    left += (config["num_epochs"] * spe - now["step"]) * config["batch_size"]
+    for spec in chain.methods[current + 1:]:
+      follower = ml_collections.ConfigDict(config)
+      follower.loss = method_comparison.parse_method(spec)[1]
+      left += (config["num_epochs"] - losses.start_epoch(follower)) * spe * config["batch_size"]
+  return rate, left
+
+
+def seeds_that_fit(rate: float, left: float, per_seed: float, time_left: float,
+                   candidates: Sequence[int]) -> tuple[int, ...]:
+  """The first k of `candidates` for the largest k with (left + k · per_seed) / rate ≤ time_left:
+  the device's aggregate images/s `rate` taken as fixed (saturated: one more process shares it,
+  it does not add to it), `left` the images the started chains still train, `per_seed` one more
+  seed's images."""
+  if rate <= 0:
+    return ()
+  k = int(max(0.0, time_left * rate - left) // per_seed) if per_seed > 0 else len(candidates)
+  return tuple(candidates[:min(k, len(candidates))])
+
+
+def fill_plan(workdir: pathlib.Path, started: Sequence[Chain], fill: Chain, elapsed: float,
+              deadline_s: float, log) -> Chain | bool | None:
+  """The fill chain with the seeds that fit (`seeds_that_fit`) from the started chains' images/s
+  and images left now (False when none fits), or None while a started chain has no window after
+  its compilation yet (the chains queued behind `jobs` are not counted: give every chain a job).
+  One more seed's images are those of `fill`'s methods at the recipe of a started chain of its
+  study."""
+  loads = [chain_load(workdir, chain) for chain in started]
+  same_study = next((c for c in started if c.study == fill.study), None)
+  if any(load is None for load in loads) or same_study is None:
+    return None
+  now = window(run_folders(workdir, same_study, same_study.methods[0])[0])
+  if now is None:
+    return None
+  config, spe = now["config"], now["steps_per_epoch"]
+  per_seed = 0.0
+  for spec in fill.methods:
+    method = ml_collections.ConfigDict(config)
+    method.loss = method_comparison.parse_method(spec)[1]
+    start = losses.start_epoch(method) if spec != fill.methods[0] else 0
+    per_seed += (config["num_epochs"] - start) * spe * config["batch_size"]
+  rate, left = sum(r for r, _ in loads), sum(l for _, l in loads)
+  time_left = deadline_s - elapsed - START_MARGIN_S
+  seeds = seeds_that_fit(rate, left, per_seed, time_left, fill.seeds)
+  log(f"plan at {elapsed:.0f} s: {rate:.0f} images/s over the started chains, {left / 1e6:.2f} M "
+      f"images left ({left / rate:.0f} s), {per_seed / 1e6:.2f} M per seed of {fill.name}, "
+      f"{time_left:.0f} s to the deadline less the margin: seeds {list(seeds)} of "
+      f"{list(fill.seeds)} fit")
+  return fill_chain(seeds) if seeds else False
 
 
 def run_chains(todo: list[Chain], data_dir: str, workdir: pathlib.Path, jobs: int,
                deadline_s: float, data_workers: int, log, extra: tuple[str, ...] = (),
-               grace_s: float = GRACE_S, start_margin_s: float = START_MARGIN_S) -> dict[str, str]:
+               grace_s: float = GRACE_S, start_margin_s: float = START_MARGIN_S,
+               fill=None) -> dict[str, str]:
   """Runs the chains, `jobs` at a time, until done or the deadline; {chain: outcome}. Whatever
-  ends it (the deadline, an error, an interrupt), no chain outlives it."""
+  ends it (the deadline, an error, an interrupt), no chain outlives it. `fill(elapsed, started)`,
+  called until it answers (a `Chain` or False), gives one more chain to run next (`fill_plan`)."""
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
   (workdir / "logs").mkdir(parents=True, exist_ok=True)
   start = time.monotonic()
@@ -155,6 +276,13 @@ def run_chains(todo: list[Chain], data_dir: str, workdir: pathlib.Path, jobs: in
           finished(name, proc, began)
           del running[name]
       left = deadline_s - (time.monotonic() - start)
+      if fill is not None and left > start_margin_s:
+        planned = fill(time.monotonic() - start, [c for c in todo if c not in queue])
+        if planned is not None:
+          fill = None
+          if planned:
+            queue.insert(0, planned)
+            todo = [*todo, planned]
       while queue and len(running) < jobs and left > start_margin_s:
         chain = queue.pop(0)
         logfile = open(workdir / "logs" / f"{chain.name}.log", "w")
@@ -214,8 +342,17 @@ def members(workdir: pathlib.Path, todo: list[Chain]) -> list[tuple[int, list[tu
   deferred method starts from need not be its latest)."""
   units = [(0, [f]) for f in _files(workdir / "logs")] if (workdir / "logs").is_dir() else []
   for chain in todo:
-    runs = [run_folder(workdir, chain, spec) for spec in chain.methods]
-    for i, run in enumerate(runs):
+    for runs in zip(*(run_folders(workdir, chain, spec) for spec in chain.methods)):
+      units += _run_members(list(runs))
+  for report in sorted(workdir.glob("*/report_/*")):
+    units += [(2, [f]) for f in _files(report)]
+  return [(priority, files) for priority, files in units if files]
+
+
+def _run_members(runs: list[pathlib.Path]) -> list[tuple[int, list[tuple[pathlib.Path, int]]]]:
+  """`members`' units of one seed's runs of a chain, in the chain's order."""
+  units = []
+  for i, run in enumerate(runs):
       if not run.is_dir():
         continue
       done = (run / "summary.json").exists()
@@ -226,9 +363,7 @@ def members(workdir: pathlib.Path, todo: list[Chain]) -> list[tuple[int, list[tu
       if i == 0 and (not done or followers_pending):
         for k, step in enumerate(_steps(run)):
           units.append((3 if done or k == 0 else 4, _files(step)))
-  for report in sorted(workdir.glob("*/report_/*")):
-    units += [(2, [f]) for f in _files(report)]
-  return [(priority, files) for priority, files in units if files]
+  return units
 
 
 def _tar_size(size: int) -> int:
@@ -289,12 +424,15 @@ def _greys(jpeg: np.ndarray, offsets: np.ndarray, indices: np.ndarray) -> np.nda
 
 
 def selected(labels: np.ndarray, todo: list[Chain]) -> dict[str, np.ndarray]:
-  """{chain: the training indices its config and seed select}."""
+  """{chain: the training indices its config and seeds select}."""
   out = {}
   for chain in todo:
     config = importlib.import_module(f"experiments.configs.{chain.config}").get_config()
-    config.seed = chain.seed
-    out[chain.name] = loading.train_indices(config, labels, int(labels.max()) + 1)
+    picked = []
+    for seed in chain.seeds:
+      config.seed = seed
+      picked.append(loading.train_indices(config, labels, int(labels.max()) + 1))
+    out[chain.name] = np.unique(np.concatenate(picked))
   return out
 
 
@@ -347,22 +485,30 @@ def define_flags(flag_values: flags.FlagValues) -> None:
   define("multi_string", "extra", [], "Flags appended to every chain's command (a smoke test's "
          "tiny sizes).")
   define("string", "slim_data_to", None, "Write the slimmed copy of --data_dir here and exit.")
+  define("bool", "stack_seeds", False, "One process per chain for all --seeds, the seeds on a "
+         "vmapped axis (experiments.train.seed_axis; `compare --stack_seeds`).")
+  define("list", "fill_seeds", [], "Seeds of MR2 then MR2 + reweighting on the long-tailed "
+         "200-epoch recipe, one stacked chain started next with as many of them as fit before the "
+         "deadline at the throughput the started chains show (`fill_plan`).")
 
 
 def accelerator_command(args: flags.FlagValues) -> int:
   try:
     seeds = [int(s) for s in args.seeds]
+    fill_seeds = [int(s) for s in args.fill_seeds]
   except ValueError:
-    return cli.report(f"--seeds: integers, got {args.seeds}")
-  todo = chains(seeds)
+    return cli.report(f"--seeds, --fill_seeds: integers, got {args.seeds}, {args.fill_seeds}")
+  todo = chains(seeds, stack=args.stack_seeds)
   if args.only:
     if unknown := sorted(set(args.only) - {c.name for c in todo}):
       return cli.report(f"--only: unknown chains {unknown}; known: {[c.name for c in todo]}")
     todo = [c for c in todo if c.name in args.only]
+  fill = fill_chain(fill_seeds) if fill_seeds else None
   if args.slim_data_to:
-    slim_data(pathlib.Path(args.data_dir), pathlib.Path(args.slim_data_to), todo)
+    slim_data(pathlib.Path(args.data_dir), pathlib.Path(args.slim_data_to),
+              todo + ([fill] if fill else []))
     return 0
-  check_data(pathlib.Path(args.data_dir), todo)
+  check_data(pathlib.Path(args.data_dir), todo + ([fill] if fill else []))
   workdir = pathlib.Path(args.workdir).resolve()
   out = pathlib.Path(args.out or workdir / "out")
   workdir.mkdir(parents=True, exist_ok=True)
@@ -380,14 +526,23 @@ def accelerator_command(args: flags.FlagValues) -> int:
       raise KeyboardInterrupt(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, interrupted)  # chains stopped, runs packed
-    log(f"chains: {[c.name for c in todo]}; jobs {args.jobs}; deadline {args.deadline_s} s")
+    log(f"chains: {[c.name for c in todo]}; jobs {args.jobs}; deadline {args.deadline_s} s"
+        + (f"; then {fill.name} for the seeds that fit" if fill else ""))
+    planned = []
+
+    def plan(elapsed, started):
+      chain = fill_plan(workdir, started, fill, elapsed, args.deadline_s, log)
+      if chain:
+        planned.append(chain)
+      return chain
     try:
       outcome = run_chains(todo, args.data_dir, workdir, args.jobs, args.deadline_s,
-                           args.data_workers, log, tuple(args.extra))
+                           args.data_workers, log, tuple(args.extra),
+                           fill=plan if fill else None)
       (workdir / "logs" / "outcome.json").write_text(json.dumps(outcome, indent=1))
     finally:
       signal.signal(signal.SIGTERM, previous)
-      pack(workdir, out, members(workdir, todo), log)
+      pack(workdir, out, members(workdir, todo + planned), log)
       log("done")
   return 0
 

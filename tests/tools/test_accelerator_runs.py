@@ -3,6 +3,7 @@ is packed (checkpoints only where a run goes on from them) within the device too
 the slimmed CIFAR-10 copy (the same images for every chain)."""
 
 import importlib
+import json
 import pathlib
 import signal
 import subprocess
@@ -45,9 +46,66 @@ def test_chains_train_every_spec_of_standard_size_once():
 
 def test_chains_per_seed():
   chains = {c.name: c for c in ar.chains((0, 2))}
-  assert chains["lt200_ce"].seed == 0 and chains["lt200_ce_seed2"].seed == 2
+  assert chains["lt200_ce"].seeds == (0,) and chains["lt200_ce_seed2"].seeds == (2,)
   assert chains["balanced200_mr2_seed2"].methods == ("mr2",)
-  assert all(c.seed == 0 for c in chains.values() if c.study.startswith("reference_"))
+  assert all(c.seeds == (0,) for c in chains.values() if c.study.startswith("reference_"))
+
+
+def test_stacked_chains_train_every_seed_in_one_process(tmp_path):
+  chains = {c.name: c for c in ar.chains((1, 2), stack=True)}
+  assert chains["lt200_ce_seeds1-2"].seeds == (1, 2)
+  assert chains["lt200_ce_seeds1-2"].methods == ("ce", "inverse_reweight")
+  cmd = ar.command(chains["balanced200_mr2_seeds1-2"], "data", tmp_path, 2)
+  assert "--seeds=1,2" in cmd and "--stack_seeds" in cmd
+  assert "--stack_seeds" not in ar.command(ar.fill_chain((0,)), "data", tmp_path, 2)
+  assert ar.fill_chain((0, 1)).methods == ("mr2", "mr2+inverse_reweight")
+  assert [p.parent.name + "/" + p.name for p in ar.run_folders(
+      tmp_path, chains["lt200_ce_seeds1-2"], "inverse_reweight")] == [
+          "inverse_reweight/seed1", "inverse_reweight/seed2"]
+
+
+@pytest.mark.parametrize("rate, left, per_seed, time_left, fit", [
+    (1000.0, 100_000.0, 100_000.0, 300.0, (0, 1)),     # 300,000 images of room: two seeds
+    (1000.0, 100_000.0, 100_000.0, 399.9, (0, 1)),
+    (1000.0, 100_000.0, 100_000.0, 400.0, (0, 1, 2)),
+    (1000.0, 400_000.0, 100_000.0, 300.0, ()),         # the started chains do not finish
+    (0.0, 0.0, 1.0, 300.0, ()),
+])
+def test_seeds_that_fit_take_the_aggregate_rate_as_fixed(rate, left, per_seed, time_left, fit):
+  assert ar.seeds_that_fit(rate, left, per_seed, time_left, (0, 1, 2)) == fit
+
+
+def _window_run(folder, step, epoch, images_per_sec, finished=False, num_epochs=200):
+  folder.mkdir(parents=True)
+  (folder / "config.json").write_text(json.dumps(
+      {"num_epochs": num_epochs, "batch_size": 128, "loss": "ce",
+       "reweight": {"start_epoch": 160}, "ldam": {"drw_epoch": 160}, "ib": {"start_epoch": 100}}))
+  lines = [{"step": 50, "epoch": 50 / 97, "images_per_sec": 10.0},
+           {"step": step, "epoch": epoch, "images_per_sec": images_per_sec}]
+  (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+  if finished:
+    (folder / "summary.json").write_text("{}")
+
+
+def test_fill_plan_reads_the_started_chains_windows(tmp_path):
+  chain = ar.Chain("lt200_ce_seeds1-2", "cifar10_lt_200", "cifar10_lt_200",
+                   ("ce", "inverse_reweight"), (1, 2))
+  for seed in (1, 2):
+    _window_run(tmp_path / "cifar10_lt_200" / "ce" / f"seed{seed}", 970, 10.0, 5000.0)
+  logged = []
+  fill = ar.fill_plan(tmp_path, [chain], ar.fill_chain((0, 1, 2)), 60.0, 500.0, logged.append)
+  # Left: per seed 190 epochs of CE and 40 of the reweighting, 97 steps of 128: 5.71 M in all.
+  # Per seed of MR2 then MR2 + reweighting: 240 epochs, 2.98 M. At 10,000 images/s a deadline of
+  # 500 s leaves 380 s (3.8 M images) after the start margin: not even the started chains'; 1,500 s
+  # leaves 13.8 M, 8.09 M after theirs: two seeds.
+  rate, left = ar.chain_load(tmp_path, chain)
+  assert rate == 10000.0 and left == pytest.approx(2 * 230 * 97 * 128)
+  assert fill is False and "seeds [] of [0, 1, 2] fit" in logged[0]
+  fill = ar.fill_plan(tmp_path, [chain], ar.fill_chain((0, 1, 2)), 60.0, 1500.0, logged.append)
+  assert fill.seeds == (0, 1) and fill.name == "lt200_mr2_seeds0-1"
+  # Before a window after the compilation, no plan.
+  (tmp_path / "cifar10_lt_200" / "ce" / "seed2" / "metrics.jsonl").write_text("")
+  assert ar.fill_plan(tmp_path, [chain], ar.fill_chain((0,)), 60.0, 1200.0, print) is None
 
 
 def test_command_puts_extra_flags_last_and_a_report_per_chain(tmp_path):
@@ -225,7 +283,7 @@ def test_slim_copy_of_the_shared_cifar10_gives_every_config_the_same_data(tmp_pa
   chains = ar.chains((0, 1, 2))
   ar.slim_data(SHARED_CIFAR, tmp_path / "slim", chains)
   ar.check_data(tmp_path / "slim", chains)
-  for config, seed in sorted({(c.config, c.seed) for c in chains}):
+  for config, seed in sorted({(c.config, seed) for c in chains for seed in c.seeds}):
     assert _same_data(config, SHARED_CIFAR, tmp_path / "slim", seed), (config, seed)
 
 

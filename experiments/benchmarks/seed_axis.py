@@ -1,0 +1,137 @@
+"""Images/s of the trainer with seeds on a batch axis (issue 49.7): one run (S = 1) against S seeds
+stacked in one program (`experiments.train.seed_axis`), each with the input cut on the host and
+with the training split in device memory (`config.input_on_device`).
+
+    python -m experiments.benchmarks.seed_axis --config=experiments/configs/cifar10_lt_200.py \
+        --config.data_dir=../shared/data/cifar10_jpeg --seeds=3 --steps=40 --rounds=2 \
+        --out=results/benchmarks
+
+Each variant trains in its own process through the trainer's own loop (`loop.plan`, `start`,
+`train`; `seed_axis.start_seeds`, `train_seeds`), `--steps` steps logged every `--window` steps, no
+evaluation pass; its images/s are the trainer's own (metrics.jsonl's `images_per_sec`, training
+time only) over the windows after the first (which holds the compilation), summed over the seeds.
+Variants run interleaved, round by round (this machine is shared and noisy: only ratios within one
+run mean something). Writes benchmarks_seed_axis_<tag>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from experiments.benchmarks.machine import machine_info
+from experiments.benchmarks.report import write_report
+from experiments.benchmarks.timing import REPO
+
+_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/cifar10_lt_200.py",
+                                          "The recipe timed (its data_dir, batch size, model).")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "S of the stacked variants.")
+_STEPS = flags.DEFINE_integer("steps", 40, "Training steps per variant and round.")
+_WINDOW = flags.DEFINE_integer("window", 10, "Steps per logging window (images/s per window).")
+_ROUNDS = flags.DEFINE_integer("rounds", 2, "Rounds over the variants.")
+_OUT = flags.DEFINE_string("out", str(REPO / "results" / "benchmarks"), "Output folder.")
+_TAG = flags.DEFINE_string("tag", "cpu", "Output file suffix.")
+_WORKER = flags.DEFINE_string("worker", None, "Internal: run one variant, 'S,device_input'.")
+
+# name → (seeds on the axis, input on the device)
+VARIANTS = {"S=1, host input": (1, False), "S=1, device input": (1, True),
+            "S={S}, host input": (None, False), "S={S}, device input": (None, True)}
+
+
+def timed_config(config, seed: int, device_input: bool, steps: int, window: int):
+  config = config.copy_and_resolve_references()
+  config.seed, config.input_on_device, config.progress_bar = seed, device_input, False
+  config.log_every_steps, config.checkpoint_every_steps = window, 10**9
+  config.test_every_epochs = config.class_loss_every_epochs = 0
+  config.keep_checkpoints = 1
+  return config
+
+
+def train_variant(config, seeds: int, device_input: bool, steps: int, window: int,
+                  workdir: pathlib.Path) -> list[float]:
+  """Aggregate images/s per logging window after the first: `seeds` runs stacked (or one solo run),
+  trained `steps` steps by the trainer's loop in `workdir`."""
+  from experiments.train import loop  # pylint: disable=g-import-not-at-top
+  from experiments.train import seed_axis  # pylint: disable=g-import-not-at-top
+  configs = [timed_config(config, s, device_input, steps, window) for s in range(seeds)]
+  workdirs = [workdir / f"seed{s}" for s in range(seeds)]
+  if seeds == 1:
+    run = loop.plan(configs[0], workdirs[0], steps)
+    loop.train(run, *loop.start(run, False))
+  else:
+    seed_axis.check_stackable(configs)
+    runs = [loop.plan(c, w, steps) for c, w in zip(configs, workdirs)]
+    seed_axis.train_seeds(runs, *seed_axis.start_seeds(runs, False))
+  per_seed = [[json.loads(line)["images_per_sec"]
+               for line in (w / "metrics.jsonl").read_text().splitlines()][1:] for w in workdirs]
+  return [float(x) for x in np.sum(per_seed, axis=0)]
+
+
+def run_worker(spec: str) -> None:
+  seeds, device_input = spec.split(",")
+  with tempfile.TemporaryDirectory() as workdir:
+    rates = train_variant(_CONFIG.value, int(seeds), device_input == "1", _STEPS.value,
+                          _WINDOW.value, pathlib.Path(workdir))
+  print("RATES " + json.dumps(rates), flush=True)
+
+
+def measure(flag_args: list[str]) -> dict[str, Any]:
+  """Every variant in its own process (given this command's `flag_args`), `--rounds` rounds,
+  interleaved."""
+  variants = {name.format(S=_SEEDS.value): (seeds or _SEEDS.value, device)
+              for name, (seeds, device) in VARIANTS.items()}
+  rates: dict[str, list[float]] = {name: [] for name in variants}
+  for round_index in range(_ROUNDS.value):
+    for name, (seeds, device) in variants.items():
+      worker = subprocess.run([sys.executable, "-m", "experiments.benchmarks.seed_axis",
+                               *flag_args, f"--worker={seeds},{int(device)}"], cwd=REPO,
+                              capture_output=True, text=True, check=False)
+      if worker.returncode:
+        raise RuntimeError(f"{name}: the worker failed:\n{worker.stderr[-3000:]}")
+      rates[name] += json.loads(worker.stdout.split("RATES ", 1)[1])
+      print(f"round {round_index + 1}, {name}: {np.median(rates[name]):.0f} images/s", flush=True)
+  base = float(np.median(rates["S=1, host input"]))
+  return {name: {"images_per_sec_median": float(np.median(r)), "min": float(np.min(r)),
+                 "max": float(np.max(r)), "windows": len(r),
+                 "ratio_to_s1_host": float(np.median(r)) / base}
+          for name, r in rates.items()}
+
+
+def to_markdown(results: dict[str, Any]) -> list[str]:
+  config = results["config"]
+  lines = [f"Aggregate training images/s (all seeds), {config['model']} on {config['dataset']}, "
+           f"batch {config['batch_size']} per seed, {results['steps']} steps per variant, median "
+           f"over {results['rounds']} rounds' windows after the first (min–max); ratios within "
+           "this run.", "", "| variant | images/s | min–max | × S=1 host |", "|---|---|---|---|"]
+  for name, r in results["variants"].items():
+    lines.append(f"| {name} | {r['images_per_sec_median']:.0f} | {r['min']:.0f}–{r['max']:.0f} | "
+                 f"{r['ratio_to_s1_host']:.2f} |")
+  return lines
+
+
+def main(argv):
+  del argv  # the flags are passed on to the workers from sys.argv
+  if _WORKER.value:
+    run_worker(_WORKER.value)
+    return
+  config = _CONFIG.value
+  flag_args = [arg for arg in sys.argv[1:] if not arg.startswith(("--out", "--tag"))]
+  results = {"machine": machine_info(), "command": " ".join(["python -m experiments.benchmarks."
+                                                              "seed_axis", *sys.argv[1:]]),
+             "config": {k: config[k] for k in ("model", "dataset", "batch_size", "loss")},
+             "steps": _STEPS.value, "window": _WINDOW.value, "rounds": _ROUNDS.value,
+             "variants": measure(flag_args)}
+  write_report(_OUT.value, f"benchmarks_seed_axis_{_TAG.value}", results, to_markdown(results))
+
+
+if __name__ == "__main__":
+  app.run(main)
