@@ -228,9 +228,9 @@ def fill_plan(workdir: pathlib.Path, started: Sequence[Chain], fill: Chain, elap
   its compilation yet (the chains queued behind `jobs` are not counted: give every chain a job).
   One more seed's images are those of `fill`'s methods at the recipe of a started chain of its
   study."""
-  loads = [chain_load(workdir, chain) for chain in started]
+  loads = [load for load in (chain_load(workdir, chain) for chain in started) if load is not None]
   same_study = next((c for c in started if c.study == fill.study), None)
-  if any(load is None for load in loads) or same_study is None:
+  if len(loads) < len(started) or same_study is None:
     return None
   now = window(run_folders(workdir, same_study, same_study.methods[0])[0])
   if now is None:
@@ -530,7 +530,8 @@ def accelerator_command(args: flags.FlagValues) -> int:
         + (f"; then {fill.name} for the seeds that fit" if fill else ""))
     planned = []
 
-    def plan(elapsed, started):
+    def plan(elapsed, started, fill=fill):
+      assert fill is not None
       chain = fill_plan(workdir, started, fill, elapsed, args.deadline_s, log)
       if chain:
         planned.append(chain)

@@ -29,8 +29,8 @@ import json
 import os
 import pathlib
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -150,7 +150,7 @@ def start_seeds(runs: Sequence[loop.Plan], resume_from_previous: bool):
         "seed axis: some seeds have checkpoints (latest steps "
         f"{dict(zip([run.config.seed for run in runs], latest))}) and others none; remove the "
         "seeds' checkpoints folders to start afresh, or train the seeds as separate runs")
-  common = min(latest)
+  common = min(step for step in latest if step is not None)
   states, input_states = [], []
   for run, manager, (_, state, input_state) in zip(runs, managers, started):
     if manager.latest_step() != common:
@@ -161,7 +161,7 @@ def start_seeds(runs: Sequence[loop.Plan], resume_from_previous: bool):
       for later in [s for s in manager.all_steps() if s > common]:
         manager.delete(later)
       state, input_state = checkpoints.restore_step(manager, common, run.state, input_state=True)
-      if not input_pipeline.REGISTRY[run.config.input_pipeline].saves_state:
+      if not input_pipeline.REGISTRY[str(run.config.input_pipeline)].saves_state:
         input_state = None
     states.append(state)
     input_states.append(input_state)
@@ -217,8 +217,8 @@ def stacked_batches(runs, input_states, step: int, place: Callable[[dict], dict]
   zipped; with `input_on_device`, each seed's images cut on the device (`device_crops`) before
   stacking."""
   with contextlib.ExitStack() as stack_of_pipelines:
-    pipelines = [stack_of_pipelines.enter_context(contextlib.closing(
-        loop.train_input(run, input_state).batches(step, crops or (lambda batch: batch))))
+    pipelines = [stack_of_pipelines.enter_context(contextlib.closing(cast(Generator, (
+        loop.train_input(run, input_state).batches(step, crops or (lambda batch: batch))))))
         for run, input_state, crops in zip(runs, input_states,
                                            device_crops or [None] * len(runs))]
     for items in zip(*pipelines):
