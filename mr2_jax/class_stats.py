@@ -380,7 +380,7 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
       floats): a_k and v_k become count-weighted means of per-device values. For p = 2 their sum
       A_k + V_k, and hence γ, is still exact (both sides equal the class's mean ‖φ‖²); V_k is biased
       low (it misses the spread between device means) and A_k high by the same amount, so s̄ drifts.
-      See experiments/benchmarks/RESULTS.md for the measured drift and bytes.
+      See results/benchmarks/RESULTS.md for the measured drift and bytes.
 
   Returns:
     The updated `ClassStats` (identical on every device under `axis_name`).

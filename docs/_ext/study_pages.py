@@ -1,6 +1,6 @@
 """Copies the results and benchmark reports into the site at build time, with their plots.
 
-The studies' Markdown reports (`results/**/*.md`, `experiments/benchmarks/RESULTS.md`)
+The studies' Markdown reports (`results/**/*.md`) and the benchmarks' (`results/benchmarks/`)
 stay where the runs write them; each build copies them to docs/_generated/ (their PNG plots beside
 them) and adds a toctree over them, so the site shows what the repository holds and never a copy
 that drifts. A link to a file the site does not copy (per-run JSON, configs, scripts) becomes a link
@@ -25,9 +25,10 @@ from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 
-# (source folder, destination under _generated, title of its index page).
+# (source folder, destination under _generated, title of its index page). A source inside another
+# (results/benchmarks) is its own part of the site and not the outer one's.
 SOURCES = (("results", "results", "Results on real data"),
-           ("experiments/benchmarks", "benchmarks", "Benchmarks"))
+           ("results/benchmarks", "benchmarks", "Benchmarks"))
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
 
 
@@ -241,25 +242,36 @@ def _generated_page(text: str, page: pathlib.Path, source: pathlib.Path, source_
   return "\n".join(head) + "\n" + text + _plots_section(page, text)
 
 
-def _skip(path: pathlib.Path, source: pathlib.Path) -> bool:
-  return "runs" in path.relative_to(source).parts
+def _files(source: pathlib.Path, root: pathlib.Path, pattern: str) -> list[pathlib.Path]:
+  """The source's files matching `pattern`, but for a run's own files (`runs/`) and those of a
+  source inside this one."""
+  inner = [root / name for name, _, _ in SOURCES
+           if (root / name).is_relative_to(source) and root / name != source]
+  return sorted(p for p in source.rglob(pattern)
+                if "runs" not in p.relative_to(source).parts
+                and not any(p.is_relative_to(folder) for folder in inner))
 
 
-def _rewrite(text: str, page: pathlib.Path, source: pathlib.Path, root: pathlib.Path,
-             copied: set[pathlib.Path], url: str) -> str:
+def _rewrite(text: str, page: pathlib.Path, root: pathlib.Path,
+             copied: dict[pathlib.Path, pathlib.Path], url: str) -> str:
+  """The page's links: to a file the site copies (from any source), the path from the page's copy
+  to that file's copy; to another file of the checkout, that file in the repository (`url`)."""
+  here = copied[page.resolve()].parent
+
   def replace(match):
     target = match.group(2)
     if re.match(r"^[a-z]+:", target) or target.startswith("#"):
       return match.group(0)
     path_part, _, anchor = target.partition("#")
     resolved = (page.parent / path_part).resolve()
-    if resolved.is_dir():
-      for name in ("README.md", "report.md"):
-        if resolved / name in copied:
-          relative = os.path.relpath(resolved / name, page.parent.resolve())
-          return f"{match.group(1)}{pathlib.PurePath(relative).as_posix()}{match.group(3)}"
+    if resolved.is_dir():  # a study's folder: its README or report
+      folder_page = next((resolved / name for name in ("README.md", "report.md")
+                          if resolved / name in copied), None)
+      if folder_page is not None:
+        resolved, anchor = folder_page, ""
     if resolved in copied:
-      return match.group(0)
+      link = pathlib.PurePath(os.path.relpath(copied[resolved], here)).as_posix()
+      return f"{match.group(1)}{link}{'#' + anchor if anchor else ''}{match.group(3)}"
     try:
       in_repo = resolved.relative_to(root)
     except ValueError:  # outside the checkout (../shared): left as text
@@ -274,17 +286,31 @@ def copy_pages(app):
   docs = pathlib.Path(app.confdir)
   root = docs.parent
   url = app.config.repository_url
+  # Every source's pages and plots first, each with the path of its copy: a page links to another
+  # source's files by their copies' place.
+  files = {}
+  copied = {}
+  for source_name, destination_name, _ in SOURCES:
+    source = root / source_name
+    destination = docs / "_generated" / destination_name
+    files[source_name] = (_files(source, root, "*.md"), _files(source, root, "*.png"))
+    for path in sum(files[source_name], []):
+      copied[path.resolve()] = (destination / path.relative_to(source)).resolve()
+  kept = set(copied.values())
   for source_name, destination_name, title in SOURCES:
     source = root / source_name
     destination = docs / "_generated" / destination_name
-    pages = sorted(p for p in source.rglob("*.md") if not _skip(p, source))
-    images = sorted(p for p in source.rglob("*.png") if not _skip(p, source))
-    copied = {p.resolve() for p in pages + images}
+    pages, images = files[source_name]
     for image in images:
       target = destination / image.relative_to(source)
       target.parent.mkdir(parents=True, exist_ok=True)
       if not target.exists() or target.stat().st_mtime < image.stat().st_mtime:
         shutil.copy2(image, target)
+    # A copy whose file has moved or gone would be a page outside every toctree.
+    for stale in destination.rglob("*"):
+      if (stale.suffix in (".md", ".png") and stale.resolve() not in kept
+          and stale != destination / "index.md"):
+        stale.unlink()
     names = []
     for page in pages:
       target = destination / page.relative_to(source)
@@ -297,7 +323,7 @@ def copy_pages(app):
           text = _generated_page(text, page, source, source_name)
         else:  # a benchmark's output: its path is its title
           text = f"# {source_name}/{page.relative_to(source).as_posix()}\n\n{text}"
-      text = _rewrite(text, page, source, root, copied, url)
+      text = _rewrite(text, page, root, copied, url)
       if not target.exists() or target.read_text() != text:
         target.write_text(text)
       names.append(page.relative_to(source).with_suffix("").as_posix())

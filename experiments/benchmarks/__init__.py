@@ -1,1 +1,1 @@
-"""Benchmarks (`python -m experiments.benchmarks.<name>`); results in `results/`, read in RESULTS.md."""
+"""Benchmarks (`python -m experiments.benchmarks.<name>`); runs and notes in results/benchmarks/."""

@@ -2,12 +2,12 @@
 host thread count (`config.data_workers`), on a CIFAR-10-LT-sized in-memory split, for crop + flip
 (the standard recipes) and the released reweighting recipe's three views (AutoAugment + Cutout and
 two SimCLR views). It says how many host cores keep an accelerator step of R images/s fed
-(issue 17.3: the pipeline must not be the bound of `experiments/reference.sh`).
+(issue 17.3: the pipeline must not be the bound of `tools/reference.sh`).
 
 Thread counts are measured interleaved, round by round, in one process (this machine is shared and
 noisy: compare the ratios within a run); each figure is the median over rounds.
 
-  python -m experiments.benchmarks.host_threads --threads=0,1,2 --out=experiments/benchmarks/results
+  python -m experiments.benchmarks.host_threads --threads=0,1,2 --out=results/benchmarks
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ in the same run (ResNet-50 train step, forward + backward + SGD, jit, on this ba
 report states the images/s per CPU core and how many cores a given accelerator rate needs:
 cores ≥ step images/s ÷ (pipeline images/s per core).
 
-  python -m experiments.benchmarks.input_throughput --workers=0,1,2 --out=experiments/benchmarks/results
+  python -m experiments.benchmarks.input_throughput --workers=0,1,2 --out=results/benchmarks
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """All benchmarks of issue 7 in one command; writes JSON and a Markdown table per section.
 
     python -m experiments.benchmarks.run [--only=overhead,scaling,neural_collapse,compile,cpu_gap]
-        [--out=experiments/benchmarks/results] [--quick] [--gap_variant=NAME=XLA_FLAGS ...]
+        [--out=results/benchmarks] [--quick] [--gap_variant=NAME=XLA_FLAGS ...]
 
 Sections (every time is a median over repeated measurements with its min–max; methods compared in a
 section are measured interleaved, round by round, in one run, because this machine is shared and
@@ -61,7 +61,7 @@ SECTIONS = ("overhead", "scaling", "released_form", "neural_collapse", "compile"
 def define_flags(flag_values: flags.FlagValues) -> None:
   cli.define_list("only", SECTIONS, "The sections to run.", choices=SECTIONS,
                   flag_values=flag_values)
-  flags.DEFINE_string("out", str(REPO / "experiments" / "benchmarks" / "results"),
+  flags.DEFINE_string("out", str(REPO / "results" / "benchmarks"),
                       "Folder for benchmarks_<tag>.{json,md}.", flag_values=flag_values)
   flags.DEFINE_bool("quick", False, "Fewer sizes and repeats (smoke test).",
                     flag_values=flag_values)

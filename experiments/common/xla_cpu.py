@@ -3,7 +3,7 @@
 On the development CPU (2 cores, x86-64 with AVX2) the jitted plain-CE ResNet-32 step (batch 128) runs
 1.15 s with XLA's defaults and 0.70 s with `TUNED_FLAGS`; the PyTorch eager step is 0.40 s. A profile
 of the default step (`experiments/benchmarks/run.py --only cpu_gap`, section notes in
-`experiments/benchmarks/RESULTS.md`) shows where the time goes:
+`results/benchmarks/RESULTS.md`) shows where the time goes:
 
 * every convolution — forward, input gradient and weight gradient — runs as a YNNPACK 'individual
   convolution' fusion, which on this machine runs single-threaded and slower than the Eigen

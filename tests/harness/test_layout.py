@@ -1,6 +1,7 @@
 """The harness's shape (issue 37): packages by role that import only downward, no import cycle, an
-import inside a function only for an optional dependency (said at the import), and no module over
-450 lines. Every module of experiments/ is parsed (not imported); imports inside functions count."""
+import inside a function only for an optional dependency (said at the import), no module over
+450 lines, and code only (issue 48.6: results live in results/). Every module of experiments/ is
+parsed (not imported); imports inside functions count."""
 
 import ast
 import pathlib
@@ -37,8 +38,6 @@ LONG_TABLES = ()
 def modules() -> dict[str, pathlib.Path]:
   out = {}
   for path in sorted(HARNESS.rglob("*.py")):
-    if "results" in path.relative_to(HARNESS).parts:
-      continue
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
       parts = parts[:-1]
@@ -192,6 +191,15 @@ def test_no_function_of_the_trainer_over_80_lines():
         if lines > MAX_TRAIN_FUNCTION_LINES:
           long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
   assert not long, long
+
+
+def test_the_harness_holds_code_only():
+  """A run's output (JSON, Markdown reports, logs) goes to results/, not beside the code; a
+  README that says how to run the code beside it is code's documentation."""
+  others = sorted(path.relative_to(ROOT).as_posix() for path in HARNESS.rglob("*")
+                  if path.is_file() and "__pycache__" not in path.parts
+                  and path.suffix != ".py" and path.name != "README.md")
+  assert not others, others
 
 
 def test_the_library_tests_import_no_harness():
