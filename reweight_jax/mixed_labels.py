@@ -24,7 +24,7 @@ L_c) and the loss are
 Everything after L_c — L̄, w*, the macro factor β and its refresh, the clip, the two gradient modes,
 the counter update B_c += 1 for the present classes (once per step) — is
 `inverse_reweighted_loss`'s, through the same functions. Identities (tested in
-tests/test_reweight_mixed_labels.py):
+tests/lib/reweight_jax/test_mixed_labels.py):
 
 * λ = 1, or b = a with ℓ^b = ℓ^a: `inverse_reweighted_loss(ℓ^a, a)` (b = a for any ℓ^b:
   `inverse_reweighted_loss(λℓ^a + (1 − λ)ℓ^b, a)`).

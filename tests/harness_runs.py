@@ -10,7 +10,7 @@ run's record is the SHA-256 of its whole train state at the end, the losses of m
 the test summary.
 
 Two uses, because XLA:CPU's float summation order depends on the CPU it compiles for (a last-bit
-difference grows over training steps; see docs/harness.md, "Checking a refactor"):
+difference grows over training steps; see docs/guides/harness.md, "Checking a refactor"):
 
 * **Before/after a refactor, bit for bit, on one machine** (not a test: a command whose output a
   refactor's closing note quotes)::

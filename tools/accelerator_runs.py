@@ -21,16 +21,18 @@ Issue 49.6's call, seeds on a batch axis (`--stack_seeds`: one process per chain
 memory (`--extra=--config.input_on_device=True`), every chain given a job:
 
     python3 -m tools.accelerator_runs --data_dir=DATA_SLIM --workdir=WORK --out="$OUT" \
-        --seeds=1,2 --stack_seeds --fill_seeds=0,1,2 --jobs=7 --deadline_s=500 --data_workers=2 \
+        --seeds=1,2 --stack_seeds --plan --fill_seeds=0,1,2 --jobs=7 --deadline_s=480 \
+        --data_workers=2 \
         --only=lt200_ce_seeds1-2,lt200_logit_adjust_seeds1-2,lt200_ldam_drw_seeds1-2,\
 balanced200_ce_seeds1-2,balanced200_mr2_released_seeds1-2,balanced200_mr2_seeds1-2 \
         --extra=--config.input_on_device=True
 
-With `--fill_seeds`, once every started chain has logged a window after its compilation (the first
-tens of seconds), `fill_plan` reads their images/s and the images they have left, and starts MR2 then
-MR2 + reweighting (`fill_chain`, long-tailed 200-epoch recipe) for as many of those seeds as fit
-before the deadline, taking the device's aggregate images/s as fixed (`seeds_that_fit`); the plan is
-in the driver's log. Make the slim copy with the same `--seeds`, `--stack_seeds`, `--only` and
+With `--plan`, once every running chain has logged a window after its compilation (the first
+tens of seconds), `call_plan` reads their images/s and the images they have left. Taking the
+device's aggregate images/s as fixed (saturated), it keeps the chains, in their order, that finish
+before the deadline, stops the others (their share goes to the kept), and with `--fill_seeds`
+starts MR2 then MR2 + reweighting (`fill_chain`, long-tailed 200-epoch recipe) for as many of
+those seeds as fit in the room left (`seeds_that_fit`). The plan is in the driver's log. Make the slim copy with the same `--seeds`, `--stack_seeds`, `--only` and
 `--fill_seeds`.
 
 Then every run comes back, packed by `pack` into at most `MAX_FILES` tar files of at most
@@ -221,20 +223,47 @@ def seeds_that_fit(rate: float, left: float, per_seed: float, time_left: float,
   return tuple(candidates[:min(k, len(candidates))])
 
 
-def fill_plan(workdir: pathlib.Path, started: Sequence[Chain], fill: Chain, elapsed: float,
-              deadline_s: float, log) -> Chain | bool | None:
-  """The fill chain with the seeds that fit (`seeds_that_fit`) from the started chains' images/s
-  and images left now (False when none fits), or None while a started chain has no window after
-  its compilation yet (the chains queued behind `jobs` are not counted: give every chain a job).
-  One more seed's images are those of `fill`'s methods at the recipe of a started chain of its
-  study."""
-  loads = [load for load in (chain_load(workdir, chain) for chain in started) if load is not None]
-  same_study = next((c for c in started if c.study == fill.study), None)
-  if len(loads) < len(started) or same_study is None:
+def chains_that_fit(loads: Sequence[tuple[float, float]], time_left: float) -> int:
+  """How many of the chains, in their (priority) order, finish within `time_left` at the summed
+  images/s of `loads` ((images/s, images left) per chain), the device's aggregate rate taken as
+  fixed (saturated: a chain stopped gives its share to the others)."""
+  rate = sum(r for r, _ in loads)
+  kept, left = 0, 0.0
+  for _, chain_left in loads:
+    if left + chain_left > rate * time_left:
+      break
+    kept, left = kept + 1, left + chain_left
+  return kept
+
+
+def call_plan(workdir: pathlib.Path, running: Sequence[Chain], fill: Chain | None, elapsed: float,
+              deadline_s: float, log) -> tuple[list[Chain], Chain | None] | None:
+  """(the running chains to stop, the fill chain with the seeds that fit or None), planned from
+  the images/s the running chains show and the images they have left (`chain_load`), or None while
+  one has no window after its compilation yet (chains queued behind `jobs` are not counted: give
+  every chain a job). The chains are kept in their order while they finish before the deadline
+  less `START_MARGIN_S` (`chains_that_fit`); the rest are stopped, their share of the device going
+  to the kept; then `fill` gets the seeds that fit in the room left (`seeds_that_fit`), one more
+  seed's images being those of its methods at the recipe of a running chain of its study."""
+  loads = [load for load in (chain_load(workdir, chain) for chain in running) if load is not None]
+  if not running or len(loads) < len(running):
     return None
-  now = window(run_folders(workdir, same_study, same_study.methods[0])[0])
+  rate = sum(r for r, _ in loads)
+  time_left = deadline_s - elapsed - START_MARGIN_S
+  kept = chains_that_fit(loads, time_left)
+  left = sum(l for _, l in loads[:kept])
+  log(f"plan at {elapsed:.0f} s: {rate:.0f} images/s over {len(running)} chains, "
+      f"{sum(l for _, l in loads) / 1e6:.2f} M images left; {time_left:.0f} s to the deadline less "
+      f"the margin: {kept} of them finish" + (f", stopping {[c.name for c in running[kept:]]}"
+                                              if kept < len(running) else ""))
+  if fill is None:
+    return list(running[kept:]), None
+  same_study = next((c for c in running if c.study == fill.study), None)
+  now = None if same_study is None else window(
+      run_folders(workdir, same_study, same_study.methods[0])[0])
   if now is None:
-    return None
+    log(f"plan: no running chain of {fill.study} to size {fill.name} by; not started")
+    return list(running[kept:]), None
   config, spe = now["config"], now["steps_per_epoch"]
   per_seed = 0.0
   for spec in fill.methods:
@@ -242,23 +271,31 @@ def fill_plan(workdir: pathlib.Path, started: Sequence[Chain], fill: Chain, elap
     method.loss = method_comparison.parse_method(spec)[1]
     start = losses.start_epoch(method) if spec != fill.methods[0] else 0
     per_seed += (config["num_epochs"] - start) * spe * config["batch_size"]
-  rate, left = sum(r for r, _ in loads), sum(l for _, l in loads)
-  time_left = deadline_s - elapsed - START_MARGIN_S
   seeds = seeds_that_fit(rate, left, per_seed, time_left, fill.seeds)
-  log(f"plan at {elapsed:.0f} s: {rate:.0f} images/s over the started chains, {left / 1e6:.2f} M "
-      f"images left ({left / rate:.0f} s), {per_seed / 1e6:.2f} M per seed of {fill.name}, "
-      f"{time_left:.0f} s to the deadline less the margin: seeds {list(seeds)} of "
+  log(f"plan: {per_seed / 1e6:.2f} M images per seed of {fill.name}: seeds {list(seeds)} of "
       f"{list(fill.seeds)} fit")
-  return fill_chain(seeds) if seeds else False
+  return list(running[kept:]), (fill_chain(seeds) if seeds else None)
+
+
+def _stop(proc: subprocess.Popen, grace_s: float) -> None:
+  """SIGTERM to the process group of `proc`, SIGKILL after `grace_s`."""
+  if proc.poll() is None:
+    os.killpg(proc.pid, signal.SIGTERM)
+  try:
+    proc.wait(timeout=grace_s)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def run_chains(todo: list[Chain], data_dir: str, workdir: pathlib.Path, jobs: int,
                deadline_s: float, data_workers: int, log, extra: tuple[str, ...] = (),
                grace_s: float = GRACE_S, start_margin_s: float = START_MARGIN_S,
-               fill=None) -> dict[str, str]:
+               plan=None) -> dict[str, str]:
   """Runs the chains, `jobs` at a time, until done or the deadline; {chain: outcome}. Whatever
-  ends it (the deadline, an error, an interrupt), no chain outlives it. `fill(elapsed, started)`,
-  called until it answers (a `Chain` or False), gives one more chain to run next (`fill_plan`)."""
+  ends it (the deadline, an error, an interrupt), no chain outlives it. `plan(elapsed, running)`,
+  called until it answers (`call_plan`), names running chains to stop now and one more chain to
+  run next."""
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
   (workdir / "logs").mkdir(parents=True, exist_ok=True)
   start = time.monotonic()
@@ -276,13 +313,20 @@ def run_chains(todo: list[Chain], data_dir: str, workdir: pathlib.Path, jobs: in
           finished(name, proc, began)
           del running[name]
       left = deadline_s - (time.monotonic() - start)
-      if fill is not None and left > start_margin_s:
-        planned = fill(time.monotonic() - start, [c for c in todo if c not in queue])
-        if planned is not None:
-          fill = None
-          if planned:
-            queue.insert(0, planned)
-            todo = [*todo, planned]
+      if plan is not None and running and left > start_margin_s:
+        decided = plan(time.monotonic() - start, [c for c in todo if c.name in running])
+        if decided is not None:
+          plan = None
+          to_stop, more = decided
+          for chain in to_stop:
+            proc, began, logfile = running.pop(chain.name)
+            _stop(proc, grace_s)
+            logfile.close()
+            outcome[chain.name] = f"stopped by the plan after {time.monotonic() - began:.0f} s"
+            log(f"{chain.name}: {outcome[chain.name]}")
+          if more is not None:
+            queue.insert(0, more)
+            todo = [*todo, more]
       while queue and len(running) < jobs and left > start_margin_s:
         chain = queue.pop(0)
         logfile = open(workdir / "logs" / f"{chain.name}.log", "w")
@@ -353,16 +397,16 @@ def _run_members(runs: list[pathlib.Path]) -> list[tuple[int, list[tuple[pathlib
   """`members`' units of one seed's runs of a chain, in the chain's order."""
   units = []
   for i, run in enumerate(runs):
-      if not run.is_dir():
-        continue
-      done = (run / "summary.json").exists()
-      if i > 0 and not done:
-        continue  # a deferred run restarts from its source's checkpoint (module docstring)
-      units.append((1, _files(run, skip="checkpoints")))
-      followers_pending = any(not (r / "summary.json").exists() for r in runs[i + 1:])
-      if i == 0 and (not done or followers_pending):
-        for k, step in enumerate(_steps(run)):
-          units.append((3 if done or k == 0 else 4, _files(step)))
+    if not run.is_dir():
+      continue
+    done = (run / "summary.json").exists()
+    if i > 0 and not done:
+      continue  # a deferred run restarts from its source's checkpoint (module docstring)
+    units.append((1, _files(run, skip="checkpoints")))
+    followers_pending = any(not (r / "summary.json").exists() for r in runs[i + 1:])
+    if i == 0 and (not done or followers_pending):
+      for k, step in enumerate(_steps(run)):
+        units.append((3 if done or k == 0 else 4, _files(step)))
   return units
 
 
@@ -487,9 +531,11 @@ def define_flags(flag_values: flags.FlagValues) -> None:
   define("string", "slim_data_to", None, "Write the slimmed copy of --data_dir here and exit.")
   define("bool", "stack_seeds", False, "One process per chain for all --seeds, the seeds on a "
          "vmapped axis (experiments.train.seed_axis; `compare --stack_seeds`).")
-  define("list", "fill_seeds", [], "Seeds of MR2 then MR2 + reweighting on the long-tailed "
-         "200-epoch recipe, one stacked chain started next with as many of them as fit before the "
-         "deadline at the throughput the started chains show (`fill_plan`).")
+  define("bool", "plan", False, "Once every running chain has logged a window after compiling, "
+         "stop those (last first) that would not finish before the deadline at the images/s they "
+         "show together, and start the --fill_seeds chain for the seeds that fit (`call_plan`).")
+  define("list", "fill_seeds", [], "With --plan: seeds of MR2 then MR2 + reweighting on the "
+         "long-tailed 200-epoch recipe, one stacked chain started with as many of them as fit.")
 
 
 def accelerator_command(args: flags.FlagValues) -> int:
@@ -527,19 +573,19 @@ def accelerator_command(args: flags.FlagValues) -> int:
 
     previous = signal.signal(signal.SIGTERM, interrupted)  # chains stopped, runs packed
     log(f"chains: {[c.name for c in todo]}; jobs {args.jobs}; deadline {args.deadline_s} s"
-        + (f"; then {fill.name} for the seeds that fit" if fill else ""))
+        + ("; planned from the first windows" if args.plan else "")
+        + (f", then {fill.name} for the seeds that fit" if fill and args.plan else ""))
     planned = []
 
-    def plan(elapsed, started, fill=fill):
-      assert fill is not None
-      chain = fill_plan(workdir, started, fill, elapsed, args.deadline_s, log)
-      if chain:
-        planned.append(chain)
-      return chain
+    def plan(elapsed, running):
+      decided = call_plan(workdir, running, fill, elapsed, args.deadline_s, log)
+      if decided is not None and decided[1] is not None:
+        planned.append(decided[1])
+      return decided
     try:
       outcome = run_chains(todo, args.data_dir, workdir, args.jobs, args.deadline_s,
                            args.data_workers, log, tuple(args.extra),
-                           fill=plan if fill else None)
+                           plan=plan if args.plan else None)
       (workdir / "logs" / "outcome.json").write_text(json.dumps(outcome, indent=1))
     finally:
       signal.signal(signal.SIGTERM, previous)

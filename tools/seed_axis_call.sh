@@ -3,28 +3,31 @@
 # reweighting from CE's epoch-160 checkpoint, logit adjustment, LDAM-DRW; balanced CIFAR-10: ERM, MR2
 # released, MR2 paper form), each chain one process training its two seeds as one vmapped program
 # (`--stack_seeds`, experiments.train.seed_axis) with the training split in device memory
-# (config.input_on_device); then, once every chain has logged its first window after compiling, MR2
-# then MR2 + reweighting on the long-tailed recipe for as many of seeds 0, 1, 2 as fit before the
-# deadline at the images/s measured then (`tools.accelerator_runs.fill_plan`, in driver.log).
+# (config.input_on_device). Once every chain has logged its first window after compiling, the plan
+# (`tools.accelerator_runs.call_plan`, in driver.log) keeps the chains, in this order, that finish
+# before the deadline at the images/s measured then, stops the others, and starts MR2 then MR2 +
+# reweighting on the long-tailed recipe for as many of seeds 0, 1, 2 as fit in the room left.
 # Everything comes back packed in $OUT (tools/accelerator_runs.py's docstring).
 #
 #   here, before the call:    bash tools/wheels.sh
 #                             bash tools/seed_axis_call.sh --slim ../shared/data/cifar10_jpeg
 #   the device command:       bash tools/seed_axis_call.sh --device "$OUT"
-#                             (carry .whl and .data/cifar10_slim; timeout_s 560)
+#                             (carry .whl and .data/cifar10_slim; timeout_s 570)
 #   dry run on this CPU:      bash tools/seed_axis_call.sh --dry_run [WORKDIR]
 #                             (the same command, chains and plan at tiny size: a small CNN, 2
 #                             epochs, 30 images per class of a synthetic CIFAR-10 folder)
 # Sizing (docs/guides/harness.md): on 2026-12-04 six separate chains on an H200 trained about
-# 32,000 images/s together; seeds 1 and 2 of the six chains are 30.8 M training images, so the
-# deadline is reached unless stacking and the device input at least double that rate.
+# 32,000 images/s together (about 17,000 one alone); seeds 1 and 2 of the six chains are about
+# 31 M training images, 960 s at that rate against a 480 s deadline: without a gain from stacking
+# and the device input the plan keeps the first chains only (the long-tailed CE + reweighting
+# first). Call timeout: deadline 480 s + 30 s grace + packing + the wheels' install: timeout_s 570.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 chains=lt200_ce_seeds1-2,lt200_logit_adjust_seeds1-2,lt200_ldam_drw_seeds1-2
 chains+=,balanced200_ce_seeds1-2,balanced200_mr2_released_seeds1-2,balanced200_mr2_seeds1-2
-call=(--seeds=1,2 --stack_seeds --fill_seeds=0,1,2 --only="$chains" --jobs=7 --data_workers=2
-      --extra=--config.input_on_device=True)
+call=(--seeds=1,2 --stack_seeds --plan --fill_seeds=0,1,2 --only="$chains" --jobs=7
+      --data_workers=2 --extra=--config.input_on_device=True)
 mode=${1:-}
 case $mode in
   --slim)
@@ -41,7 +44,7 @@ case $mode in
     export PYTHONPATH=$PWD:${PYTHONPATH:-}
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
     "$python" -m tools.accelerator_runs "${call[@]}" --data_dir=.data/cifar10_slim \
-      --workdir=/tmp/seed_axis_call --out="$out" --deadline_s=500 ;;
+      --workdir=/tmp/seed_axis_call --out="$out" --deadline_s=480 ;;
   --dry_run)
     work=${2:-workdirs/seed_axis_dry_run}
     rm -rf "$work"

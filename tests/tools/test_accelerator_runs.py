@@ -87,25 +87,80 @@ def _window_run(folder, step, epoch, images_per_sec, finished=False, num_epochs=
     (folder / "summary.json").write_text("{}")
 
 
-def test_fill_plan_reads_the_started_chains_windows(tmp_path):
+def test_call_plan_reads_the_running_chains_windows(tmp_path):
   chain = ar.Chain("lt200_ce_seeds1-2", "cifar10_lt_200", "cifar10_lt_200",
                    ("ce", "inverse_reweight"), (1, 2))
   for seed in (1, 2):
     _window_run(tmp_path / "cifar10_lt_200" / "ce" / f"seed{seed}", 970, 10.0, 5000.0)
   logged = []
-  fill = ar.fill_plan(tmp_path, [chain], ar.fill_chain((0, 1, 2)), 60.0, 500.0, logged.append)
   # Left: per seed 190 epochs of CE and 40 of the reweighting, 97 steps of 128: 5.71 M in all.
-  # Per seed of MR2 then MR2 + reweighting: 240 epochs, 2.98 M. At 10,000 images/s a deadline of
-  # 500 s leaves 380 s (3.8 M images) after the start margin: not even the started chains'; 1,500 s
-  # leaves 13.8 M, 8.09 M after theirs: two seeds.
   rate, left = ar.chain_load(tmp_path, chain)
   assert rate == 10000.0 and left == pytest.approx(2 * 230 * 97 * 128)
-  assert fill is False and "seeds [] of [0, 1, 2] fit" in logged[0]
-  fill = ar.fill_plan(tmp_path, [chain], ar.fill_chain((0, 1, 2)), 60.0, 1500.0, logged.append)
-  assert fill.seeds == (0, 1) and fill.name == "lt200_mr2_seeds0-1"
+  # Per seed of MR2 then MR2 + reweighting: 240 epochs, 2.98 M. At 10,000 images/s a deadline of
+  # 500 s leaves 380 s (3.8 M images) after the start margin: the chain does not finish and is
+  # stopped, and one seed of the fill fits in its place; 1,500 s leaves 13.8 M, 8.09 M after the
+  # chain's: the chain and two seeds.
+  stop, fill = ar.call_plan(tmp_path, [chain], ar.fill_chain((0, 1, 2)), 60.0, 500.0, logged.append)
+  assert stop == [chain] and fill.seeds == (0,) and "0 of them finish" in logged[0]
+  stop, fill = ar.call_plan(tmp_path, [chain], ar.fill_chain((0, 1, 2)), 60.0, 1500.0,
+                            logged.append)
+  assert stop == [] and fill.seeds == (0, 1) and fill.name == "lt200_mr2_seeds0-1"
+  assert "seeds [0, 1] of [0, 1, 2] fit" in logged[-1]
   # Before a window after the compilation, no plan.
   (tmp_path / "cifar10_lt_200" / "ce" / "seed2" / "metrics.jsonl").write_text("")
-  assert ar.fill_plan(tmp_path, [chain], ar.fill_chain((0,)), 60.0, 1200.0, print) is None
+  assert ar.call_plan(tmp_path, [chain], ar.fill_chain((0,)), 60.0, 1500.0, print) is None
+
+
+@pytest.mark.parametrize("lefts, time_left, kept", [
+    ((1000.0, 1000.0, 1000.0), 3.0, 3),   # 3,000 images of room at 1,000 images/s
+    ((1000.0, 1000.0, 1000.0), 2.9, 2),
+    ((2500.0, 100.0, 100.0), 2.0, 0),     # the first does not fit: nothing after it is kept
+    ((), 10.0, 0),
+])
+def test_chains_that_fit_keep_the_first_chains_in_order(lefts, time_left, kept):
+  loads = [(1000.0 / len(lefts), left) for left in lefts]
+  assert ar.chains_that_fit(loads, time_left) == kept
+
+
+def test_the_plan_stops_the_chains_that_do_not_fit_and_starts_the_fill(tmp_path, monkeypatch):
+  """run_chains with a plan: two running chains, the plan stops the second and queues a third."""
+  started = []
+
+  class Proc:
+    def __init__(self, cmd, **kwargs):
+      self.name = next(a for a in cmd if a.startswith("--report_dir")).rsplit("/", 1)[1]
+      self.pid, self.returncode, self.killed = len(started) + 10**6, None, False
+      started.append(self)
+
+    def poll(self):
+      return self.returncode
+
+    def wait(self, timeout=None):
+      self.returncode = -15
+      return self.returncode
+
+  monkeypatch.setattr(ar.subprocess, "Popen", Proc)
+  monkeypatch.setattr(ar.os, "killpg", lambda pid, sig: next(
+      p for p in started if p.pid == pid).__setattr__("killed", True))
+  a, b = (ar.Chain(n, "s", "c", ("ce",)) for n in ("a", "b"))
+  fill = ar.Chain("fill", "s", "c", ("mr2",))
+  calls = []
+
+  def plan(elapsed, running):
+    calls.append([c.name for c in running])
+    if len(calls) < 2:
+      return None  # no window yet
+    for proc in started:
+      if proc.name == "a":
+        proc.returncode = 0  # a finishes after the plan
+    return [b], fill
+
+  outcome = ar.run_chains([a, b], "data", tmp_path, 3, 30.0, 1, lambda m: None, plan=plan,
+                          start_margin_s=0.0, grace_s=0.1)
+  assert calls[:2] == [["a", "b"], ["a", "b"]]
+  assert [p.name for p in started] == ["a", "b", "fill"]
+  assert outcome["b"].startswith("stopped by the plan") and started[1].killed
+  assert outcome["a"].startswith("exit 0")
 
 
 def test_command_puts_extra_flags_last_and_a_report_per_chain(tmp_path):
