@@ -39,8 +39,14 @@ _METHODS = flags.DEFINE_list(
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
 _STACK_SEEDS = flags.DEFINE_bool(
     "stack_seeds", False,
-    "Train a method's seeds as one program, the seeds on a vmapped leading axis of the train state "
-    "and the batch (experiments.train.seed_axis); each seed's files are those of its solo run.")
+    "Train a method's seeds as one program, the seeds on a leading axis of the train state and "
+    "the batch (experiments.train.seed_axis; for an accelerator); each seed's files are those of "
+    "its solo run.")
+_STACK_SEEDS_BY = flags.DEFINE_enum(
+    "stack_seeds_by", "vmap", ["vmap", "map"],
+    "With --stack_seeds: 'vmap' (one batched step, for an accelerator) or 'map' (the seeds' solo "
+    "steps in sequence in one program). On a CPU both are slower than separate runs "
+    "(results/benchmarks/RESULTS.md).")
 _XLA_CPU_TUNING = flags.DEFINE_bool(
     "xla_cpu_tuning", True, "Add experiments.common.xla_cpu.TUNED_FLAGS to XLA_FLAGS (CPU backend only).")
 _REPORT_DIR = flags.DEFINE_string("report_dir", None,
@@ -65,7 +71,8 @@ def main(argv):
   with cli.one_line_errors():
     markdown = method_comparison.compare(base, _METHODS.value, seeds, workdir, report_dir,
                                   start_deferred_from_reference=_SHARE_REFERENCE.value,
-                                  stack_seeds=_STACK_SEEDS.value)
+                                  stack_seeds=_STACK_SEEDS.value,
+                                  stack_by=_STACK_SEEDS_BY.value)
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
         f"final-epoch test accuracy (%), {seed_stats.MEAN_STD} over seeds {seeds}; groups from "
         f"{method_comparison.parse_method(_METHODS.value[0])[0]}:\n")

@@ -31,6 +31,16 @@ from ml_collections import config_flags
 from experiments.benchmarks.machine import machine_info
 from experiments.benchmarks.report import write_report
 from experiments.benchmarks.timing import REPO
+from experiments.train import loop
+from experiments.train import seed_axis
+
+# key → (name, seeds on the axis (None: --seeds), input on the device, how the step runs over them)
+VARIANTS = {"s1_host": ("S=1, host input", 1, False, "vmap"),
+            "s1_device": ("S=1, device input", 1, True, "vmap"),
+            "vmap_host": ("S={S} vmap, host input", None, False, "vmap"),
+            "vmap_device": ("S={S} vmap, device input", None, True, "vmap"),
+            "map_host": ("S={S} map, host input", None, False, "map"),
+            "map_device": ("S={S} map, device input", None, True, "map")}
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/cifar10_lt_200.py",
                                           "The recipe timed (its data_dir, batch size, model).")
@@ -40,14 +50,12 @@ _WINDOW = flags.DEFINE_integer("window", 10, "Steps per logging window (images/s
 _ROUNDS = flags.DEFINE_integer("rounds", 2, "Rounds over the variants.")
 _OUT = flags.DEFINE_string("out", str(REPO / "results" / "benchmarks"), "Output folder.")
 _TAG = flags.DEFINE_string("tag", "cpu", "Output file suffix.")
-_WORKER = flags.DEFINE_string("worker", None, "Internal: run one variant, 'S,device_input'.")
-
-# name → (seeds on the axis, input on the device)
-VARIANTS = {"S=1, host input": (1, False), "S=1, device input": (1, True),
-            "S={S}, host input": (None, False), "S={S}, device input": (None, True)}
+_VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), f"The variants to run, of {list(VARIANTS)}.")
+_WORKER = flags.DEFINE_string("worker", None, "Internal: run one variant, 'S,device_input,by'.")
 
 
-def timed_config(config, seed: int, device_input: bool, steps: int, window: int):
+
+def timed_config(config, seed: int, device_input: bool, window: int):
   config = config.copy_and_resolve_references()
   config.seed, config.input_on_device, config.progress_bar = seed, device_input, False
   config.log_every_steps, config.checkpoint_every_steps = window, 10**9
@@ -56,13 +64,12 @@ def timed_config(config, seed: int, device_input: bool, steps: int, window: int)
   return config
 
 
-def train_variant(config, seeds: int, device_input: bool, steps: int, window: int,
+def train_variant(config, seeds: int, device_input: bool, by: str, steps: int, window: int,
                   workdir: pathlib.Path) -> list[float]:
-  """Aggregate images/s per logging window after the first: `seeds` runs stacked (or one solo run),
-  trained `steps` steps by the trainer's loop in `workdir`."""
-  from experiments.train import loop  # pylint: disable=g-import-not-at-top
-  from experiments.train import seed_axis  # pylint: disable=g-import-not-at-top
-  configs = [timed_config(config, s, device_input, steps, window) for s in range(seeds)]
+  """Aggregate images/s per logging window after the first: `seeds` runs stacked (`by`: the step
+  vmapped or mapped over them) or one solo run, trained `steps` steps by the trainer's loop in
+  `workdir`."""
+  configs = [timed_config(config, s, device_input, window) for s in range(seeds)]
   workdirs = [workdir / f"seed{s}" for s in range(seeds)]
   if seeds == 1:
     run = loop.plan(configs[0], workdirs[0], steps)
@@ -70,16 +77,16 @@ def train_variant(config, seeds: int, device_input: bool, steps: int, window: in
   else:
     seed_axis.check_stackable(configs)
     runs = [loop.plan(c, w, steps) for c, w in zip(configs, workdirs)]
-    seed_axis.train_seeds(runs, *seed_axis.start_seeds(runs, False))
+    seed_axis.train_seeds(runs, *seed_axis.start_seeds(runs, False), by=by)
   per_seed = [[json.loads(line)["images_per_sec"]
                for line in (w / "metrics.jsonl").read_text().splitlines()][1:] for w in workdirs]
   return [float(x) for x in np.sum(per_seed, axis=0)]
 
 
 def run_worker(spec: str) -> None:
-  seeds, device_input = spec.split(",")
+  seeds, device_input, by = spec.split(",")
   with tempfile.TemporaryDirectory() as workdir:
-    rates = train_variant(_CONFIG.value, int(seeds), device_input == "1", _STEPS.value,
+    rates = train_variant(_CONFIG.value, int(seeds), device_input == "1", by, _STEPS.value,
                           _WINDOW.value, pathlib.Path(workdir))
   print("RATES " + json.dumps(rates), flush=True)
 
@@ -87,22 +94,25 @@ def run_worker(spec: str) -> None:
 def measure(flag_args: list[str]) -> dict[str, Any]:
   """Every variant in its own process (given this command's `flag_args`), `--rounds` rounds,
   interleaved."""
-  variants = {name.format(S=_SEEDS.value): (seeds or _SEEDS.value, device)
-              for name, (seeds, device) in VARIANTS.items()}
+  unknown = sorted(set(_VARIANTS.value) - set(VARIANTS))
+  if unknown:
+    raise ValueError(f"--variants: unknown {unknown}; known: {list(VARIANTS)}")
+  variants = {name.format(S=_SEEDS.value): (seeds or _SEEDS.value, device, by)
+              for key, (name, seeds, device, by) in VARIANTS.items() if key in _VARIANTS.value}
   rates: dict[str, list[float]] = {name: [] for name in variants}
   for round_index in range(_ROUNDS.value):
-    for name, (seeds, device) in variants.items():
+    for name, (seeds, device, by) in variants.items():
       worker = subprocess.run([sys.executable, "-m", "experiments.benchmarks.seed_axis",
-                               *flag_args, f"--worker={seeds},{int(device)}"], cwd=REPO,
+                               *flag_args, f"--worker={seeds},{int(device)},{by}"], cwd=REPO,
                               capture_output=True, text=True, check=False)
       if worker.returncode:
         raise RuntimeError(f"{name}: the worker failed:\n{worker.stderr[-3000:]}")
       rates[name] += json.loads(worker.stdout.split("RATES ", 1)[1])
       print(f"round {round_index + 1}, {name}: {np.median(rates[name]):.0f} images/s", flush=True)
-  base = float(np.median(rates["S=1, host input"]))
+  base = float(np.median(next(iter(rates.values()))))
   return {name: {"images_per_sec_median": float(np.median(r)), "min": float(np.min(r)),
                  "max": float(np.max(r)), "windows": len(r),
-                 "ratio_to_s1_host": float(np.median(r)) / base}
+                 "ratio_to_first": float(np.median(r)) / base}
           for name, r in rates.items()}
 
 
@@ -111,10 +121,11 @@ def to_markdown(results: dict[str, Any]) -> list[str]:
   lines = [f"Aggregate training images/s (all seeds), {config['model']} on {config['dataset']}, "
            f"batch {config['batch_size']} per seed, {results['steps']} steps per variant, median "
            f"over {results['rounds']} rounds' windows after the first (min–max); ratios within "
-           "this run.", "", "| variant | images/s | min–max | × S=1 host |", "|---|---|---|---|"]
+           "this run.", "", f"| variant | images/s | min–max | × {next(iter(results['variants']))} |",
+           "|---|---|---|---|"]
   for name, r in results["variants"].items():
     lines.append(f"| {name} | {r['images_per_sec_median']:.0f} | {r['min']:.0f}–{r['max']:.0f} | "
-                 f"{r['ratio_to_s1_host']:.2f} |")
+                 f"{r['ratio_to_first']:.2f} |")
   return lines
 
 

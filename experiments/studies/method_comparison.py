@@ -86,7 +86,7 @@ class RunCounter:
 
 def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path, *,
             start_deferred_from_reference: bool = True, counter: RunCounter | None = None,
-            stack_seeds: bool = False) -> str:
+            stack_seeds: bool = False, stack_by: str = "vmap") -> str:
   """Trains every (method, seed) in `workdir` (resuming finished or partial runs) and writes the
   report; returns its Markdown. The first method is the reference (ERM).
 
@@ -96,7 +96,8 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
   pipeline's own run for the reweighting inside it (ETF-DR, GLMC, the released recipe's views).
 
   With `stack_seeds`, a method's seeds train as one program (`experiments.train.seed_axis`: the
-  seeds on a vmapped leading axis), each in the folder and with the files of its solo run.
+  seeds on a leading axis, the step `vmap`ped or, `stack_by='map'`, `lax.map`ped), each in the
+  folder and with the files of its solo run.
 
   Before each run it prints "run i of n" with the time elapsed and about how long is left
   (`RunCounter`; pass one `counter` to count over several calls)."""
@@ -117,7 +118,8 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
       began = time.perf_counter()
       if stack_seeds:
         summaries = seed_axis.train_and_evaluate_seeds([configs[i] for i in group],
-                                                       [runs[method][i] for i in group])
+                                                       [runs[method][i] for i in group],
+                                                       by=stack_by)
       else:
         summaries = [loop.train_and_evaluate(configs[group[0]], runs[method][group[0]])]
       for i, summary in zip(group, summaries):

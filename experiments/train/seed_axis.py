@@ -8,8 +8,9 @@ Each seed is planned and started as its solo run (`loop.plan`, `loop.start`: its
 state from `jax.random.key(seed)`, its workdir, checkpoints and the run it starts from). Their
 train states — parameters, optimiser state, BatchNorm statistics, the loss's class statistics and
 state, the dropout key — are stacked on a leading axis of size S and trained by one `jax.vmap`ped
-`steps.train_step`, on a batch stacked from the S solo input pipelines: each seed sees exactly the
-rows, crops and flips of its solo run. What a solo run does after a step (`loop_events.Events`:
+`steps.train_step` (or, `by='map'`, the S solo steps in sequence inside one program: `lax.map`),
+on a batch stacked from the S solo input pipelines: each seed sees exactly the rows, crops and
+flips of its solo run. What a solo run does after a step (`loop_events.Events`:
 the logging window, the epoch's passes, the checkpoint) is done per seed on that seed's slice, in
 its own workdir, so checkpoints, resume, metrics.jsonl, summary.json and the reports are those of
 S separate runs; `compare --stack_seeds` trains a method's seeds this way.
@@ -17,7 +18,9 @@ S separate runs; `compare --stack_seeds` trains a method's seeds this way.
 The numbers equal the solo runs' up to float order: a batched convolution may sum in another order
 than S separate ones (tests/harness/train/test_seed_axis.py measures the difference on digits).
 Runs under `parallel` 'none' (one device) and 'jit' (the batch axis sharded over a mesh, the seed
-axis not); 'pmap' and 'shard_map' name their collective axis inside the step and are refused.
+axis not); 'pmap' and 'shard_map' name their collective axis inside the step and are refused. One
+program means one fate: a seed that diverges stops every seed (at its last good checkpoints), where
+separate runs would let the others finish.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from experiments.train import steps
 # The fields in which the stacked runs may differ; every other field is the program's.
 PER_SEED_FIELDS = ("seed", "init_from")
 PARALLEL = ("none", "jit")
+BY = ("vmap", "map")  # how the step runs over the seed axis (`make_stacked_runner`)
 
 
 def stack(trees: Sequence[Any]) -> Any:
@@ -117,11 +121,17 @@ class StackedRunner:
 
 
 def make_stacked_runner(parallel: str, loss_fn, task: steps.Task, learning_rate_fn,
-                        devices=None) -> StackedRunner:
-  """`steps.train_step` vmapped over the leading (seed) axis of the state and the batch, jitted:
-  on one device ('none'), or with the batch axis sharded over a mesh of `devices` ('jit')."""
-  train = jax.vmap(functools.partial(steps.train_step, loss_fn=loss_fn, task=task,
-                                     learning_rate_fn=learning_rate_fn, axis_name=None))
+                        devices=None, by: str = "vmap") -> StackedRunner:
+  """`steps.train_step` over the leading (seed) axis of the state and the batch, jitted: `vmap`ped
+  (one batched step; a convolution with per-seed weights becomes a grouped one) or, `by='map'`,
+  `lax.map`ped (the seeds' steps in sequence inside one program, each the solo step); on one device
+  ('none'), or with the batch axis sharded over a mesh of `devices` ('jit')."""
+  solo = functools.partial(steps.train_step, loss_fn=loss_fn, task=task,
+                           learning_rate_fn=learning_rate_fn, axis_name=None)
+  if by not in BY:
+    raise ConfigError(f"seed axis: by={by!r} is not one of {BY}")
+  train = (jax.vmap(solo) if by == "vmap"
+           else lambda state, batch: jax.lax.map(lambda pair: solo(*pair), (state, batch)))
   step = jax.jit(train, donate_argnums=(0,))
   if parallel == "none":
     return StackedRunner(step, lambda state: state, lambda batch: batch)
@@ -139,27 +149,36 @@ def start_seeds(runs: Sequence[loop.Plan], resume_from_previous: bool):
   """(managers, states, input states, step): each seed started as its solo run (`loop.start`), at
   one common step. Checkpoints are written seed after seed, so a run killed between two of them
   leaves the first seeds one checkpoint ahead: those resume from the common (older) step, their
-  later checkpoints deleted (training is deterministic: the same states are written again)."""
+  one later checkpoint deleted (training is deterministic: the same state is written again). Any
+  other difference (a seed more than one checkpoint ahead, or without the common step) is refused
+  before anything is deleted."""
   started = [loop.start(run, resume_from_previous) for run in runs]
   managers = [manager for manager, _, _ in started]
   latest = [manager.latest_step() for manager in managers]
+  seeds = [run.config.seed for run in runs]
   if len(set(latest)) == 1:
-    return managers, [s for _, s, _ in started], [i for _, _, i in started], int(started[0][1].step)
+    steps = {int(state.step) for _, state, _ in started}
+    if len(steps) != 1:
+      raise checkpoints.CheckpointError(f"seed axis: the seeds start at different steps {steps} "
+                                        f"(seeds {seeds}); train them as separate runs")
+    return managers, [s for _, s, _ in started], [i for _, _, i in started], steps.pop()
   if None in latest:
     raise checkpoints.CheckpointError(
-        "seed axis: some seeds have checkpoints (latest steps "
-        f"{dict(zip([run.config.seed for run in runs], latest))}) and others none; remove the "
-        "seeds' checkpoints folders to start afresh, or train the seeds as separate runs")
+        f"seed axis: some seeds have checkpoints (latest steps {dict(zip(seeds, latest))}) and "
+        "others none; remove the seeds' checkpoints folders to start afresh, or train the seeds "
+        "as separate runs")
   common = min(step for step in latest if step is not None)
+  for seed, manager in zip(seeds, managers):  # every seed checked before any is rolled back
+    later = [s for s in manager.all_steps() if s > common]
+    if later and (common not in manager.all_steps() or len(later) > 1):
+      raise checkpoints.CheckpointError(
+          f"seed axis: seed {seed}'s checkpoints {sorted(manager.all_steps())} are not one save "
+          f"ahead of step {common}, the latest of seeds {dict(zip(seeds, latest))}; train the "
+          "seeds as separate runs")
   states, input_states = [], []
   for run, manager, (_, state, input_state) in zip(runs, managers, started):
     if manager.latest_step() != common:
-      if common not in manager.all_steps():
-        raise checkpoints.CheckpointError(
-            f"seed axis: seed {run.config.seed} has no checkpoint at step {common}, the latest "
-            f"step of every seed; train the seeds as separate runs")
-      for later in [s for s in manager.all_steps() if s > common]:
-        manager.delete(later)
+      manager.delete(manager.latest_step())
       state, input_state = checkpoints.restore_step(manager, common, run.state, input_state=True)
       if not input_pipeline.REGISTRY[str(run.config.input_pipeline)].saves_state:
         input_state = None
@@ -190,18 +209,25 @@ class SeedEvents:
     if not first.due(step):
       return stacked
     logs = first.logs(step)
+    # The steps run asynchronously: wait for them here, inside the windows' training time, so that
+    # the seeds' passes timed below hold no training.
+    jax.block_until_ready((stacked, self.window))
     spent, states, changed = [], [], False
+    waited = time.perf_counter()
     for index, events in enumerate(self.events):
       began = time.perf_counter()
       events.window, events.window_steps = take(self.window, index), self.window_steps
       state = take(stacked, index)
-      new_state = events.at(step, state, take(metrics, index), input_states[index])
+      seed_metrics = take(metrics, index)
+      # The earlier seeds' passes and this seed's slicing fall in its window: not training time.
+      events.window_start += time.perf_counter() - waited
+      new_state = events.at(step, state, seed_metrics, input_states[index])
       changed |= new_state is not state
       states.append(new_state)
       spent.append(time.perf_counter() - began)
-    for index, events in enumerate(self.events):  # the other seeds' passes are not training time
-      others = spent[index + 1:] if logs else spent[:index] + spent[index + 1:]
-      events.window_start += sum(others)
+    for index, events in enumerate(self.events):
+      # The later seeds' passes fall in this seed's window too (its next one, if it logged).
+      events.window_start += sum(spent[index + 1:])
     if logs:
       self.window, self.window_steps = None, 0
     return stack(states) if changed else stacked
@@ -248,20 +274,22 @@ def device_crops_of(runs, solo_runner) -> list[Any] | None:
   return crops
 
 
-def train_seeds(runs, managers, states, input_states, step: int):
-  """The steps from `step` to the runs' `total_steps`, all seeds in one vmapped step; returns (the
-  solo runner the evaluations use, the seeds' states in its layout, step)."""
+def train_seeds(runs, managers, states, input_states, step: int, by: str = "vmap"):
+  """The steps from `step` to the runs' `total_steps`, all seeds in one step over the seed axis
+  (`make_stacked_runner`); returns (the solo runner the evaluations use, the seeds' states in its
+  layout, step)."""
   run = runs[0]
   config = run.config
   loss_fn = losses.make_loss_fn(config)
   solo = runners.make_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn)
-  stacked_runner = make_stacked_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn)
+  stacked_runner = make_stacked_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn,
+                                       by=by)
   stacked = stacked_runner.place_state(stack([jax.device_get(s) for s in states]))
   events = SeedEvents(runs, solo, managers, step)
   crops = device_crops_of(runs, solo)
+  batches = stacked_batches(runs, input_states, step, stacked_runner.place_batch, crops)
   try:
-    for batch_step, batch, input_states in stacked_batches(runs, input_states, step,
-                                                           stacked_runner.place_batch, crops):
+    for batch_step, batch, input_states in batches:
       if batch_step != step:
         raise DataError(f"the input pipelines gave the batch of step {batch_step} at step {step} "
                         f"(their saved state does not match the checkpoints)")
@@ -271,6 +299,7 @@ def train_seeds(runs, managers, states, input_states, step: int):
       if step >= run.total_steps:
         break
   finally:
+    batches.close()  # the seeds' pipelines and their threads
     for manager in managers:
       manager.wait_until_finished()
     events.close()
@@ -280,8 +309,8 @@ def train_seeds(runs, managers, states, input_states, step: int):
 
 def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
                              workdirs: Sequence[str | os.PathLike], *,
-                             max_steps: int | None = None,
-                             resume_from_previous: bool = False) -> list[dict[str, Any]]:
+                             max_steps: int | None = None, resume_from_previous: bool = False,
+                             by: str = "vmap") -> list[dict[str, Any]]:
   """Trains the configs (one per seed, equal but for `PER_SEED_FIELDS`) as one program, each in
   its workdir as `loop.train_and_evaluate` would, and writes each seed's summary.json.
 
@@ -290,6 +319,11 @@ def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
     workdirs: one output folder per config, laid out as a solo run's.
     max_steps: stop after this global step (tests); the schedule still follows `num_epochs`.
     resume_from_previous: as in `loop.train_and_evaluate`, per seed.
+    by: 'vmap' (one batched step: a convolution with per-seed weights becomes one grouped
+      convolution, what should fill an accelerator) or 'map' (the seeds' solo steps in sequence in
+      one program, `lax.map`). Neither pays on a CPU: a ResNet-32 on this 2-core CPU trained three
+      seeds at 39 images/s together vmapped and about 5 mapped, against 179 for one run alone
+      (results/benchmarks/RESULTS.md, "Seeds as a batch axis"); train seeds as separate runs there.
 
   Returns:
     The seeds' summary dicts, in the order of `configs`.
@@ -299,9 +333,12 @@ def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
   if len({pathlib.Path(w).resolve() for w in workdirs}) != len(workdirs):
     raise ConfigError("seed axis: two seeds share a workdir")
   check_stackable(configs)
+  if by not in BY:
+    raise ConfigError(f"seed axis: by={by!r} is not one of {BY}")
   runs = [loop.plan(config, workdir, max_steps) for config, workdir in zip(configs, workdirs)]
   check_same_program(runs)
   managers, states, input_states, step = start_seeds(runs, resume_from_previous)
-  solo, states, step = train_seeds(runs, managers, states, input_states, step)
-  record = {"seed_axis": [config.seed for config in configs]}  # trained stacked, with these
+  solo, states, step = train_seeds(runs, managers, states, input_states, step, by)
+  # How it ran: stacked with these seeds, the step vmapped or mapped over them.
+  record = {"seed_axis": [config.seed for config in configs], "seed_axis_by": by}
   return [loop.summarize(run, solo, state, step, record=record) for run, state in zip(runs, states)]
