@@ -198,18 +198,27 @@ def train(run: Plan, manager, state, input_state):
   step = int(state.step)
   events = loop_events.Events(run, runner, manager, step)
   with contextlib.closing(train_input(run, input_state).batches(step, place_batch)) as batches:
-    for batch_step, batch, input_state in batches:
-      if batch_step != step:
-        raise DataError(f"the input pipeline gave the batch of step {batch_step} at "
-                        f"step {step} (its saved state does not match the checkpoint)")
-      state, metrics = runner.step(state, batch)
-      step += 1
-      state = events.after_step(step, state, metrics, input_state)
-      if step >= run.total_steps:
-        break
+    state, step = run_steps(batches, state, step, run.total_steps, runner.step, events.after_step)
   manager.wait_until_finished()
   events.close()
   return runner, state, step
+
+
+def run_steps(batches, state, step: int, total_steps: int, train_step, after_step):
+  """(state, step) after training `batches` — (step, batch, input state) in step order — from
+  `step` until `total_steps`: each batch checked to be its step's, trained by `train_step(state,
+  batch) → (state, metrics)`, and followed by `after_step(step, state, metrics, input state) →
+  state` (the loop's events; the seed axis's, over all seeds)."""
+  for batch_step, batch, input_state in batches:
+    if batch_step != step:
+      raise DataError(f"the input pipeline gave the batch of step {batch_step} at "
+                      f"step {step} (its saved state does not match the checkpoint)")
+    state, metrics = train_step(state, batch)
+    step += 1
+    state = after_step(step, state, metrics, input_state)
+    if step >= total_steps:
+      break
+  return state, step
 
 
 def summarize(run: Plan, runner, state, step: int, record: dict | None = None) -> dict[str, Any]:

@@ -289,15 +289,8 @@ def train_seeds(runs, managers, states, input_states, step: int, by: str = "vmap
   crops = device_crops_of(runs, solo)
   batches = stacked_batches(runs, input_states, step, stacked_runner.place_batch, crops)
   try:
-    for batch_step, batch, input_states in batches:
-      if batch_step != step:
-        raise DataError(f"the input pipelines gave the batch of step {batch_step} at step {step} "
-                        f"(their saved state does not match the checkpoints)")
-      stacked, metrics = stacked_runner.step(stacked, batch)
-      step += 1
-      stacked = events.after_step(step, stacked, metrics, input_states)
-      if step >= run.total_steps:
-        break
+    stacked, step = loop.run_steps(batches, stacked, step, run.total_steps, stacked_runner.step,
+                                   events.after_step)
   finally:
     batches.close()  # the seeds' pipelines and their threads
     for manager in managers:
