@@ -244,7 +244,8 @@ def call_plan(workdir: pathlib.Path, running: Sequence[Chain], fill: Chain | Non
   every chain a job). The chains are kept in their order while they finish before the deadline
   less `START_MARGIN_S` (`chains_that_fit`); the rest are stopped, their share of the device going
   to the kept; then `fill` gets the seeds that fit in the room left (`seeds_that_fit`), one more
-  seed's images being those of its methods at the recipe of a running chain of its study."""
+  seed's images being those of its methods at the recipe of a run of its study (running or
+  finished) that has logged a window."""
   loads = [load for load in (chain_load(workdir, chain) for chain in running) if load is not None]
   if not running or len(loads) < len(running):
     return None
@@ -258,11 +259,10 @@ def call_plan(workdir: pathlib.Path, running: Sequence[Chain], fill: Chain | Non
                                               if kept < len(running) else ""))
   if fill is None:
     return list(running[kept:]), None
-  same_study = next((c for c in running if c.study == fill.study), None)
-  now = None if same_study is None else window(
-      run_folders(workdir, same_study, same_study.methods[0])[0])
+  now = next((w for w in map(window, sorted((workdir / fill.study).glob("*/seed*")))
+              if w is not None), None)
   if now is None:
-    log(f"plan: no running chain of {fill.study} to size {fill.name} by; not started")
+    log(f"plan: no run of {fill.study} with a window to size {fill.name} by; not started")
     return list(running[kept:]), None
   config, spe = now["config"], now["steps_per_epoch"]
   per_seed = 0.0

@@ -32,7 +32,8 @@ def test_dry_run_trains_packs_and_plans_every_chain(tmp_path):
   subprocess.run(["bash", str(SCRIPT), "--dry_run", str(tmp_path)], cwd=REPO, env=env,
                  check=True, capture_output=True, text=True)
   log = (tmp_path / "out" / "driver.log").read_text()
-  assert re.search(r"plan at \d+ s: .* seeds \[0, 1, 2\] of \[0, 1, 2\] fit", log), log
+  assert re.search(r"plan at \d+ s: .* images/s over \d+ chains", log), log
+  assert re.search(r"plan: .* seeds \[0, 1, 2\] of \[0, 1, 2\] fit", log), log
   with tarfile.open(tmp_path / "out" / "runs0.tar") as tar:
     summaries = {name: json.load(tar.extractfile(name)) for name in tar.getnames()
                  if name.endswith("summary.json")}
