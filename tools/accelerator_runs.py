@@ -204,11 +204,17 @@ def chain_load(workdir: pathlib.Path, chain: Chain) -> tuple[float, float] | Non
     config, spe = now["config"], now["steps_per_epoch"]
     rate += now["images_per_sec"]
     left += (config["num_epochs"] * spe - now["step"]) * config["batch_size"]
-    for spec in chain.methods[current + 1:]:
-      follower = ml_collections.ConfigDict(config)
-      follower.loss = method_comparison.parse_method(spec)[1]
-      left += (config["num_epochs"] - losses.start_epoch(follower)) * spe * config["batch_size"]
+    left += sum(deferred_images(config, spe, spec) for spec in chain.methods[current + 1:])
   return rate, left
+
+
+def deferred_images(config: dict, steps_per_epoch: float, spec: str) -> float:
+  """The images a chain's deferred method `spec` trains after its start epoch
+  (`losses.start_epoch`) at the recipe of `config` (a run's config.json)."""
+  method = ml_collections.ConfigDict(config)
+  method.loss = method_comparison.parse_method(spec)[1]
+  epochs = config["num_epochs"] - losses.start_epoch(method)
+  return epochs * steps_per_epoch * config["batch_size"]
 
 
 def seeds_that_fit(rate: float, left: float, per_seed: float, time_left: float,
@@ -265,12 +271,8 @@ def call_plan(workdir: pathlib.Path, running: Sequence[Chain], fill: Chain | Non
     log(f"plan: no run of {fill.study} with a window to size {fill.name} by; not started")
     return list(running[kept:]), None
   config, spe = now["config"], now["steps_per_epoch"]
-  per_seed = 0.0
-  for spec in fill.methods:
-    method = ml_collections.ConfigDict(config)
-    method.loss = method_comparison.parse_method(spec)[1]
-    start = losses.start_epoch(method) if spec != fill.methods[0] else 0
-    per_seed += (config["num_epochs"] - start) * spe * config["batch_size"]
+  per_seed = config["num_epochs"] * spe * config["batch_size"] + sum(
+      deferred_images(config, spe, spec) for spec in fill.methods[1:])
   seeds = seeds_that_fit(rate, left, per_seed, time_left, fill.seeds)
   log(f"plan: {per_seed / 1e6:.2f} M images per seed of {fill.name}: seeds {list(seeds)} of "
       f"{list(fill.seeds)} fit")
