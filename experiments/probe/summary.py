@@ -72,6 +72,7 @@ def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
         "delta_std": {n: delta[n].std for n in names},
         "delta_wins": {n: delta[n].ahead for n in names},
         "delta_seeds": {n: delta[n].paired for n in names},
+        "delta": {n: delta[n].to_json() for n in names},  # with its interval and sign-test p
         "class_accuracy_mean": class_mean.tolist(),
         "class_accuracy_std": class_std.tolist() if len(per_seed) > 1 else None,
     }
@@ -91,8 +92,8 @@ def _cell(mean: float, std: float) -> str:
 
 def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
                     long_tailed: bool | None = None) -> str:
-  """Two tables: mean ± sample std (ddof = 1) over seeds, and the paired per-seed Δ vs ERM (mean ±
-  sample std of Δ, seeds ahead / seeds paired)."""
+  """Two tables: mean ± sample std (ddof = 1) over seeds, and the paired per-seed Δ vs ERM (mean Δ,
+  its 95 % t-interval, seeds ahead / seeds paired)."""
   lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
   columns = COLUMNS + (SHOT_COLUMNS if lt else ())
   methods = summary["methods"]
@@ -109,10 +110,8 @@ def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
       for method, row in methods.items()))
   lines += ["", f"Paired Δ vs ERM (same seed, same data): {seed_stats.PAIRED}.", ""]
   lines += seed_stats.markdown_table(header, (
-      [method] + [seed_stats.delta_cell(
-          (row["delta_mean"][k], row["delta_std"][k], row["delta_wins"][k],
-           row.get("delta_seeds", {}).get(k, len(row["seeds"]))), scale=1.0, digits=2)
-          for k, _ in columns]
+      [method] + [seed_stats.delta_cell(row["delta"][k], scale=1.0, digits=2)
+                  for k, _ in columns]
       for method, row in methods.items() if method != "erm"))
   return "\n".join(lines) + "\n"
 

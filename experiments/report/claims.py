@@ -1,6 +1,14 @@
 """What a comparison's paired Δ supports, in words: for each metric a paper claims to move, the
-mean Δ ± its sample std over seeds, how many seeds are ahead, which classes the group holds, and a
-verdict that says no more than those numbers (the main job prints it under its tables)."""
+mean Δ over seeds, its 95 % t-interval, the exact two-sided sign-test p, seeds ahead, for a class
+group its classes and its Δ in test images, and a verdict read from the interval alone (the main
+job prints these lines under its tables; every report writes them for its claimed metrics).
+
+The rule (`verdict`): "supported" only where the 95 % t-interval of the mean Δ excludes 0; otherwise
+"not shown at n seeds; the interval is [a, b]"; one seed has no interval. When every seed moved by
+the same amount (whole test images on a small test set) the t-interval has no width and says
+nothing about the spread: only the sign test can then support the Δ (p < 0.05 takes six seeds).
+Seeds ahead are reported, never read as evidence on their own: 3 of 3 ahead is p = 0.25 two-sided.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +20,15 @@ import numpy as np
 
 import mr2_jax
 from experiments.data import long_tail
+from experiments.report import seed_stats
 
-LABELS = {"overall": "overall", "easy": "Easy", "medium": "Medium", "hard": "Hard",
-          "many_shot": "Many-shot", "medium_shot": "Medium-shot", "few_shot": "Few-shot"}
+LABELS = {"overall": "overall", "worst_class": "worst class", "easy": "Easy", "medium": "Medium",
+          "hard": "Hard", "many_shot": "Many-shot", "medium_shot": "Medium-shot",
+          "few_shot": "Few-shot"}
+ALPHA = 1 - seed_stats.CONFIDENCE  # the sign test's level where the t-interval has no width
+# The metrics a report's verdict lines read when its study names none: the papers' claims (MR2:
+# the Hard classes and the worst class; the reweighting: the Few-shot classes and overall).
+CLAIMED = ("overall", "worst_class", "hard", "few_shot")
 
 
 def group_classes(metric: str, table: dict, class_counts: Sequence[int]) -> list[int] | None:
@@ -29,18 +43,31 @@ def group_classes(metric: str, table: dict, class_counts: Sequence[int]) -> list
   return None
 
 
-def verdict(mean: float, std: float, ahead: int, paired: int) -> str:
-  """Only what the per-seed Δ shows: ahead in every seed by more than the seeds' spread, within
-  that spread, or mixed."""
-  if paired < 2 or np.isnan(std):
-    return "one seed: no spread to read it against"
-  if abs(mean) <= std:
-    return "within the seeds' spread: no evidence either way"
-  if ahead == paired and mean > 0:
-    return "ahead in every seed"
-  if ahead == 0 and mean < 0:
-    return "behind in every seed"
-  return f"ahead in {ahead} of {paired} seeds: mixed"
+def _points(value: float) -> str:
+  return f"{value:+.1f}"
+
+
+def verdict(delta: seed_stats.PairedDelta, scale: float = 100.0) -> str:
+  """The verdict words of a paired Δ, from its 95 % t-interval alone (module doc): "supported (a
+  gain | a loss): the 95 % interval [a, b] excludes 0", "not shown at n seeds; the interval is
+  [a, b]", "one seed: no interval", or, for equal per-seed Δs, the sign test's reading."""
+  n = delta.paired
+  if n < 2 or np.isnan(delta.std):
+    return seed_stats.ONE_SEED
+  interval = seed_stats.interval_text(delta, scale=scale)
+  if delta.std == 0:  # every seed the same Δ: no width to read, the sign test decides
+    if delta.mean != 0 and delta.sign_p < ALPHA:
+      side = "a gain" if delta.mean > 0 else "a loss"
+      return (f"supported ({side}) by the sign test, p = {delta.sign_p:.3g}: every seed moved by "
+              f"{_points(scale * delta.mean)}, so the t-interval has no width")
+    return (f"not shown at {n} seeds: every seed moved by the same {_points(scale * delta.mean)}, "
+            f"so the t-interval {interval} has no width, and the sign test gives "
+            f"p = {delta.sign_p:.3g}")
+  if delta.low > 0:
+    return f"supported (a gain): the 95 % interval {interval} excludes 0"
+  if delta.high < 0:
+    return f"supported (a loss): the 95 % interval {interval} excludes 0"
+  return f"not shown at {n} seeds; the interval is {interval}"
 
 
 def by_class(table: dict, method: str, classes: Sequence[int]) -> str:
@@ -55,10 +82,31 @@ def by_class(table: dict, method: str, classes: Sequence[int]) -> str:
   return text
 
 
-def what_the_table_supports(report_dir: pathlib.Path, metrics: Sequence[str],
-                            class_counts: Sequence[int]) -> str:
-  """One line per (method, claimed metric) of the report's paired Δ table (comparison.json)."""
-  table = json.loads((pathlib.Path(report_dir) / "comparison.json").read_text())
+def image_text(table: dict, method: str, metric: str, classes: Sequence[int] | None) -> str:
+  """", +1.7 test images a seed (one image is 1.6–1.7 points of a class)": the mean paired Δ in
+  whole test images of the group's classes, and what one image weighs; empty when the runs did not
+  record their test images per class."""
+  images = table[method].get("delta_images_vs_reference", {}).get(metric)
+  counts = table.get("_test_class_counts")
+  if images is None or counts is None:
+    return ""
+  delta = seed_stats.PairedDelta.from_json(images)
+  counts = np.asarray(counts, np.float64)
+  if classes is None:
+    weight = f"one image is {100 / counts.sum():.2g} points"
+  else:
+    group = counts[list(classes)]
+    # A class group's accuracy is the mean of its classes': one image of class k moves it by
+    # 100 / (|G| · n_k) points.
+    per_image = 100 / (len(group) * group)
+    low, high = per_image.min(), per_image.max()
+    weight = (f"one image is {low:.2g} points of the group" if np.isclose(low, high) else
+              f"one image is {low:.2g}–{high:.2g} points of the group")
+  return f", {delta.mean:+.1f} test images a seed ({weight})"
+
+
+def claim_lines(table: dict, metrics: Sequence[str], class_counts: Sequence[int]) -> list[str]:
+  """One line per (method, claimed metric) of a report's table (`run_tables.method_table`)."""
   lines = []
   for method, row in table.items():
     if method.startswith("_") or "delta_vs_reference" not in row:
@@ -66,18 +114,39 @@ def what_the_table_supports(report_dir: pathlib.Path, metrics: Sequence[str],
     for metric in metrics:
       if metric not in row["delta_vs_reference"]:
         continue
-      mean, std, ahead, paired = row["delta_vs_reference"][metric]
-      mean, std = 100 * float(mean), 100 * float(std)
+      delta = seed_stats.PairedDelta.from_json(row["delta_vs_reference"][metric])
       classes = group_classes(metric, table, class_counts)
       where = ""
       if classes is not None:
         where = (f" ({len(classes)} class{'' if len(classes) == 1 else 'es'}: "
                  f"{', '.join(map(str, classes))})")
-      line = (f"- {method}, Δ {LABELS.get(metric, metric)}{where}: {mean:+.1f} ± {std:.1f} points, "
-              f"{int(ahead)}/{int(paired)} seeds ahead — {verdict(mean, std, int(ahead), int(paired))}")
+      numbers = f"{_points(100 * delta.mean)} points"
+      numbers += image_text(table, method, metric, classes)
+      if delta.paired >= 2:
+        numbers += (f"; 95 % interval {seed_stats.interval_text(delta)}, "
+                    f"{delta.ahead}/{delta.paired} seeds ahead, sign test p = {delta.sign_p:.3g}")
+      line = f"- {method}, Δ {LABELS.get(metric, metric)}{where}: {numbers} — {verdict(delta)}"
       if classes is not None and len(classes) == 1:
         line += "; one class, so this is that class's test accuracy alone"
       elif classes:
         line += by_class(table, method, classes)
       lines.append(line + ".")
-  return "\n".join(lines)
+  return lines
+
+
+def claims_markdown(table: dict, metrics: Sequence[str], class_counts: Sequence[int]) -> str:
+  """The verdict section of a report: the rule in one sentence, then `claim_lines`."""
+  lines = claim_lines(table, metrics, class_counts)
+  if not lines:
+    return ""
+  head = ("What the paired Δ supports (final epoch; \"supported\" only where the 95 % t-interval "
+          "over seeds excludes 0; seeds ahead and the two-sided sign-test p are reported beside "
+          "it):")
+  return "\n".join([head, "", *lines]) + "\n"
+
+
+def what_the_table_supports(report_dir: pathlib.Path, metrics: Sequence[str],
+                            class_counts: Sequence[int]) -> str:
+  """`claim_lines` of a written report's comparison.json, one per line."""
+  table = json.loads((pathlib.Path(report_dir) / "comparison.json").read_text())
+  return "\n".join(claim_lines(table, metrics, class_counts))

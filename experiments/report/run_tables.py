@@ -23,6 +23,7 @@ from absl import flags
 import mr2_jax
 from experiments.common import cli
 from experiments.report import best_epoch
+from experiments.report import claims
 from experiments.report import nc_centring
 from experiments.report import seed_stats
 
@@ -92,12 +93,18 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()
+  first = next(iter(methods.values()))[0]
+  if "test_class_counts" in first:
+    table["_test_class_counts"] = first["test_class_counts"]
   table["_std"] = seed_stats.STD_NAME  # what the ± of this file means (sweep_table checks it)
   baseline = paired_against or reference
   if baseline is not None:
     for name, summaries in methods.items():
       if name != baseline:
         table[name]["delta_vs_reference"] = paired_deltas(summaries, methods[baseline], groups)
+        images = paired_image_deltas(summaries, methods[baseline], groups)
+        if images is not None:
+          table[name]["delta_images_vs_reference"] = images
     table["_paired_against"] = baseline
   return table
 
@@ -114,10 +121,31 @@ def _metrics_of(summary: dict, groups) -> dict[str, float]:
   return metrics
 
 
-def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, list]:
-  """Per metric: `seed_stats.paired_delta` of (method − reference) on the *same* seed, as [mean Δ,
-  sample std of Δ (ddof = 1), seeds ahead (a tie is not), seeds paired]. Seeds must match between
-  the two methods."""
+def _images_of(summary: dict, groups) -> dict[str, float] | None:
+  """Correctly classified test images of each class group, Σ_{k ∈ g} acc_k · n_k with n_k the test
+  images of class k (summary.json's `test_class_counts`); None for a run that did not record them.
+  The keys are `_metrics_of`'s group metrics (and "overall"): their paired Δ in whole images."""
+  if "test_class_counts" not in summary:
+    return None
+  correct = (np.asarray(summary["per_class_accuracy"], np.float64)
+             * np.asarray(summary["test_class_counts"], np.float64))
+  images = {"overall": float(np.nansum(correct))}
+  if groups is not None:
+    for g, name in enumerate(mr2_jax.GROUP_NAMES):
+      images[name] = float(np.nansum(correct[np.asarray(groups) == g]))
+  if "many_medium_few" in summary:
+    from experiments.data import long_tail  # pylint: disable=g-import-not-at-top
+    shots = long_tail.many_medium_few(np.asarray(summary["train_class_counts"]))
+    for s, split in enumerate(long_tail.SHOT_NAMES):
+      if summary["many_medium_few"].get(split) is not None:
+        images[f"{split}_shot"] = float(np.nansum(correct[shots == s]))
+  return images
+
+
+def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, dict]:
+  """Per metric: `seed_stats.paired_delta` of (method − reference) on the *same* seed, as its JSON
+  object (mean Δ, sample std, seeds ahead / behind / paired, the 95 % t-interval, the sign-test p
+  and the per-seed Δs). Seeds must match between the two methods."""
   by_seed = {s["seed"]: s for s in reference}
   seeds = [s["seed"] for s in summaries]
   if sorted(seeds) != sorted(by_seed):
@@ -125,7 +153,19 @@ def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[
                      f"{sorted(by_seed)}")
   ours = {s["seed"]: _metrics_of(s, groups) for s in summaries}
   theirs = {seed: _metrics_of(by_seed[seed], groups) for seed in ours}
-  return {key: list(delta) for key, delta in seed_stats.metric_deltas(ours, theirs).items()}
+  return {key: delta.to_json() for key, delta in seed_stats.metric_deltas(ours, theirs).items()}
+
+
+def paired_image_deltas(summaries: list[dict], reference: list[dict], groups
+                        ) -> dict[str, dict] | None:
+  """As `paired_deltas`, in test images (`_images_of`) instead of fractions; None unless every run
+  of both recorded its test images per class."""
+  by_seed = {s["seed"]: s for s in reference}
+  ours = {s["seed"]: _images_of(s, groups) for s in summaries}
+  theirs = {seed: _images_of(by_seed[seed], groups) for seed in ours}
+  if any(v is None for v in (*ours.values(), *theirs.values())):
+    return None
+  return {key: delta.to_json() for key, delta in seed_stats.metric_deltas(ours, theirs).items()}
 
 
 _pct = seed_stats.percent_cell
@@ -140,9 +180,9 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   if len(seed_sets) == 1 and None not in (seeds := next(iter(seed_sets))):
     spread += f" ({'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))})"
   nc = " and neural-collapse metrics at the end" if "neural_collapse" in table[methods[0]] else ""
+  averaged = "" if spread.startswith("one seed") else ", averaged over seeds like the others"
   lines = [f"Final-epoch test accuracy (%){nc}, {spread}; \"std of classes\" is one run's spread of "
-           "its per-class accuracy (population std over classes), averaged over seeds like the "
-           "others:", ""]
+           f"its per-class accuracy (population std over classes){averaged}:", ""]
   header = ["method", "overall", "worst class", "std of classes"]
   first = table[methods[0]]
   mmf = list(first.get("many_medium_few", {}))
@@ -166,8 +206,10 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   paired = [m for m in methods if "delta_vs_reference" in table[m]]
   if paired:
     keys = list(table[paired[0]]["delta_vs_reference"])
+    one_seed = all(len(table[m]["seeds"]) == 1 for m in paired)
     lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points; "
-                 f"{seed_stats.PAIRED}):")
+                 f"{'one seed: the Δ of that run, no interval' if one_seed else seed_stats.PAIRED}"
+                 "):")
     lines.append("")
     lines += seed_stats.markdown_table(
         ["method"] + [f"Δ {k.replace('_', ' ')}" for k in keys],
@@ -206,7 +248,9 @@ def plot_per_class_accuracy(table: dict[str, dict], path: pathlib.Path) -> None:
   ax.set_xticks(np.arange(len(order)), [str(k) for k in order])
   ax.set_xlabel(f"class (sorted by {methods[0]} accuracy)")
   ax.set_ylabel("test accuracy (%)")
-  ax.set_title(f"bars: ±1 {seed_stats.STD_NAME} over seeds", fontsize=9)
+  seeds = {len(table[m]["seeds"]) for m in methods}
+  ax.set_title("one seed" if seeds == {1} else f"bars: ±1 {seed_stats.STD_NAME} over "
+               f"{seed_stats.spread(seeds).split(' over ')[1]}", fontsize=9)
   ax.legend()
   ax.grid(alpha=0.3)
   fig.tight_layout()
@@ -302,13 +346,16 @@ def nc_markdown(nc_histories: dict[str, dict[str, dict]], columns: int = 10) -> 
 
 
 def plot_nc_history(nc_histories: dict[str, dict[str, dict]], path: pathlib.Path) -> None:
-  """NC1–NC4 of the training set against epochs, one panel per metric (log scale), one line per
-  method with a band of ±1 sample std (ddof = 1) over seeds."""
+  """NC1–NC4 of the training set against epochs, one panel per metric and row (log scale), one line
+  per method with a band of ±1 sample std (ddof = 1) over seeds (none, and no band wording, for one
+  seed)."""
   # optional: plots only; matplotlib is imported when a plot is drawn
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # optional: plots only; pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, len(NC_OVER_TRAINING), figsize=(4 * len(NC_OVER_TRAINING), 3.6))
+  # One panel per row, full page width: four side by side were unreadable at 1280 px.
+  fig, axes = plt.subplots(len(NC_OVER_TRAINING), 1, figsize=(8, 3.2 * len(NC_OVER_TRAINING)),
+                           sharex=True)
   for ax, (key, label) in zip(axes, NC_OVER_TRAINING):
     for name, histories in nc_histories.items():
       if key not in histories:
@@ -319,12 +366,14 @@ def plot_nc_history(nc_histories: dict[str, dict[str, dict]], path: pathlib.Path
       if band is not None:
         ax.fill_between(epoch, np.maximum(mean - band, 1e-6), mean + band, alpha=0.15)
     ax.set_yscale("log")
-    ax.set_xlabel("epoch")
+    ax.set_ylabel(label)
     ax.set_title(f"{label} (training set)", fontsize=10)
     ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=7)
-  fig.suptitle(f"Neural Collapse over training (band: ±1 {seed_stats.STD_NAME} over seeds)",
-               fontsize=10)
+  axes[-1].set_xlabel("epoch")
+  axes[0].legend(fontsize=8, ncol=2)
+  seeds = {h["seeds"] for histories in nc_histories.values() for h in histories.values()}
+  fig.suptitle("Neural Collapse over training" + (" (one seed)" if seeds == {1} else
+               f" (band: ±1 {seed_stats.STD_NAME} over seeds)"), fontsize=11)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -346,8 +395,9 @@ def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
       ax.fill_between(epoch, mean - band, mean + band, alpha=0.15)
   ax.set_xlabel("epoch")
   ax.set_ylabel("ρ (training set)")
-  ax.set_title("per-class loss spread ρ = std_c L_c / mean_c L_c\n"
-               f"(band: ±1 {seed_stats.STD_NAME} over seeds)", fontsize=10)
+  seeds = {h["seeds"] for h in histories.values()}
+  ax.set_title("per-class loss spread ρ = std_c L_c / mean_c L_c\n" + ("(one seed)" if seeds == {1}
+               else f"(band: ±1 {seed_stats.STD_NAME} over seeds)"), fontsize=10)
   ax.legend(fontsize=7, ncol=2)
   ax.grid(alpha=0.3)
   fig.tight_layout()
@@ -356,13 +406,17 @@ def plot_rho_history(histories: dict[str, dict], path: pathlib.Path) -> None:
 
 
 def write_report(methods: dict[str, list[pathlib.Path]], reference: str | None,
-                 out: pathlib.Path, paired_against: str | None = None) -> str:
-  """Tables (report.md), comparison.json and plots in `out`; returns the Markdown."""
+                 out: pathlib.Path, paired_against: str | None = None,
+                 claimed: Sequence[str] = claims.CLAIMED) -> str:
+  """Tables (report.md), comparison.json and plots in `out`; returns the Markdown. Under the tables,
+  the verdict line of each paired Δ in `claimed` (`claims.claims_markdown`)."""
   out.mkdir(parents=True, exist_ok=True)
   summaries = {name: load_summaries(dirs) for name, dirs in methods.items()}
   table = method_table(summaries, reference, paired_against)
   class_counts = next(iter(summaries.values()))[0]["train_class_counts"]
   markdown = markdown_tables(table, class_counts)
+  verdicts = claims.claims_markdown(table, claimed, class_counts)
+  markdown += "\n" + verdicts if verdicts else ""
   if "neural_collapse" in next(iter(table.values())):  # both centrings, the sample one's floors
     note = nc_centring.centring_markdown(table, class_counts)
     markdown += "\n" + note if note else ""

@@ -50,7 +50,7 @@ def _methods(report: dict) -> list[str]:
 
 def sweep_rows(reports: dict[str, dict]) -> dict[str, dict[str, dict]]:
   """{method: {label: cells}} for the methods present in every report; cells hold (mean, sample
-  std) pairs in fractions, the paired Δ as [mean, sample std, ahead, seeds paired], ρ as (mean,
+  std) pairs in fractions, the paired Δ as `seed_stats.PairedDelta`'s JSON, ρ as (mean,
   sample std) and the number of seeds."""
   common = [m for m in _methods(next(iter(reports.values())))
             if all(m in report for report in reports.values())]
@@ -81,8 +81,8 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
       cell = cells[label]
       text = seed_stats.percent_cell(cell["overall"])
       if cell["delta"] is not None:
-        mean, _, ahead, seeds = cell["delta"]
-        text += f" ({100 * mean:+.1f}, {ahead}/{seeds})"
+        delta = seed_stats.PairedDelta.from_json(cell["delta"])
+        text += f" ({100 * delta.mean:+.1f}, {delta.ahead}/{delta.paired})"
       parts.append(text)
     overall.append([method] + parts)
     parts = []

@@ -58,7 +58,7 @@ def paired_against_control(runs: list[dict], method: str, control: str,
                                   np.asarray(difficulty), None) for s in seeds}
              for m in (method, control)}
   delta = seed_stats.metric_deltas(metrics[method], metrics[control])
-  cells = [seed_stats.delta_cell(tuple(delta[k]), scale=1.0, digits=2) for k, _ in COLUMNS]
+  cells = [seed_stats.delta_cell(delta[k], scale=1.0, digits=2) for k, _ in COLUMNS]
   return "\n".join(seed_stats.markdown_table(["Method − control"] + [t for _, t in COLUMNS],
                                             [[f"{method} − {control}"] + cells])) + "\n"
 

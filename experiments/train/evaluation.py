@@ -124,6 +124,8 @@ def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str
       "worst_class_accuracy": mr2_jax.worst_class_accuracy(accuracy),
       "class_accuracy_std": mr2_jax.class_accuracy_std(accuracy),
       "train_class_counts": train.class_counts.tolist(),
+      # The test images per class: a paired Δ in whole images (experiments.report.claims).
+      "test_class_counts": np.asarray(test.counts).astype(int).tolist(),
   }
   if config.imbalance_factor > 1:
     summary["many_medium_few"] = shot_accuracy(accuracy,

@@ -121,9 +121,11 @@ def test_summary_groups_from_erm_and_paired_deltas():
   json.dumps(summary)  # JSON-serialisable as written to results.json.
 
   table = probe_summary.markdown_tables(summary, "lt100", CIFAR10_CLASS_NAMES)
-  assert "| mr2 |" in table and "+2.00 ± 0.00 (3/3)" in table and "n/a" in table
+  # Every seed +2.00: an interval without width (the verdict lines read it with the sign test).
+  assert "| mr2 |" in table and "+2.00 [+2.00, +2.00] (3/3)" in table and "n/a" in table
   headers = [line for line in table.splitlines() if line and not line.startswith("|")]
-  assert len(headers) == 2 and all("sample std (ddof = 1)" in line for line in headers)
+  assert len(headers) == 2 and "sample std (ddof = 1)" in headers[0]
+  assert "95 % t-interval" in headers[1]
   assert "mean ± sample std (ddof = 1) over 3 seeds" in headers[0]
   assert "Hard: frog, horse, ship" not in table and "Hard: horse, ship, truck" in table
 

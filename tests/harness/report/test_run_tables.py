@@ -51,18 +51,24 @@ def test_report_tables_groups_and_plots(tmp_path):
   assert table["_std"] == "sample std (ddof = 1)"
   delta = table["mr2"]["delta_vs_reference"]["hard"]
   per_seed = [np.mean(o[4:]) - np.mean(e[4:]) for o, e in zip(other, erm)]  # same seed pairs
-  assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed, ddof=1)])
-  assert delta[2:] == [2, 2]  # ahead on both seeds, of two paired
+  assert [delta["mean"], delta["std"]] == pytest.approx([np.mean(per_seed), np.std(per_seed, ddof=1)])
+  assert [delta["ahead"], delta["behind"], delta["paired"]] == [2, 0, 2]  # ahead on both seeds
+  assert delta["deltas"] == pytest.approx(per_seed)
   assert "Paired Δ vs ce, same seed" in markdown
   # Every table's header states the spread: overall, paired Δ and per-class tables.
-  headers = [line for line in markdown.splitlines() if line and not line.startswith("|")]
+  headers = [line for line in markdown.split("What the paired Δ supports")[0].splitlines()
+             if line and not line.startswith("|")]
+  verdicts = markdown.split("What the paired Δ supports")[1].splitlines()
+  assert any(line.startswith("- mr2, Δ Hard (2 classes: 4, 5): +7.0 points; 95 % interval "
+                             "[+0.6, +13.4], 2/2 seeds ahead, sign test p = 0.5 — supported (a gain)")
+             for line in verdicts)
   # The note on NC's centring (long-tailed counts here) is no table header: these runs recorded
   # no class-balanced values (experiments/report/nc_centring.py, tests/harness/report/test_nc_centring.py).
-  notes = [line for line in headers if line.startswith("NC1–NC3 above centre")]
+  notes = [line for line in markdown.splitlines() if line.startswith("NC1–NC3 above centre")]
   assert len(notes) == 1 and notes[0].endswith("these runs did not record them.")
   headers = [line for line in headers if line not in notes]
   assert len(headers) == 3
-  assert all("sample std (ddof = 1)" in line for line in headers)
+  assert all("sample std (ddof = 1)" in line or "95 % t-interval" in line for line in headers)
   assert "mean ± sample std (ddof = 1) over 2 seeds (seeds 0, 1)" in headers[0]  # which seeds
   assert "mean ± std" not in markdown
   shots = table["mr2"]["delta_vs_reference"]
@@ -70,7 +76,7 @@ def test_report_tables_groups_and_plots(tmp_path):
   # The frequency splits and the difficulty groups have distinct column names.
   header = next(line for line in markdown.splitlines() if line.startswith("| method | overall"))
   assert "| Many-shot | Medium-shot | Few-shot | Easy | Medium | Hard |" in header
-  assert shots["medium_shot"][0] == pytest.approx(
+  assert shots["medium_shot"]["mean"] == pytest.approx(
       np.mean([np.mean(o[2:4]) - np.mean(e[2:4]) for o, e in zip(other, erm)]))
   assert (tmp_path / "report" / "per_class_accuracy.png").stat().st_size > 1000
   assert (tmp_path / "report" / "mr2_gamma.png").exists()
@@ -92,9 +98,10 @@ def test_paired_against_another_method_keeps_erm_groups(tmp_path):
   assert table["_paired_against"] == "uniform"
   assert "delta_vs_reference" not in table["uniform"]
   per_seed = [np.mean(g[4:]) - np.mean(u[4:]) for g, u in zip(gamma, uniform)]
-  assert table["gamma"]["delta_vs_reference"]["hard"][:2] == pytest.approx(
-      [np.mean(per_seed), np.std(per_seed, ddof=1)])
-  assert table["ce"]["delta_vs_reference"]["hard"][2:] == [2, 2]
+  hard = table["gamma"]["delta_vs_reference"]["hard"]
+  assert [hard["mean"], hard["std"]] == pytest.approx([np.mean(per_seed), np.std(per_seed, ddof=1)])
+  hard = table["ce"]["delta_vs_reference"]["hard"]
+  assert (hard["ahead"], hard["paired"]) == (2, 2)
   assert "Paired Δ vs uniform, same seed" in markdown
   with pytest.raises(KeyError, match="paired_against"):
     run_tables.method_table({"ce": []}, "ce", paired_against="nope")

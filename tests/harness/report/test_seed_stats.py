@@ -1,5 +1,6 @@
 """experiments.report.seed_stats: the one mean ± sample std (ddof = 1) and paired Δ of every table."""
 
+import json
 import math
 
 import numpy as np
@@ -23,11 +24,13 @@ def test_mean_std_is_the_sample_std():
   assert isinstance(mean, float) and isinstance(std, float)
 
 
-def test_a_single_seed_has_no_std_and_prints_na():
+def test_a_single_seed_has_no_std_and_prints_the_value_alone():
   mean, std = seed_stats.mean_std([0.42])
   assert mean == 0.42 and math.isnan(std)
-  assert seed_stats.percent_cell((mean, std)) == "42.0 ± n/a"
-  assert seed_stats.spread(1) == "mean ± sample std (ddof = 1) over 1 seed"
+  assert seed_stats.percent_cell((mean, std)) == "42.0"
+  assert seed_stats.spread(1) == "one seed"
+  assert seed_stats.spread([1, 3]) == ("mean ± sample std (ddof = 1) over 1–3 seeds; a one-seed "
+                                       "cell is its value alone")
   per_class_mean, per_class_std = seed_stats.mean_std_arrays([[0.5, 0.25]])
   np.testing.assert_array_equal(per_class_mean, [0.5, 0.25])
   assert np.isnan(per_class_std).all()
@@ -35,7 +38,9 @@ def test_a_single_seed_has_no_std_and_prints_na():
   delta = seed_stats.paired_delta({3: 0.5}, {3: 0.4})
   assert delta.mean == pytest.approx(0.1) and math.isnan(delta.std)
   assert (delta.ahead, delta.paired) == (1, 1)
-  assert seed_stats.delta_cell(delta) == "+10.0 ± n/a (1/1)"
+  assert seed_stats.delta_cell(delta) == "+10.0"
+  assert math.isnan(delta.low) and math.isnan(delta.high)
+  assert delta.to_json()["std"] is None and delta.to_json()["low"] is None
   with pytest.raises(ValueError):
     seed_stats.mean_std([])
 
@@ -58,7 +63,8 @@ def test_paired_delta_over_the_common_seeds_ties_are_not_ahead():
   assert delta.std == pytest.approx(_sample_std(by_hand), rel=1e-14)
   assert delta.ahead == 2  # seeds 0 and 2; the tie (seed 1) and seed 3 are not ahead
   assert delta.paired == 4
-  assert list(delta) == [delta.mean, delta.std, 2, 4]  # stored as a JSON list
+  assert delta.behind == 1 and delta.deltas == pytest.approx(by_hand)
+  assert delta.sign_p == 1.0  # 2 ahead, 1 behind, the tie dropped
   with pytest.raises(ValueError, match="common seed"):
     seed_stats.paired_delta({0: 1.0}, {1: 1.0})
 
@@ -75,7 +81,7 @@ def test_metric_spreads_and_deltas_are_mean_std_and_paired_delta_per_metric():
   assert all(math.isnan(v) for v in spreads["few"])
   deltas = seed_stats.metric_deltas(method, reference)
   assert deltas["overall"] == seed_stats.paired_delta({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.6})
-  assert math.isnan(deltas["few"].mean) and deltas["few"][2:] == (0, 2)
+  assert math.isnan(deltas["few"].mean) and (deltas["few"].ahead, deltas["few"].paired) == (0, 2)
 
 
 def test_markdown_table_lines():
@@ -90,11 +96,15 @@ def test_cells_and_headers():
   assert seed_stats.cell(13.57, 3.238, fmt=".3g", std_fmt=".2g") == "13.6 ± 3.2"
   assert seed_stats.cell(float("nan"), float("nan")) == "n/a"  # an empty group over seeds
   assert seed_stats.cell(None, None) == "n/a"  # an empty group in one run's summary (JSON null)
-  assert seed_stats.delta_cell([0.016, 0.0031, 5, 5]) == "+1.6 ± 0.3 (5/5)"
-  assert seed_stats.delta_cell([-6.25, 0.65, 0, 10], scale=1.0, digits=2) == "-6.25 ± 0.65 (0/10)"
+  five = seed_stats.PairedDelta.of([0.012, 0.016, 0.02, 0.014, 0.018])
+  half = 2.7764451051977987 * five.std / math.sqrt(5)  # t_{0.975, 4}
+  assert seed_stats.delta_cell(five) == (
+      f"+1.6 [{100 * (0.016 - half):+.1f}, {100 * (0.016 + half):+.1f}] (5/5)")
+  assert seed_stats.delta_cell(seed_stats.PairedDelta.of([-6.0, -6.5]), scale=1.0, digits=2) == (
+      "-6.25 [-9.43, -3.07] (0/2)")  # ± t_{0.975, 1} · 0.3536 / sqrt(2) = ± 3.18
   assert seed_stats.spread(5) == "mean ± sample std (ddof = 1) over 5 seeds"
   assert seed_stats.spread([3, 5, 3]) == "mean ± sample std (ddof = 1) over 3–5 seeds"
-  assert "sample std (ddof = 1)" in seed_stats.PAIRED and "a tie is not ahead" in seed_stats.PAIRED
+  assert "95 % t-interval" in seed_stats.PAIRED and "a tie is not ahead" in seed_stats.PAIRED
 
 
 def test_export_runs_is_the_inverse_of_link_runs(tmp_path):
@@ -135,3 +145,38 @@ def test_export_keep_existing_leaves_committed_runs_and_link_runs_reads_chosen_s
     regenerate_reports.link_runs(runs, "ce", tmp_path / "linked2", seeds=(1, 3))
   regenerate_reports.export_runs(workdir, runs)  # without keep_existing every run is rewritten
   assert json.loads((runs / "ce-seed1.json").read_text())["overall_accuracy"] == 0.5
+
+
+def test_the_interval_and_the_sign_test_match_scipy():
+  from scipy import stats
+  rng = np.random.default_rng(0)
+  for n in (2, 3, 5, 10):
+    for _ in range(5):
+      deltas = rng.normal(0.01, 0.02, n).round(4)
+      delta = seed_stats.PairedDelta.of(deltas)
+      low, high = stats.t.interval(0.95, n - 1, loc=np.mean(deltas),
+                                   scale=stats.sem(deltas))
+      assert (delta.low, delta.high) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+      untied = int(np.sum(deltas != 0))
+      expected_p = stats.binomtest(int(np.sum(deltas > 0)), untied, 0.5).pvalue if untied else 1.0
+      assert delta.sign_p == pytest.approx(expected_p, rel=1e-12)
+      assert delta.deltas == tuple(deltas.tolist())
+
+
+def test_sign_test_values_that_decide_verdicts():
+  assert seed_stats.sign_test_p(3, 0) == 0.25  # 3 of 3 ahead: not evidence
+  assert seed_stats.sign_test_p(2, 1) == 1.0
+  assert seed_stats.sign_test_p(5, 0) == 0.0625
+  assert seed_stats.sign_test_p(6, 0) == 0.03125  # the fewest seeds that can reach p < 0.05
+  assert seed_stats.sign_test_p(0, 0) == 1.0  # every seed tied
+  assert seed_stats.sign_test_p(2, 0) == seed_stats.sign_test_p(0, 2) == 0.5
+
+
+def test_paired_delta_json_round_trip_and_an_old_report_is_refused():
+  delta = seed_stats.PairedDelta.of([0.01, 0.03, -0.005])
+  back = seed_stats.PairedDelta.from_json(json.loads(json.dumps(delta.to_json())))
+  assert back == delta
+  with pytest.raises(ValueError, match="rebuild the report"):
+    seed_stats.PairedDelta.from_json([0.01, 0.02, 2, 3])
+  assert seed_stats.delta_cell(delta.to_json()) == (
+      f"+1.2 [{100 * delta.low:+.1f}, {100 * delta.high:+.1f}] (2/3)")

@@ -35,8 +35,8 @@ def test_sweep_table_reads_reports_in_order_with_paired_deltas(tmp_path):
   assert list(rows["rw"]) == ["IF 50", "IF 200"]
   per_seed = [np.mean(r) - np.mean(c) for r, c in zip(second["rw"], second["ce"])]
   delta = rows["rw"]["IF 200"]["delta"]
-  assert delta[:2] == pytest.approx([np.mean(per_seed), np.std(per_seed, ddof=1)])
-  assert delta[2:] == [1, 2]
+  assert [delta["mean"], delta["std"]] == pytest.approx([np.mean(per_seed), np.std(per_seed, ddof=1)])
+  assert (delta["ahead"], delta["paired"]) == (1, 2)
   few = [np.mean(r[4:]) for r in first["rw"]]
   assert rows["rw"]["IF 50"]["few"] == pytest.approx([np.mean(few), np.std(few, ddof=1)])
   assert rows["rw"]["IF 50"]["seeds"] == 2

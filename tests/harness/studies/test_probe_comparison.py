@@ -165,7 +165,10 @@ def test_report_from_run_files(tmp_path):
           (tmp_path / "runs").glob("*.json")}
   delta = [100 * (runs["mr2", s].mean() - runs["uniform_gamma", s].mean()) for s in range(3)]
   row = next(line for line in tables.splitlines() if line.startswith("| mr2 − uniform_gamma |"))
-  assert row.split("|")[2].strip().startswith(f"{np.mean(delta):+.2f} ± {np.std(delta, ddof=1):.2f}")
+  from scipy import stats
+  low, high = stats.t.interval(0.95, 2, loc=np.mean(delta), scale=stats.sem(delta))
+  assert row.split("|")[2].strip() == f"{np.mean(delta):+.2f} [{low:+.2f}, {high:+.2f}] " + (
+      f"({sum(d > 0 for d in delta)}/3)")
   assert (tmp_path / "tradeoff.png").stat().st_size > 0
 
 
