@@ -102,6 +102,8 @@ def image_text(table: dict, method: str, metric: str, classes: Sequence[int] | N
     low, high = per_image.min(), per_image.max()
     weight = (f"one image is {low:.2g} points of the group" if np.isclose(low, high) else
               f"one image is {low:.2g}–{high:.2g} points of the group")
+  if delta.paired < 2:
+    return f", {delta.mean:+.0f} test images ({weight})"
   return f", {delta.mean:+.1f} test images a seed ({weight})"
 
 

@@ -78,8 +78,8 @@ def test_two_of_three_ahead_is_not_shown(tmp_path):
 
 def test_one_seed_has_no_interval_and_no_na(tmp_path):
   lines, markdown = _lines(tmp_path, [{8: 5, 9: 6}])
-  assert lines[0] == ("- method, Δ Few-shot (2 classes: 8, 9): +9.2 points, +11.0 test images a "
-                      "seed (one image is 0.83 points of the group) — one seed: no interval; by "
+  assert lines[0] == ("- method, Δ Few-shot (2 classes: 8, 9): +9.2 points, +11 test images "
+                      "(one image is 0.83 points of the group) — one seed: no interval; by "
                       "class: 8 +8.3, 9 +10.0.")
   assert "n/a" not in markdown and "±" not in markdown.split("What the paired Δ supports")[0]
   assert "one seed (seed 0)" in markdown
