@@ -4,9 +4,10 @@ group its classes and its Δ in test images, and a verdict read from the interva
 job prints these lines under its tables; every report writes them for its claimed metrics).
 
 The rule (`verdict`): "supported" only where the 95 % t-interval of the mean Δ excludes 0; otherwise
-"not shown at n seeds; the interval is [a, b]"; one seed has no interval. When every seed moved by
-the same amount (whole test images on a small test set) the t-interval has no width and says
-nothing about the spread: only the sign test can then support the Δ (p < 0.05 takes six seeds).
+"not shown at n seeds; the interval is [a, b]"; one seed has no interval. When the seeds' Δs differ
+by at most one test image (equal whole-image steps on a small test set), their sample std does not
+measure the spread and the t-interval is not read: only the sign test can then support the Δ
+(p < 0.05 takes six seeds).
 Seeds ahead are reported, never read as evidence on their own: 3 of 3 ahead is p = 0.25 two-sided.
 """
 
@@ -47,27 +48,49 @@ def _points(value: float) -> str:
   return f"{value:+.1f}"
 
 
-def verdict(delta: seed_stats.PairedDelta, scale: float = 100.0) -> str:
+def verdict(delta: seed_stats.PairedDelta, resolution: float = 0.0, scale: float = 100.0) -> str:
   """The verdict words of a paired Δ, from its 95 % t-interval alone (module doc): "supported (a
   gain | a loss): the 95 % interval [a, b] excludes 0", "not shown at n seeds; the interval is
-  [a, b]", "one seed: no interval", or, for equal per-seed Δs, the sign test's reading."""
+  [a, b]", or "one seed: no interval".
+
+  `resolution` is what one test image weighs in the metric (a fraction; 0 when unknown). Where the
+  seeds' Δs differ by no more than that (equal whole-image steps, e.g. one image more in every
+  seed), their sample std says nothing about the seed-to-seed spread and the t-interval is not
+  read: the exact sign test decides instead (p < 0.05 takes six seeds that all moved the same
+  way)."""
   n = delta.paired
   if n < 2 or np.isnan(delta.std):
     return seed_stats.ONE_SEED
   interval = seed_stats.interval_text(delta, scale=scale)
-  if delta.std == 0:  # every seed the same Δ: no width to read, the sign test decides
-    if delta.mean != 0 and delta.sign_p < ALPHA:
+  if max(delta.deltas) - min(delta.deltas) <= resolution * (1 + 1e-9) + 1e-12:
+    steps = ", ".join(_points(scale * d) for d in delta.deltas)
+    image = (f"by at most one test image ({scale * resolution:.2g} points)" if resolution
+             else "only by rounding")
+    spread = f"the seeds' Δs ({steps}) differ {image}, too coarse for a t-interval"
+    if delta.sign_p < ALPHA and delta.mean != 0:
       side = "a gain" if delta.mean > 0 else "a loss"
-      return (f"supported ({side}) by the sign test, p = {delta.sign_p:.3g}: every seed moved by "
-              f"{_points(scale * delta.mean)}, so the t-interval has no width")
-    return (f"not shown at {n} seeds: every seed moved by the same {_points(scale * delta.mean)}, "
-            f"so the t-interval {interval} has no width, and the sign test gives "
-            f"p = {delta.sign_p:.3g}")
+      return f"supported ({side}) by the sign test, p = {delta.sign_p:.3g}: {spread}"
+    return f"not shown at {n} seeds: {spread}, and the sign test gives p = {delta.sign_p:.3g}"
   if delta.low > 0:
     return f"supported (a gain): the 95 % interval {interval} excludes 0"
   if delta.high < 0:
     return f"supported (a loss): the 95 % interval {interval} excludes 0"
   return f"not shown at {n} seeds; the interval is {interval}"
+
+
+def resolution(table: dict, metric: str, classes: Sequence[int] | None) -> float:
+  """What one test image weighs in a metric, as a fraction (0 when the runs did not record their
+  test images per class): 1 / N for overall accuracy, 1 / (|G| · max_{k ∈ G} n_k) for a class
+  group's mean of per-class accuracies, 1 / max_k n_k for the worst class."""
+  counts = table.get("_test_class_counts")
+  if counts is None:
+    return 0.0
+  counts = np.asarray(counts, np.float64)
+  if classes is not None:
+    return float(1 / (len(classes) * counts[list(classes)].max())) if classes else 0.0
+  if metric == "overall":
+    return float(1 / counts.sum())
+  return float(1 / counts.max())
 
 
 def by_class(table: dict, method: str, classes: Sequence[int]) -> str:
@@ -127,7 +150,8 @@ def claim_lines(table: dict, metrics: Sequence[str], class_counts: Sequence[int]
       if delta.paired >= 2:
         numbers += (f"; 95 % interval {seed_stats.interval_text(delta)}, "
                     f"{delta.ahead}/{delta.paired} seeds ahead, sign test p = {delta.sign_p:.3g}")
-      line = f"- {method}, Δ {LABELS.get(metric, metric)}{where}: {numbers} — {verdict(delta)}"
+      words = verdict(delta, resolution(table, metric, classes))
+      line = f"- {method}, Δ {LABELS.get(metric, metric)}{where}: {numbers} — {words}"
       if classes is not None and len(classes) == 1:
         line += "; one class, so this is that class's test accuracy alone"
       elif classes:

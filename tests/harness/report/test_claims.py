@@ -91,12 +91,19 @@ def test_equal_whole_image_deltas_are_not_a_precise_effect(tmp_path):
   lines, _ = _lines(tmp_path, [{9: 1}] * 3)
   few = lines[0]
   assert "+0.8 points, +1.0 test images a seed" in few
-  assert ("not shown at 3 seeds: every seed moved by the same +0.8, so the t-interval [+0.8, +0.8] "
-          "has no width, and the sign test gives p = 0.25") in few
+  assert ("not shown at 3 seeds: the seeds' Δs (+0.8, +0.8, +0.8) differ by at most one test image "
+          "(0.83 points), too coarse for a t-interval, and the sign test gives p = 0.25") in few
+  # Two or three images a seed: the Δs differ by one image (0.83 points), so their t-interval,
+  # which excludes 0, is no evidence.
+  lines, _ = _lines(tmp_path / "near", [{9: 2}, {8: 2}, {9: 3}])
+  table = json.loads((tmp_path / "near" / "report" / "comparison.json").read_text())
+  assert table["method"]["delta_vs_reference"]["few_shot"]["low"] > 0
+  assert "not shown at 3 seeds: the seeds' Δs (+1.7, +1.7, +2.5) differ by at most one" in lines[0]
   # Six such seeds: the sign test alone reaches p = 1/32.
   lines, _ = _lines(tmp_path / "six", [{9: 1}] * 6)
-  assert ("supported (a gain) by the sign test, p = 0.0312: every seed moved by +0.8, so the "
-          "t-interval has no width") in lines[0]
+  assert ("supported (a gain) by the sign test, p = 0.0312: the seeds' Δs (+0.8, +0.8, +0.8, +0.8, "
+          "+0.8, +0.8) differ by at most one test image (0.83 points), too coarse for a "
+          "t-interval") in lines[0]
 
 
 def test_a_clear_effect_is_supported_and_a_clear_loss_too(tmp_path):
@@ -123,8 +130,8 @@ def test_difficulty_groups_come_from_the_reference_and_one_image_is_weighed(tmp_
                          "seed (one image is 0.56 points of the group)")
   assert easy.startswith("- method, Δ Easy (")
   assert "+0.0 points" in easy and "0/3 seeds ahead" in easy
-  # every seed tied: no width, sign test p = 1
-  assert "not shown at 3 seeds: every seed moved by the same +0.0" in easy
+  # every seed tied: no spread, sign test p = 1
+  assert "not shown at 3 seeds: the seeds' Δs (+0.0, +0.0, +0.0) differ by at most" in easy
 
 
 def test_runs_without_test_counts_give_points_only(tmp_path):
