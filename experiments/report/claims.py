@@ -25,11 +25,16 @@ from experiments.report import seed_stats
 
 LABELS = {"overall": "overall", "worst_class": "worst class", "easy": "Easy", "medium": "Medium",
           "hard": "Hard", "many_shot": "Many-shot", "medium_shot": "Medium-shot",
-          "few_shot": "Few-shot"}
+          "few_shot": "Few-shot", "rho": "ρ (training set)"}
+# How a metric's Δ is written: (scale, decimals, unit, words for a rise and a fall); accuracies in
+# points, ρ as it is.
+ACCURACY = (100.0, 1, " points", ("a gain", "a loss"))
+FORMATS = {"rho": (1.0, 3, "", ("a rise", "a fall"))}
 ALPHA = 1 - seed_stats.CONFIDENCE  # the sign test's level where the t-interval has no width
 # The metrics a report's verdict lines read when its study names none: the papers' claims (MR2:
-# the Hard classes and the worst class; the reweighting: the Few-shot classes and overall).
-CLAIMED = ("overall", "worst_class", "hard", "few_shot")
+# the Hard classes and the worst class up, Easy not down; the reweighting: the Few-shot classes and
+# overall up, ρ down).
+CLAIMED = ("overall", "worst_class", "easy", "hard", "few_shot", "rho")
 
 
 def group_classes(metric: str, table: dict, class_counts: Sequence[int]) -> list[int] | None:
@@ -44,11 +49,8 @@ def group_classes(metric: str, table: dict, class_counts: Sequence[int]) -> list
   return None
 
 
-def _points(value: float) -> str:
-  return f"{value:+.1f}"
-
-
-def verdict(delta: seed_stats.PairedDelta, resolution: float = 0.0, scale: float = 100.0) -> str:
+def verdict(delta: seed_stats.PairedDelta, resolution: float = 0.0, scale: float = 100.0,
+            digits: int = 1, sides: tuple[str, str] = ACCURACY[3]) -> str:
   """The verdict words of a paired Δ, from its 95 % t-interval alone (module doc): "supported (a
   gain | a loss): the 95 % interval [a, b] excludes 0", "not shown at n seeds; the interval is
   [a, b]", or "one seed: no interval".
@@ -61,20 +63,20 @@ def verdict(delta: seed_stats.PairedDelta, resolution: float = 0.0, scale: float
   n = delta.paired
   if n < 2 or np.isnan(delta.std):
     return seed_stats.ONE_SEED
-  interval = seed_stats.interval_text(delta, scale=scale)
+  interval = seed_stats.interval_text(delta, scale=scale, digits=digits)
   if max(delta.deltas) - min(delta.deltas) <= resolution * (1 + 1e-9) + 1e-12:
-    steps = ", ".join(_points(scale * d) for d in delta.deltas)
+    steps = ", ".join(f"{scale * d:+.{digits}f}" for d in delta.deltas)
     image = (f"by at most one test image ({scale * resolution:.2g} points)" if resolution
              else "only by rounding")
     spread = f"the seeds' Δs ({steps}) differ {image}, too coarse for a t-interval"
     if delta.sign_p < ALPHA and delta.mean != 0:
-      side = "a gain" if delta.mean > 0 else "a loss"
+      side = sides[0] if delta.mean > 0 else sides[1]
       return f"supported ({side}) by the sign test, p = {delta.sign_p:.3g}: {spread}"
     return f"not shown at {n} seeds: {spread}, and the sign test gives p = {delta.sign_p:.3g}"
   if delta.low > 0:
-    return f"supported (a gain): the 95 % interval {interval} excludes 0"
+    return f"supported ({sides[0]}): the 95 % interval {interval} excludes 0"
   if delta.high < 0:
-    return f"supported (a loss): the 95 % interval {interval} excludes 0"
+    return f"supported ({sides[1]}): the 95 % interval {interval} excludes 0"
   return f"not shown at {n} seeds; the interval is {interval}"
 
 
@@ -145,12 +147,15 @@ def claim_lines(table: dict, metrics: Sequence[str], class_counts: Sequence[int]
       if classes is not None:
         where = (f" ({len(classes)} class{'' if len(classes) == 1 else 'es'}: "
                  f"{', '.join(map(str, classes))})")
-      numbers = f"{_points(100 * delta.mean)} points"
+      scale, digits, unit, sides = FORMATS.get(metric, ACCURACY)
+      numbers = f"{scale * delta.mean:+.{digits}f}{unit}"
       numbers += image_text(table, method, metric, classes)
       if delta.paired >= 2:
-        numbers += (f"; 95 % interval {seed_stats.interval_text(delta)}, "
-                    f"{delta.ahead}/{delta.paired} seeds ahead, sign test p = {delta.sign_p:.3g}")
-      words = verdict(delta, resolution(table, metric, classes))
+        numbers += (f"; 95 % interval {seed_stats.interval_text(delta, scale=scale, digits=digits)}"
+                    f", {delta.ahead}/{delta.paired} seeds ahead, sign test p = "
+                    f"{delta.sign_p:.3g}")
+      step = 0.0 if metric in FORMATS else resolution(table, metric, classes)
+      words = verdict(delta, step, scale, digits, sides)
       line = f"- {method}, Δ {LABELS.get(metric, metric)}{where}: {numbers} — {words}"
       if classes is not None and len(classes) == 1:
         line += "; one class, so this is that class's test accuracy alone"

@@ -118,7 +118,13 @@ def _metrics_of(summary: dict, groups) -> dict[str, float]:
   for split, value in summary.get("many_medium_few", {}).items():
     if value is not None:
       metrics[f"{split}_shot"] = value  # 'medium_shot' apart from the Medium difficulty group
+  if summary.get("train_rho") is not None:
+    metrics["rho"] = summary["train_rho"]  # the reweighting's claim: ρ on the training set falls
   return metrics
+
+
+# How a paired Δ of a metric is shown: (scale, decimals); accuracies as points, ρ as it is.
+DELTA_FORMAT = {"rho": (1.0, 3)}
 
 
 def _images_of(summary: dict, groups) -> dict[str, float] | None:
@@ -153,6 +159,9 @@ def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[
                      f"{sorted(by_seed)}")
   ours = {s["seed"]: _metrics_of(s, groups) for s in summaries}
   theirs = {seed: _metrics_of(by_seed[seed], groups) for seed in ours}
+  common = [k for k in next(iter(ours.values()))
+            if all(k in m for m in (*ours.values(), *theirs.values()))]
+  ours = {seed: {k: m[k] for k in common} for seed, m in ours.items()}
   return {key: delta.to_json() for key, delta in seed_stats.metric_deltas(ours, theirs).items()}
 
 
@@ -207,13 +216,16 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   if paired:
     keys = list(table[paired[0]]["delta_vs_reference"])
     one_seed = all(len(table[m]["seeds"]) == 1 for m in paired)
-    lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points; "
+    lines.append(f"Paired Δ vs {table.get('_paired_against', 'the reference')}, same seed (points, "
+                 "ρ as it is; "
                  f"{'one seed: the Δ of that run, no interval' if one_seed else seed_stats.PAIRED}"
                  "):")
     lines.append("")
     lines += seed_stats.markdown_table(
-        ["method"] + [f"Δ {k.replace('_', ' ')}" for k in keys],
-        ([m] + [seed_stats.delta_cell(table[m]["delta_vs_reference"][k]) for k in keys]
+        ["method"] + [f"Δ {'ρ' if k == 'rho' else k.replace('_', ' ')}" for k in keys],
+        ([m] + [seed_stats.delta_cell(table[m]["delta_vs_reference"][k],
+                                      **dict(zip(("scale", "digits"), DELTA_FORMAT.get(k, (100.0, 1)))))
+                for k in keys]
          for m in paired))
     lines.append("")
   groups = table.get("_groups")

@@ -143,3 +143,22 @@ def test_runs_without_test_counts_give_points_only(tmp_path):
   lines = claims.claim_lines(table, ["overall"], [10] * 10)
   assert lines == [f"- method, Δ overall: +1.0 points; 95 % interval [-1.5, +3.5], 2/3 seeds ahead, "
                    "sign test p = 0.5 — not shown at 3 seeds; the interval is [-1.5, +3.5]."]
+
+
+def test_rho_is_a_claimed_metric_written_as_it_is(tmp_path):
+  """The reweighting claims ρ (the training set's per-class loss spread) falls: its paired Δ is read
+  by the same rule, written without a scale, a rise or a fall."""
+  runs = {"ce": [], "method": []}
+  for seed, (rho_ce, rho_method) in enumerate([(0.64, 0.60), (0.62, 0.65), (0.66, 0.60)]):
+    for name, rho in (("ce", rho_ce), ("method", rho_method)):
+      workdir = _write(tmp_path / "runs", name, seed, BASE)
+      summary = json.loads((workdir / "summary.json").read_text())
+      (workdir / "summary.json").write_text(json.dumps({**summary, "train_rho": rho}))
+      runs[name].append(workdir)
+  markdown = run_tables.write_report(runs, "ce", tmp_path / "report", claimed=["rho"])
+  deltas = np.array([-0.04, 0.03, -0.06])
+  half = 4.302652729911275 * deltas.std(ddof=1) / math.sqrt(3)
+  expected = f"[{deltas.mean() - half:+.3f}, {deltas.mean() + half:+.3f}]"
+  assert (f"- method, Δ ρ (training set): -0.023; 95 % interval {expected}, 1/3 seeds ahead, sign "
+          f"test p = 1 — not shown at 3 seeds; the interval is {expected}.") in markdown
+  assert "| Δ ρ |" in markdown or "| Δ ρ" in markdown
