@@ -161,24 +161,32 @@ _HISTORY = {
 }
 
 
-def plot_caption(name: str) -> str:
-  """What to read in a plot the harness writes, from its file name."""
+# How a report of one seed per method opens (`experiments.report.run_tables.markdown_tables`:
+# "..., one seed (seed 0); ...").
+ONE_SEED_REPORT = "one seed (seed"
+
+
+def plot_caption(name: str, one_seed: bool = False) -> str:
+  """What to read in a plot the harness writes, from its file name; `one_seed` for a report of one
+  seed per method (its plots have no error bars or bands, and the caption names none)."""
   if name == "per_class_accuracy.png":
+    spread = ("one seed, so no error bars" if one_seed else
+              "error bars are ±1 sample std over seeds")
     return ("Final-epoch test accuracy of each class, one line per method. The classes are "
             "ordered by the first method's accuracy (the reference, CE or ERM), best first, so "
-            "the right end holds the classes it gets least right; error bars are ±1 sample std "
-            "over seeds. Read how far each method lifts the right end and what it gives up at "
-            "the left.")
+            f"the right end holds the classes it gets least right; {spread}. Read how far each "
+            "method lifts the right end and what it gives up at the left.")
   if name == "overall_accuracy.png":
-    return ("Overall test accuracy at each imbalance factor, one line per method, error bars ±1 "
-            "sample std over seeds. Read the ordering of the methods at each factor and how it "
-            "changes as the imbalance grows.")
+    spread = "one seed, no error bars" if one_seed else "error bars ±1 sample std over seeds"
+    return (f"Overall test accuracy at each imbalance factor, one line per method, {spread}. "
+            "Read the ordering of the methods at each factor and how it changes as the imbalance "
+            "grows.")
   if name == "rho_over_training.png":
+    spread = "one seed, no band" if one_seed else "band: ±1 sample std over seeds"
     return ("ρ = std_c L_c / mean_c L_c, the spread of the per-class cross-entropy on the "
-            "training set, against epochs; one line per method (band: ±1 sample std over seeds, "
-            "where there is more than one seed). Lower means the classes' training losses are "
-            "more equal. A method that starts from another run's checkpoint (the reweighting "
-            "from CE's) shares its line up to that point.")
+            f"training set, against epochs; one line per method ({spread}). Lower means the "
+            "classes' training losses are more equal. A method that starts from another run's "
+            "checkpoint (the reweighting from CE's) shares its line up to that point.")
   if name == "nc_over_training.png":
     return ("Neural-collapse metrics of the training set's features against epochs (log "
             "scale): NC1 within-class spread, NC2 distance of the class means from a simplex, "
@@ -221,7 +229,7 @@ def _plots_section(page: pathlib.Path, text: str) -> str:
     return ""
   parts = ["\n## Plots\n"]
   for plot in plots:
-    caption = plot_caption(plot.name)
+    caption = plot_caption(plot.name, one_seed=ONE_SEED_REPORT in text.split("\n", 1)[0])
     parts.append(f"![{plot.stem}]({plot.name})\n\n*{plot.name}.* {caption}\n")
   return "\n".join(parts)
 

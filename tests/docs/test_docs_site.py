@@ -87,3 +87,19 @@ def test_compact_math_lists_and_marked_blocks_keep_their_shape():
   assert "   goes on here;" in out and out[out.index("   goes on here;") - 1] != "::"
   assert "    x      |y|" in out  # the marked block is passed on as written, not marked twice
   assert "::" not in [line.strip() for line in out]
+
+
+def test_a_one_seed_report_page_names_no_spread_over_seeds():
+  """The 200-epoch study (one seed) renders its committed report with no "± n/a" cells and its
+  plots' captions without error-bar or band wording; a report over seeds keeps them."""
+  study_pages = _load("study_pages")
+  results = DOCS_EXT.parents[1] / "results"
+  one_seed = results / "cifar10_lt_200" / "report.md"
+  text = one_seed.read_text()
+  assert "n/a" not in text and "one seed (seed 0)" in text.split("\n", 1)[0]
+  plots = study_pages._plots_section(one_seed, text)
+  assert "per_class_accuracy.png" in plots and "nc_over_training.png" in plots
+  assert "std over seeds" not in plots and "one seed, so no error bars" in plots
+  several = results / "cifar10_lt_short" / "report.md"
+  plots = study_pages._plots_section(several, several.read_text())
+  assert "error bars are ±1 sample std over seeds" in plots
