@@ -7,7 +7,8 @@ MathJax is bundled (sphinx-mathjax-offline copies it into `_static/mathjax`).
 
 Small extensions in docs/_ext run at build time: `api_coverage` fails the build when a public
 symbol has no page, `example_pages` runs each script in examples/ and shows its code and output,
-`loss_registry` writes one page per entry of the harness's loss registry (from
+`external_links` links JAX / optax / Flax / chex / NumPy names to their projects' pages without
+fetching anything, `loss_registry` writes one page per entry of the harness's loss registry (from
 `experiments.losses.registry` itself), `study_pages` copies the results and benchmark reports with
 their plots. What they write goes to docs/_generated and docs/api/_autosummary (git-ignored).
 
@@ -58,6 +59,7 @@ extensions = [
     "api_coverage",
     "example_pages",
     "harness_pages",
+    "external_links",
 ]
 if HARNESS_PAGES:
   extensions += ["loss_registry", "study_pages"]
@@ -79,7 +81,10 @@ autosummary_imported_members = True
 autodoc_default_options = {"member-order": "bysource"}
 # The docstrings give every argument's shape and dtype; the annotations (`ArrayLike`, a long union
 # once expanded) would repeat them less precisely.
-autodoc_typehints = "none"
+# Types in the signatures (not repeated in the parameter lists); JAX / optax / Flax / chex / NumPy
+# names link to their projects' pages (`external_links`, offline).
+autodoc_typehints = "signature"
+autodoc_type_aliases = {"ArrayLike": "jax.typing.ArrayLike"}  # not its expanded Union
 autodoc_preserve_defaults = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False

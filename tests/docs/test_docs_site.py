@@ -103,3 +103,14 @@ def test_a_one_seed_report_page_names_no_spread_over_seeds():
   several = results / "cifar10_lt_short" / "report.md"
   plots = study_pages._plots_section(several, several.read_text())
   assert "error bars are ±1 sample std over seeds" in plots
+
+
+def test_external_names_link_to_their_projects_without_a_network():
+  external_url = _load("external_links").external_url
+  assert external_url("jax.jit") == "https://docs.jax.dev/en/latest/_autosummary/jax.jit.html"
+  # A class defined in a private module is documented under its public name.
+  assert external_url("jax.jaxlib._jax.Array") == (
+      "https://docs.jax.dev/en/latest/_autosummary/jax.Array.html")
+  assert external_url("optax.softmax_cross_entropy").startswith("https://optax.readthedocs.io/")
+  assert external_url("numpy.ndarray").endswith("/numpy.ndarray.html")
+  assert external_url("mr2_jax.mr2_loss") is None and external_url("jax") is None
