@@ -46,3 +46,9 @@ def test_the_landing_page_shows_the_same_quick_start():
   assert readme.count(start) == 1 and readme.count(end) == 1
   included = readme.split(start, 1)[1].split(end, 1)[0]
   assert _python_blocks(included) == _python_blocks(readme)[:1]
+
+
+@pytest.mark.skipif(not README.exists(), reason="a copy of tests/ without the README (library job)")
+def test_the_readme_stays_short():
+  """The README points to the site (the layout, the guides) and stays at most 150 lines."""
+  assert len(README.read_text().splitlines()) <= 150
