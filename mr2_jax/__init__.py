@@ -47,17 +47,7 @@ if TYPE_CHECKING:
 _FLAX_HEADS = {"CosineClassifier": "mr2_jax.linen", "SupConProjection": "mr2_jax.linen"}
 
 
-# SupCon moved to reweight_jax (a comparison method) in 0.2.0; these names go in 0.3.0.
-_MOVED_TO_REWEIGHT_JAX = ("SupConAux", "stack_views", "supcon_loss")
-
-
 def __getattr__(name: str):
-  if name in _MOVED_TO_REWEIGHT_JAX:
-    import warnings
-    from reweight_jax import baselines
-    warnings.warn(f"mr2_jax.{name} moved to reweight_jax.baselines.{name} (SupCon is a comparison "
-                  "method); the old name goes in 0.3.0", DeprecationWarning, stacklevel=2)
-    return getattr(baselines, name)
   if name in _FLAX_HEADS:
     import importlib
     try:
@@ -70,6 +60,7 @@ def __getattr__(name: str):
           'pip install "mr2-jax[flax]"', name=error.name) from error
     return getattr(module, name)
   raise AttributeError(f"module 'mr2_jax' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",

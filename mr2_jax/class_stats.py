@@ -117,8 +117,7 @@ def _scaled_lp_sq_norm(x: jax.Array, p: float) -> jax.Array:
   return jnp.square(norm)
 
 
-def lp_sq_norm(x: ArrayLike, p: float, *positional: ArrayLike,
-               where: ArrayLike | None = None) -> jax.Array:
+def lp_sq_norm(x: ArrayLike, p: float, *, where: ArrayLike | None = None) -> jax.Array:
   """‖x‖_p² = (Σ_j |x_j|^p)^{2/p} over the last axis; for p = 2, Σ_j x_j² exactly.
 
   The norm of MR2's class statistics (Zhu et al., ICLR 2026, arXiv 2602.00205), whose released code
@@ -135,8 +134,8 @@ def lp_sq_norm(x: ArrayLike, p: float, *positional: ArrayLike,
     x: float [..., d] rows.
     p: the norm order p ≥ 1 (a Python float; an integral value is computed by repeated
       multiplication).
-    where: optional bool [...] (x's shape without its last axis), keyword-only; rows outside it
-      are not checked (given positionally, as before 0.2.0, it warns and goes in 0.3.0).
+    where: optional bool [...] (x's shape without its last axis); rows outside it are not
+      checked.
 
   Returns:
     float [...] the squared L_p norms, in x's dtype.
@@ -151,7 +150,6 @@ def lp_sq_norm(x: ArrayLike, p: float, *positional: ArrayLike,
     >>> print(np.asarray(mr2_jax.lp_sq_norm(x, 5.0), float).round(4))
     [17.4225  1.3195]
   """
-  where = checks.keyword_only_where(positional, where, "lp_sq_norm")
   x = jnp.asarray(x)
   if p == 2.0:
     return jnp.sum(jnp.square(x), axis=-1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -20,16 +19,6 @@ from mr2_jax.class_stats import ClassStats
 FORMS = ("paper", "released")
 
 
-def _read_by_name(self, key):
-  """`aux['gamma']` as before 0.2.0 (when the aux was a dict): warns, reads the field; goes in
-  0.3.0. Integer indices and slices are the tuple's."""
-  if isinstance(key, str):
-    warnings.warn(f"aux[{key!r}]: MR2's aux is a NamedTuple since 0.2.0; read aux.{key} "
-                  f"(dict-style access goes in 0.3.0).", DeprecationWarning, stacklevel=2)
-    return getattr(self, key)
-  return tuple.__getitem__(self, key)
-
-
 class MR2Margins(NamedTuple):
   r"""What `mr2_terms` read from the updated statistics (Zhu et al., ICLR 2026, arXiv 2602.00205),
   global-batch values, the same on every device under `axis_name`.
@@ -41,8 +30,6 @@ class MR2Margins(NamedTuple):
   """
   gamma: jax.Array
   s_bar: jax.Array
-
-  __getitem__ = _read_by_name
 
 
 class MR2Aux(NamedTuple):
@@ -61,8 +48,6 @@ class MR2Aux(NamedTuple):
   s_bar: jax.Array
   margin_ce: jax.Array
   representation_margin: jax.Array
-
-  __getitem__ = _read_by_name
 
 
 def form_defaults(form: str, feature_dim: int, *, p: float | None = None,

@@ -19,8 +19,6 @@ emits no check at all.
 from __future__ import annotations
 
 import math
-import warnings
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -159,46 +157,6 @@ def poison_unless(value: jax.Array, ok: jax.Array) -> jax.Array:
   For `ok` True the value and its gradient are unchanged bit for bit (a product with 1).
   """
   return value * jnp.where(ok, 1.0, jnp.nan).astype(value.dtype)
-
-
-def keyword_only_where(positional: tuple[ArrayLike, ...], where: ArrayLike | None, function: str
-                       ) -> ArrayLike | None:
-  """`where` of a function whose `where` became keyword-only in 0.2.0 (as optax's losses take it):
-  given positionally (`positional`, the function's extra positional arguments), it still works
-  with a DeprecationWarning until 0.3.0; more than one extra argument, or both forms, is a
-  TypeError naming the function."""
-  if not positional:
-    return where
-  if len(positional) > 1 or where is not None:
-    raise TypeError(f"{function}: takes `where` as a keyword argument only (where=...).")
-  warnings.warn(f"{function}: pass `where` as a keyword (where=...); positional `where` goes in "
-                f"0.3.0.", DeprecationWarning, stacklevel=3)
-  return next(iter(positional))  # the one positional `where`
-
-
-def keyword_only_arguments(positional: tuple[Any, ...], keywords: dict[str, Any], function: str
-                           ) -> tuple[Any, ...]:
-  """The values of arguments that became keyword-only in 0.2.0, in the order of `keywords` (name →
-  the value passed by keyword, None when not passed). Given positionally (`positional`, the
-  function's extra positional arguments, in that order) they still work with a DeprecationWarning
-  until 0.3.0. Too many extra arguments, one given both ways, or one missing is a TypeError naming
-  the function and the argument."""
-  names = list(keywords)
-  if len(positional) > len(names):
-    raise TypeError(f"{function}: takes {', '.join(names)} as keyword arguments only "
-                    f"(got {len(positional)} extra positional arguments).")
-  values = dict(keywords)
-  if positional:
-    for name, value in zip(names, positional):
-      if values[name] is not None:
-        raise TypeError(f"{function}: got `{name}` both positionally and as a keyword.")
-      values[name] = value
-    warnings.warn(f"{function}: pass {', '.join(names)} as keywords ({names[0]}=..., ...); "
-                  "positional use goes in 0.3.0.", DeprecationWarning, stacklevel=3)
-  missing = [name for name in names if values[name] is None]
-  if missing:
-    raise TypeError(f"{function}: missing keyword argument(s) {', '.join(missing)}.")
-  return tuple(values[name] for name in names)
 
 
 def check_floating(x: ArrayLike, rank: int, name: str) -> jax.Array:

@@ -10,10 +10,8 @@ macro factor, the reweighted loss and its state and priors (`inverse_reweighted_
 Neural-Collapse metrics NC1–NC4 and the per-class metrics with ρ (the same set `mr2_jax` exports).
 The methods it is compared against and the pipelines it is plugged into (long-tail baselines,
 Group DRO, FairDRO, EQL, JTT, LfF, SupCon, ETF-DR, GLMC) are `reweight_jax.baselines`; each
-function cites its paper. Their old top-level names warn until 0.3.0 (`reweight_jax._moved`).
+function cites its paper.
 """
-
-from typing import TYPE_CHECKING
 
 from mr2_reweight_core import metrics as _metrics
 from mr2_reweight_core.checks import traced_checks
@@ -31,7 +29,6 @@ from mr2_reweight_core.metrics import rho
 from mr2_reweight_core.metrics import worst_class_accuracy
 from mr2_reweight_core.version import __version__
 from reweight_jax import baselines
-from reweight_jax import _moved
 from reweight_jax.inverse_weights import BatchClassLosses
 from reweight_jax.inverse_weights import batch_class_losses
 from reweight_jax.inverse_weights import inverse_weights
@@ -51,19 +48,6 @@ from reweight_jax.priors import PRIOR_KINDS
 from reweight_jax.priors import class_prior
 from reweight_jax.state import ReweightState
 from reweight_jax.state import init_reweight_state
-
-if TYPE_CHECKING:  # the old top-level names of the comparison methods, for type checkers
-  from reweight_jax.baselines import *  # noqa: F403  # pylint: disable=wildcard-import
-
-_moved.install_finder()
-
-
-def __getattr__(name: str):
-  if name in baselines.__all__:
-    _moved.warn_moved(f"reweight_jax.{name}", f"reweight_jax.baselines.{name}")
-    return getattr(baselines, name)
-  raise AttributeError(f"module 'reweight_jax' has no attribute {name!r}")
-
 
 __all__ = [
     "__version__",

@@ -36,17 +36,13 @@ This module holds GLMC's own terms: the re-balanced head's class weights, the co
 α schedule and the loss. The pieces it shares with other methods live in modules named for what
 they are: the host-side re-balanced sampler in `reweight_jax.baselines.rebalanced_sampling`, the mixup and
 CutMix image ops in `reweight_jax.baselines.image_mixing`, the soft-target cross-entropy and the mixed targets
-in `reweight_jax.baselines.soft_labels` (reading the sampler's and the image ops' names from
-`reweight_jax.baselines.glmc` warns until 0.3.0; the soft-label functions are still imported here, for
-`glmc_loss`; every name is also `reweight_jax.baselines.<name>`). Inference uses the re-balanced head fc_cb.
+in `reweight_jax.baselines.soft_labels` (every name is also `reweight_jax.baselines.<name>`).
+Inference uses the re-balanced head fc_cb.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import typing
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -62,7 +58,6 @@ from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_positive_int
 from mr2_reweight_core.checks import check_where
 from mr2_reweight_core.checks import is_concrete
-from mr2_reweight_core.checks import keyword_only_arguments
 from mr2_reweight_core.checks import nan_where_negative
 from mr2_reweight_core.checks import unit_scalar_or_nan
 from reweight_jax.baselines.soft_labels import mixed_targets
@@ -87,22 +82,6 @@ class GLMCAux(NamedTuple):
   balanced: jax.Array
   rebalanced: jax.Array
   consistency: jax.Array
-
-
-# Names that lived here before 0.2.0 (module → new home); `reweight_jax.baselines.glmc.<name>` warns.
-_MOVED = {"glmc_rebalanced_probabilities": "rebalanced_sampling",
-          "glmc_rebalanced_indices": "rebalanced_sampling",
-          "cutmix_box": "image_mixing", "mix_images": "image_mixing", "cutmix": "image_mixing"}
-
-
-def __getattr__(name: str):
-  if name in _MOVED:
-    home = f"reweight_jax.baselines.{_MOVED[name]}"
-    warnings.warn(f"reweight_jax.baselines.glmc.{name} moved to {home}.{name} (and is "
-                  f"reweight_jax.baselines.{name}); the old path goes in 0.3.0.", DeprecationWarning,
-                  stacklevel=2)
-    return getattr(importlib.import_module(home), name)
-  raise AttributeError(f"module 'reweight_jax.baselines.glmc' has no attribute {name!r}")
 
 
 def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
@@ -268,9 +247,8 @@ def glmc_alpha(epoch: ArrayLike, num_epochs: int) -> jax.Array:
 
 def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: ArrayLike,
               logits_cb_l: ArrayLike, pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike,
-              proj_l: ArrayLike, labels_a: ArrayLike, labels_b: ArrayLike, *positional: ArrayLike,
-              lam: ArrayLike | None = None, class_weights: ArrayLike | None = None,
-              alpha: ArrayLike | None = None, w_con: ArrayLike | None = None,
+              proj_l: ArrayLike, labels_a: ArrayLike, labels_b: ArrayLike, *, lam: ArrayLike,
+              class_weights: ArrayLike, alpha: ArrayLike, w_con: ArrayLike,
               axis_name: str | None = None, where: ArrayLike | None = None
               ) -> tuple[jax.Array, GLMCAux]:
   r"""GLMC's loss of one step (`Trainer.train`), returns `(loss, GLMCAux)`.
@@ -322,8 +300,6 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
     proj_l: float [B, D] projection z of the local pass.
     labels_a: int [B] labels of the instance-balanced rows.
     labels_b: int [B] labels of the paired re-balanced rows.
-    *positional: none (0.2.0 made λ, the class weights, α and w_con keyword-only; given
-      positionally, in that order, they still work with a DeprecationWarning until 0.3.0).
     lam: scalar λ of the step in [0, 1].
     class_weights: [K] v (`glmc_class_weights`), or ŵ.
     alpha: scalar α in [0, 1] (`glmc_alpha`; NaN loss under `jit` when outside).
@@ -357,10 +333,6 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
     >>> print(f"{loss:.4f}", f"{aux.balanced:.4f}", f"{aux.rebalanced:.4f}", f"{aux.consistency:.4f}")
     0.6898 2.4501 3.3692 -1.9901
   """
-  lam, class_weights, alpha, w_con = typing.cast(
-      tuple[ArrayLike, ArrayLike, ArrayLike, ArrayLike],
-      keyword_only_arguments(positional, {"lam": lam, "class_weights": class_weights,
-                                          "alpha": alpha, "w_con": w_con}, "glmc_loss"))
   logits_fc_g = check_floating(logits_fc_g, 2, "logits_fc_g")
   for name, value in (("logits_fc_l", logits_fc_l), ("logits_cb_g", logits_cb_g),
                       ("logits_cb_l", logits_cb_l)):

@@ -29,8 +29,7 @@ class SupConAux(NamedTuple):
   num_anchors: jax.Array
 
 
-def stack_views(views: ArrayLike, labels: ArrayLike, *positional: ArrayLike,
-                where: ArrayLike | None = None
+def stack_views(views: ArrayLike, labels: ArrayLike, *, where: ArrayLike | None = None
                 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
   """[B, V, D] view embeddings and [B] labels → the [V·B, D] view-major batch of `supcon_loss`.
 
@@ -43,8 +42,7 @@ def stack_views(views: ArrayLike, labels: ArrayLike, *positional: ArrayLike,
   Args:
     views: float [B, V, D] embeddings of V views of each of B examples.
     labels: int [B].
-    where: optional bool [B] mask of real examples, keyword-only (given positionally, as before
-      0.2.0, it warns and goes in 0.3.0).
+    where: optional bool [B] mask of real examples.
 
   Returns:
     (projections float [V·B, D], labels int [V·B], where bool [V·B] or None), view-major.
@@ -62,7 +60,6 @@ def stack_views(views: ArrayLike, labels: ArrayLike, *positional: ArrayLike,
     >>> print(projections.shape, labels, where)
     (6, 2) [4 7 4 7 4 7] None
   """
-  where = checks.keyword_only_where(positional, where, "stack_views")
   views = checks.check_floating(views, 3, "views")
   labels = jnp.asarray(labels)
   if labels.ndim != 1:

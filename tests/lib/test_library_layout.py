@@ -1,7 +1,7 @@
 """The libraries' layout: no module over 450 lines (the harness's limit, tests/harness/test_layout.py);
 `reweight_jax`'s top level is the paper and the per-class metrics, the comparison methods are
-`reweight_jax.baselines`; names and modules that moved in 0.2.0 still read from their old place with
-a DeprecationWarning until 0.3.0."""
+`reweight_jax.baselines`; the spellings of before 0.2.0 (never published) are gone, with no alias
+(the CHANGELOG's table of moves is the migration guide)."""
 
 import importlib
 import pathlib
@@ -24,29 +24,30 @@ def test_no_library_module_over_450_lines(path):
   assert count <= MAX_LINES, f"{path.relative_to(ROOT)}: {count} lines"
 
 
-MOVED = {  # name: (old module, new module)
-    "glmc_rebalanced_probabilities": ("reweight_jax.baselines.glmc",
-                                      "reweight_jax.baselines.rebalanced_sampling"),
-    "glmc_rebalanced_indices": ("reweight_jax.baselines.glmc",
-                                "reweight_jax.baselines.rebalanced_sampling"),
-    "cutmix_box": ("reweight_jax.baselines.glmc", "reweight_jax.baselines.image_mixing"),
-    "mix_images": ("reweight_jax.baselines.glmc", "reweight_jax.baselines.image_mixing"),
-    "cutmix": ("reweight_jax.baselines.glmc", "reweight_jax.baselines.image_mixing"),
+# Old spelling → where the name lives now (CHANGELOG.md, 0.2.0): the old one must not resolve.
+MOVED = {
+    "reweight_jax.baselines.glmc.glmc_rebalanced_probabilities":
+        "reweight_jax.baselines.rebalanced_sampling",
+    "reweight_jax.baselines.glmc.glmc_rebalanced_indices": "reweight_jax.baselines.rebalanced_sampling",
+    "reweight_jax.baselines.glmc.cutmix_box": "reweight_jax.baselines.image_mixing",
+    "reweight_jax.baselines.glmc.mix_images": "reweight_jax.baselines.image_mixing",
+    "reweight_jax.baselines.glmc.cutmix": "reweight_jax.baselines.image_mixing",
+    "mr2_jax.supcon_loss": "reweight_jax.baselines",
+    "mr2_jax.stack_views": "reweight_jax.baselines",
+    "mr2_jax.SupConAux": "reweight_jax.baselines",
 }
+MOVED.update({f"reweight_jax.{name}": "reweight_jax.baselines"
+              for name in reweight_jax.baselines.__all__})
 
 
-@pytest.mark.parametrize("name", sorted(MOVED))
-def test_a_moved_name_reads_from_its_old_module_with_a_deprecation_warning(name):
-  old, new = MOVED[name]
-  with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to {new}.{name}"):
-    value = getattr(importlib.import_module(old), name)
-  assert value is getattr(importlib.import_module(new), name) is getattr(reweight_jax.baselines, name)
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_an_old_name_is_gone_and_its_new_home_has_it(old):
+  module, name = old.rsplit(".", 1)
   with warnings.catch_warnings():
-    warnings.simplefilter("error")  # the package's name and the new module read without a warning
-    getattr(reweight_jax.baselines, name)
-    getattr(importlib.import_module(new), name)
-  with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-    importlib.import_module(old).not_a_name  # noqa: B018
+    warnings.simplefilter("error")  # no DeprecationWarning either: no alias at all
+    with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+      getattr(importlib.import_module(module), name)
+    assert callable(getattr(importlib.import_module(MOVED[old]), name)) or name.isupper()
 
 
 # The paper at the top level (ICML 2026: the inverse weights, the macro factor, the loss, its state
@@ -75,29 +76,20 @@ def test_the_per_class_metrics_are_one_set_exported_by_both_libraries():
     assert getattr(mr2_jax, name) is getattr(reweight_jax, name) is getattr(metrics, name)
 
 
-@pytest.mark.parametrize("name", sorted(reweight_jax.baselines.__all__))
-def test_a_comparison_method_reads_from_the_top_level_with_a_deprecation_warning(name):
-  with pytest.warns(DeprecationWarning,
-                    match=f"reweight_jax.{name} moved to reweight_jax.baselines.{name}"):
-    value = getattr(reweight_jax, name)
-  assert value is getattr(reweight_jax.baselines, name)
-  with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
-    reweight_jax.not_a_name  # noqa: B018
+OLD_MODULES = ("reweight_jax.eql", "reweight_jax.etf_dr", "reweight_jax.fairdro",
+               "reweight_jax.glmc", "reweight_jax.group_dro", "reweight_jax.image_mixing",
+               "reweight_jax.jtt", "reweight_jax.lff", "reweight_jax.rebalanced_sampling",
+               "reweight_jax.soft_labels", "reweight_jax.supcon", "mr2_jax.supcon")
 
 
-MOVED_MODULES = ("eql", "etf_dr", "fairdro", "glmc", "group_dro", "image_mixing", "jtt", "lff",
-                 "rebalanced_sampling", "soft_labels", "supcon")
-
-
-@pytest.mark.parametrize("module", MOVED_MODULES)
-def test_a_moved_module_imports_from_its_old_path_as_the_same_module_with_a_warning(module):
+@pytest.mark.parametrize("module", OLD_MODULES)
+def test_an_old_module_path_is_gone(module):
+  """No import hook and no shim module: `import reweight_jax.eql` fails like any missing module."""
   import sys
-  sys.modules.pop(f"reweight_jax.{module}", None)
-  with pytest.warns(DeprecationWarning,
-                    match=f"reweight_jax.{module} moved to reweight_jax.baselines.{module}"):
-    old = importlib.import_module(f"reweight_jax.{module}")
-  assert old is importlib.import_module(f"reweight_jax.baselines.{module}")
-  assert callable(getattr(old, next(n for n in dir(old) if n in reweight_jax.baselines.__all__)))
+  assert not [finder for finder in sys.meta_path
+              if type(finder).__module__.startswith(("reweight_jax", "mr2_jax"))]
+  with pytest.raises(ModuleNotFoundError, match=module):
+    importlib.import_module(module)
 
 
 def test_the_old_long_tail_module_is_the_baselines_package():

@@ -303,12 +303,10 @@ def test_sorted_moments_on_batches_of_one_to_three_rows(labels, valid):
     np.testing.assert_array_equal(stats.seen, np.isin(np.arange(10), np.asarray(labels)[valid]))
 
 
-def test_lp_sq_norm_takes_where_as_a_keyword_and_positional_where_warns():
+def test_lp_sq_norm_takes_where_as_a_keyword_only():
   x = np.array([[3.0, 4.0], [np.inf, 1.0]], np.float32)
   where = np.array([True, False])
-  keyword = np.asarray(mr2_jax.lp_sq_norm(x, 5.0, where=where))
-  with pytest.warns(DeprecationWarning, match=r"lp_sq_norm: pass `where` as a keyword"):
-    positional = np.asarray(mr2_jax.lp_sq_norm(x, 5.0, where))
-  np.testing.assert_array_equal(positional[where], keyword[where])
-  with pytest.raises(TypeError, match="keyword argument only"):
-    mr2_jax.lp_sq_norm(x, 5.0, where, where)
+  np.testing.assert_allclose(mr2_jax.lp_sq_norm(x, 5.0, where=where)[0],
+                             mr2_jax.lp_sq_norm(x[:1], 5.0)[0])
+  with pytest.raises(TypeError, match="positional argument"):
+    mr2_jax.lp_sq_norm(x, 5.0, where)  # pyright: ignore[reportCallIssue]

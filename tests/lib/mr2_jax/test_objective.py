@@ -270,10 +270,9 @@ class CollapsedClassesAtLargeScaleTest(parameterized.TestCase):
                                   rtol=1e-5, atol=0.0)
 
 
-def test_aux_is_a_typed_structure_and_dict_style_access_warns():
+def test_aux_is_a_typed_structure():
   """`mr2_loss` returns an `MR2Aux`, `mr2_terms` an `MR2Margins` (NamedTuples: pytrees with
-  documented fields); `aux['gamma']`, the dict access of before 0.2.0, still reads the field with a
-  DeprecationWarning; integer indexing is the tuple's."""
+  documented fields, read by name; indexing is the tuple's)."""
   logits = np.array([[2.0, 0.0, -1.0], [1.0, 0.5, 0.0], [0.0, 1.0, 0.5], [0.0, 2.0, 0.0]],
                     np.float32)
   features = np.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0], [0.0, 2.0]], np.float32)
@@ -281,9 +280,6 @@ def test_aux_is_a_typed_structure_and_dict_style_access_warns():
   _, _, aux = mr2_jax.mr2_loss(logits, features, labels, mr2_jax.init_class_stats(3))
   assert isinstance(aux, mr2_jax.MR2Aux)
   assert aux._fields == ("gamma", "s_bar", "margin_ce", "representation_margin")
-  with pytest.warns(DeprecationWarning, match=r"read aux\.gamma"):
-    gamma = aux["gamma"]
-  np.testing.assert_array_equal(gamma, aux.gamma)
   assert aux[1] is aux.s_bar
   *_, margins = mr2_jax.mr2_terms(logits, features, labels, mr2_jax.init_class_stats(3))
   assert isinstance(margins, mr2_jax.MR2Margins)

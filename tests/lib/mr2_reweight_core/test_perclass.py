@@ -17,17 +17,14 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 
 def imported_packages(package):
   found = set()
-  for path in (REPO / package).glob("*.py"):
+  for path in (REPO / package).rglob("*.py"):
+    name = path.relative_to(REPO / package).as_posix()
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.Import):
-        found |= {(path.name, alias.name.split(".")[0]) for alias in node.names}
+        found |= {(name, alias.name.split(".")[0]) for alias in node.names}
       elif isinstance(node, ast.ImportFrom) and node.module:
-        found.add((path.name, node.module.split(".")[0]))
+        found.add((name, node.module.split(".")[0]))
   return found
-
-
-# (file, package) imports kept only for a deprecation period; remove them with the aliases.
-DEPRECATED_ALIASES = {"mr2_jax": {("supcon.py", "reweight_jax"), ("__init__.py", "reweight_jax")}}
 
 
 @pytest.mark.parametrize("package, forbidden", [
@@ -36,11 +33,9 @@ DEPRECATED_ALIASES = {"mr2_jax": {("supcon.py", "reweight_jax"), ("__init__.py",
     ("mr2_reweight_core", {"mr2_jax", "reweight_jax", "experiments"}),
 ])
 def test_dependency_direction(package, forbidden):
-  """mr2_jax → mr2_reweight_core ← reweight_jax; neither method package imports the other, but for
-  the deprecated SupCon aliases in mr2_jax (moved to reweight_jax in 0.2.0, gone in 0.3.0)."""
-  allowed = DEPRECATED_ALIASES.get(package, set())
-  offending = sorted((f, m) for f, m in imported_packages(package)
-                     if m in forbidden and (f, m) not in allowed)
+  """mr2_jax → mr2_reweight_core ← reweight_jax; neither method package imports the other, in any of
+  their modules (sub-packages included)."""
+  offending = sorted((f, m) for f, m in imported_packages(package) if m in forbidden)
   assert not offending, offending
 
 

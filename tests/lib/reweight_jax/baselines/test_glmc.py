@@ -428,23 +428,11 @@ class GLMCLossTest(chex.TestCase):
                                        **_kw(0.5, weights[:-1], 0.5, 1.0))
     with self.assertRaisesRegex(ValueError, "where"):
       reweight_jax.baselines.glmc_loss(*arrays, *args, **kw, where=np.ones(3, bool))
-    with self.assertRaisesRegex(TypeError, "missing keyword argument.*w_con"):
-      reweight_jax.baselines.glmc_loss(*arrays, *args, lam=0.5, class_weights=weights, alpha=0.5)
-    with self.assertRaisesRegex(TypeError, "`lam` both positionally and as a keyword"):
-      reweight_jax.baselines.glmc_loss(*arrays, *args, 0.5, **kw)
-    with self.assertRaisesRegex(TypeError, "keyword arguments only"):
-      reweight_jax.baselines.glmc_loss(*arrays, *args, 0.5, weights, 0.5, 1.0, 7.0)
-
-  def test_positional_hyperparameters_still_work_with_a_deprecation_warning(self):
-    """0.2.0 made λ, the class weights, α and w_con keyword-only; positional use warns until
-    0.3.0 and gives the same numbers."""
-    arrays = _loss_inputs(np.random.default_rng(8), LABELS_A.size)
-    weights = np.linspace(0.5, 1.5, K).astype(np.float32)
-    expected = reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, LABELS_B,
-                                                **_kw(0.3, weights, 0.6, 2.0))
-    with self.assertWarnsRegex(DeprecationWarning, "pass lam, class_weights, alpha, w_con as keywords"):
-      got = reweight_jax.baselines.glmc_loss(*arrays, LABELS_A, LABELS_B, 0.3, weights, 0.6, 2.0)
-    chex.assert_trees_all_equal(got, expected)
+    with self.assertRaisesRegex(TypeError, "missing 1 required keyword-only argument: 'w_con'"):
+      reweight_jax.baselines.glmc_loss(  # pyright: ignore[reportCallIssue]
+          *arrays, *args, lam=0.5, class_weights=weights, alpha=0.5)
+    with self.assertRaisesRegex(TypeError, "positional argument"):  # λ, v, α, w_con keyword-only
+      reweight_jax.baselines.glmc_loss(*arrays, *args, 0.5, weights, 0.5, 1.0)
 
   def test_shard_map_8_devices_equals_one_device(self):
     # Means over the global batch (psum-ed count): pmean of the shares and of their gradients

@@ -204,13 +204,9 @@ class SupConTest(chex.TestCase):
     np.testing.assert_array_equal(z, np.concatenate([views[:, 0], views[:, 1]]))
     np.testing.assert_array_equal(labels, [5, 6, 7, 5, 6, 7])
     np.testing.assert_array_equal(where, [True, False, True, True, False, True])
-    # Positional `where` (before 0.2.0) still works, with a DeprecationWarning until 0.3.0.
-    with self.assertWarnsRegex(DeprecationWarning, "stack_views: pass `where` as a keyword"):
-      _, _, old = reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]),
-                                           np.array([True, False, True]))
-    np.testing.assert_array_equal(old, where)
-    with self.assertRaisesRegex(TypeError, "keyword argument only"):
-      reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]), np.ones(3, bool), where=np.ones(3, bool))
+    with self.assertRaisesRegex(TypeError, "positional argument"):  # `where` is keyword-only
+      reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]),  # pyright: ignore[reportCallIssue]
+                                         np.ones(3, bool))
     self.assertIsNone(reweight_jax.baselines.stack_views(views, np.array([5, 6, 7]))[2])
     with self.assertRaisesRegex(ValueError, "views"):
       reweight_jax.baselines.stack_views(views[:2], np.array([5, 6, 7]))
@@ -236,19 +232,3 @@ class SupConTest(chex.TestCase):
     shapes = jax.eval_shape(lambda x: mr2_jax.SupConProjection(features=16).init_with_output(
         jax.random.PRNGKey(1), x)[0], x[0])
     self.assertEqual(shapes.shape, (3, 16))
-
-
-def test_the_old_mr2_jax_names_are_deprecated_aliases_of_reweight_jax():
-  """SupCon moved to reweight_jax.baselines in 0.2.0; mr2_jax.supcon_loss / stack_views / SupConAux and the
-  module mr2_jax.supcon still give the same objects, with a DeprecationWarning, until 0.3.0."""
-  for name in ("supcon_loss", "stack_views", "SupConAux"):
-    with pytest.warns(DeprecationWarning, match=f"reweight_jax.baselines.{name}"):
-      assert getattr(mr2_jax, name) is getattr(reweight_jax.baselines, name)
-    assert name not in mr2_jax.__all__ and name in reweight_jax.baselines.__all__
-  import importlib
-  import sys
-  sys.modules.pop("mr2_jax.supcon", None)
-  with pytest.warns(DeprecationWarning, match="reweight_jax.baselines.supcon"):
-    old = importlib.import_module("mr2_jax.supcon")
-  assert old.supcon_loss is reweight_jax.baselines.supcon_loss
-
