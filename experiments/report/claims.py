@@ -26,10 +26,10 @@ from experiments.report import seed_stats
 LABELS = {"overall": "overall", "worst_class": "worst class", "easy": "Easy", "medium": "Medium",
           "hard": "Hard", "many_shot": "Many-shot", "medium_shot": "Medium-shot",
           "few_shot": "Few-shot", "rho": "ρ (training set)"}
-# How a metric's Δ is written: (scale, decimals, unit, words for a rise and a fall); accuracies in
-# points, ρ as it is.
-ACCURACY = (100.0, 1, " points", ("a gain", "a loss"))
-FORMATS = {"rho": (1.0, 3, "", ("a rise", "a fall"))}
+# How a metric's Δ is written: (scale, decimals, unit, words for a rise and a fall, a seed's Δ > 0);
+# accuracies in points, ρ as it is.
+ACCURACY = (100.0, 1, " points", ("a gain", "a loss"), "ahead")
+FORMATS = {"rho": (1.0, 3, "", ("a rise", "a fall"), "higher")}
 ALPHA = 1 - seed_stats.CONFIDENCE  # the sign test's level where the t-interval has no width
 # The metrics a report's verdict lines read when its study names none: the papers' claims (MR2:
 # the Hard classes and the worst class up, Easy not down; the reweighting: the Few-shot classes and
@@ -147,12 +147,12 @@ def claim_lines(table: dict, metrics: Sequence[str], class_counts: Sequence[int]
       if classes is not None:
         where = (f" ({len(classes)} class{'' if len(classes) == 1 else 'es'}: "
                  f"{', '.join(map(str, classes))})")
-      scale, digits, unit, sides = FORMATS.get(metric, ACCURACY)
+      scale, digits, unit, sides, ahead = FORMATS.get(metric, ACCURACY)
       numbers = f"{scale * delta.mean:+.{digits}f}{unit}"
       numbers += image_text(table, method, metric, classes)
       if delta.paired >= 2:
         numbers += (f"; 95 % interval {seed_stats.interval_text(delta, scale=scale, digits=digits)}"
-                    f", {delta.ahead}/{delta.paired} seeds ahead, sign test p = "
+                    f", {delta.ahead}/{delta.paired} seeds {ahead}, sign test p = "
                     f"{delta.sign_p:.3g}")
       step = 0.0 if metric in FORMATS else resolution(table, metric, classes)
       words = verdict(delta, step, scale, digits, sides)

@@ -93,6 +93,7 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()
+    table["_groups_from"] = reference
   first = next(iter(methods.values()))[0]
   if "test_class_counts" in first:
     table["_test_class_counts"] = first["test_class_counts"]
@@ -180,6 +181,23 @@ def paired_image_deltas(summaries: list[dict], reference: list[dict], groups
 _pct = seed_stats.percent_cell
 
 
+def definitions(row: dict, reference: str | None) -> str:
+  """The groups and ρ, defined where a report first uses them (the columns `row` has)."""
+  parts = []
+  if "many_medium_few" in row:
+    parts.append("Many / Medium / Few-shot are the classes with over 100, 20–100 and under 20 "
+                 "training images (Liu et al., CVPR 2019)")
+  if "easy_medium_hard" in row:
+    parts.append("Easy / Medium / Hard are the reference's best, middle and worst third of the "
+                 f"classes by test accuracy (seed mean{f' of {reference}' if reference else ''}), "
+                 "fixed for every method")
+  if "neural_collapse" in row:
+    parts.append("ρ = std_c L_c / mean_c L_c is the spread of the per-class cross-entropy on the "
+                 "training set at the end, and NC1–NC4 the neural-collapse metrics of its "
+                 "features")
+  return "".join(f"; {part}" for part in parts)
+
+
 def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   """An overall table (one row per method), the paired Δ table and a per-class table (one column
   per method), each under a header stating the spread (`seed_stats.spread`)."""
@@ -191,7 +209,8 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   nc = " and neural-collapse metrics at the end" if "neural_collapse" in table[methods[0]] else ""
   averaged = "" if spread.startswith("one seed") else ", averaged over seeds like the others"
   lines = [f"Final-epoch test accuracy (%){nc}, {spread}; \"std of classes\" is one run's spread of "
-           f"its per-class accuracy (population std over classes){averaged}:", ""]
+           f"its per-class accuracy (population std over classes){averaged}"
+           f"{definitions(table[methods[0]], table.get('_groups_from'))}:", ""]
   header = ["method", "overall", "worst class", "std of classes"]
   first = table[methods[0]]
   mmf = list(first.get("many_medium_few", {}))

@@ -159,6 +159,6 @@ def test_rho_is_a_claimed_metric_written_as_it_is(tmp_path):
   deltas = np.array([-0.04, 0.03, -0.06])
   half = 4.302652729911275 * deltas.std(ddof=1) / math.sqrt(3)
   expected = f"[{deltas.mean() - half:+.3f}, {deltas.mean() + half:+.3f}]"
-  assert (f"- method, Δ ρ (training set): -0.023; 95 % interval {expected}, 1/3 seeds ahead, sign "
+  assert (f"- method, Δ ρ (training set): -0.023; 95 % interval {expected}, 1/3 seeds higher, sign "
           f"test p = 1 — not shown at 3 seeds; the interval is {expected}.") in markdown
   assert "| Δ ρ |" in markdown or "| Δ ρ" in markdown
