@@ -81,8 +81,7 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
       cell = cells[label]
       text = seed_stats.percent_cell(cell["overall"])
       if cell["delta"] is not None:
-        delta = seed_stats.PairedDelta.from_json(cell["delta"])
-        text += f" ({100 * delta.mean:+.1f}, {delta.ahead}/{delta.paired})"
+        text += f" ({seed_stats.delta_cell(cell['delta'])})"
       parts.append(text)
     overall.append([method] + parts)
     parts = []
@@ -92,7 +91,7 @@ def markdown(rows: dict[str, dict[str, dict]]) -> str:
                    (f"ρ {rho[0]:.2f}" if rho else "ρ n/a"))
     few_rho.append([method] + parts)
   lines = [f"Overall accuracy (%, {spread}) and the paired per-seed Δ vs the reference (points, "
-           "mean Δ, seeds ahead / seeds paired; a tie is not ahead):", ""]
+           f"{seed_stats.PAIRED}):", ""]
   lines += seed_stats.markdown_table(header, overall)
   lines += ["", f"Few-shot accuracy (%, {spread}) and ρ on the training set at the end (mean):", ""]
   lines += seed_stats.markdown_table(header, few_rho)

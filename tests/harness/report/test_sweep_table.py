@@ -42,8 +42,10 @@ def test_sweep_table_reads_reports_in_order_with_paired_deltas(tmp_path):
   assert rows["rw"]["IF 50"]["seeds"] == 2
   text = (tmp_path / "out" / "sweep.md").read_text()
   overall = [np.mean(r) for r in second["rw"]]
+  from scipy import stats
+  low, high = stats.t.interval(0.95, 1, loc=np.mean(per_seed), scale=stats.sem(per_seed))
   assert (f"{100 * np.mean(overall):.1f} ± {100 * np.std(overall, ddof=1):.1f} "
-          f"({100 * np.mean(per_seed):+.1f}, 1/2)") in text
+          f"({100 * np.mean(per_seed):+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] (1/2))") in text
   headers = [line for line in text.splitlines() if line and not line.startswith("|")]
   assert len(headers) == 2
   assert all("mean ± sample std (ddof = 1) over 2 seeds" in line for line in headers)
