@@ -32,11 +32,14 @@ from experiments.common import cli
 from experiments.report import run_tables
 from experiments.report import sweep_table
 from experiments.studies import linear_probe
+from experiments.train import checkpoints
 
 # The committed results sit at the top of the checkout, outside the code folders.
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "results"
 RUN_FILES = {"json": "summary.json", "metrics.jsonl": "metrics.jsonl",
              "class_history.jsonl": "class_history.jsonl", "config.json": "config.json"}
+# The final parameters and BatchNorm statistics of an exported run (`checkpoints.write_variables_npz`).
+VARIABLES = "variables.npz"
 IF_SWEEP = ("IF 50", "if_sweep/if50"), ("IF 100", "if_sweep/if100"), ("IF 200", "if_sweep/if200")
 
 
@@ -129,7 +132,9 @@ def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path, *,
                 keep_existing: bool = False) -> list[pathlib.Path]:
   """The inverse of `link_runs`: each finished run `<workdir>/<method>/seed<s>/` (one with a
   summary.json) copied as `runs_dir/<method>-seed<s>.{json, config.json, metrics.jsonl,
-  class_history.jsonl}` (no checkpoints). With `keep_existing`, a run whose summary is already in
+  class_history.jsonl}`, and its final parameters and BatchNorm statistics as
+  `<method>-seed<s>.variables.npz` (`checkpoints.write_variables_npz`; not the optimiser's state,
+  nor earlier checkpoints). With `keep_existing`, a run whose summary is already in
   `runs_dir` is left as it is (a resumed finished run re-evaluates and rewrites its summary).
   Returns the summaries written."""
   written = []
@@ -141,6 +146,10 @@ def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path, *,
     for suffix, name in RUN_FILES.items():
       if (run / name).exists():
         shutil.copyfile(run / name, runs_dir / f"{run.parent.name}-{run.name}.{suffix}")
+    if (run / "checkpoints").is_dir() and any(p.name.isdigit() for p in
+                                              (run / "checkpoints").iterdir()):
+      checkpoints.write_variables_npz(
+          run, runs_dir / f"{run.parent.name}-{run.name}.{VARIABLES}")
     written.append(runs_dir / f"{run.parent.name}-{run.name}.json")
   return written
 

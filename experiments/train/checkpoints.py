@@ -174,19 +174,9 @@ def restore_latest(checkpoint_manager: ocp.CheckpointManager, template, *,
   return (template, None) if input_state else template
 
 
-def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int, dict]:
-  """(step, {'params', 'batch_stats'}) of a run's latest checkpoint, for a model like `model`.
-
-  Restored without a state template (only the model's variables are used and their shapes are
-  checked against `model`, so the rest of the train state — optimizer, loss state — may have any
-  layout), from the trainer's composite steps ('state' + digest) and older single-item steps; the
-  digest is not checked (the trainer checks it on resume). The manager is read-only: it creates
-  nothing and leaves a still-running job's files alone. Used by diagnose, JTT's stage-1 model and
-  the frozen encoder of a two-stage run.
-
-  Raises:
-    FileNotFoundError: no checkpoint. CheckpointError: unreadable, or variables that do not fit.
-  """
+def _restore_latest(workdir: str | pathlib.Path) -> tuple[int, dict]:
+  """(step, the saved train state as nested dicts of arrays) of a run's latest checkpoint, read-only
+  and without a template (`read_variables`)."""
   directory = pathlib.Path(workdir).resolve() / "checkpoints"
   if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
     raise FileNotFoundError(f"{directory}: no checkpoint (the run saved none yet)")
@@ -211,9 +201,72 @@ def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int
     checkpoint_manager.close()
   finally:
     absl_logging.set_verbosity(verbosity)
+  return int(step), restored
+
+
+def _model_variables(restored: dict) -> dict:
+  """{'params', 'batch_stats'} of a restored train state (no BatchNorm: an empty dict)."""
+  return {"params": restored.get("params"), "batch_stats": restored.get("batch_stats") or {}}
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, np.ndarray]:
+  flat = {}
+  for key, value in tree.items():
+    name = f"{prefix}/{key}" if prefix else str(key)
+    flat.update(_flatten(value, name) if isinstance(value, dict) else {name: np.asarray(value)})
+  return flat
+
+
+def write_variables_npz(workdir: str | pathlib.Path, path: str | pathlib.Path) -> int:
+  """Writes a run's final model variables, its parameters and BatchNorm statistics, from its latest
+  checkpoint to `path` (NumPy .npz, one array per leaf named by its path, e.g.
+  `params/head/kernel`, `batch_stats/stem_bn/mean`, and `step`), the few MB a study commits so that
+  anyone can recompute its features without the optimiser's state; returns the step.
+  `read_variables_npz` reads it back.
+
+  Raises:
+    FileNotFoundError: no checkpoint. CheckpointError: unreadable.
+  """
+  step, restored = _restore_latest(workdir)
+  flat = _flatten(_model_variables(restored))
+  np.savez(path, step=np.asarray(step), **flat)
+  return step
+
+
+def read_variables_npz(path: str | pathlib.Path) -> tuple[int, dict]:
+  """(step, {'params', 'batch_stats'}) as nested dicts of arrays, from `write_variables_npz`'s
+  file (the layout `model.apply` takes)."""
+  variables: dict = {"params": {}, "batch_stats": {}}
+  with np.load(path) as data:
+    step = int(data["step"])
+    for name in data.files:
+      if name == "step":
+        continue
+      *parents, leaf = name.split("/")
+      node = variables
+      for parent in parents:
+        node = node.setdefault(parent, {})
+      node[leaf] = data[name]
+  return step, variables
+
+
+def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int, dict]:
+  """(step, {'params', 'batch_stats'}) of a run's latest checkpoint, for a model like `model`.
+
+  Restored without a state template (only the model's variables are used and their shapes are
+  checked against `model`, so the rest of the train state — optimizer, loss state — may have any
+  layout), from the trainer's composite steps ('state' + digest) and older single-item steps; the
+  digest is not checked (the trainer checks it on resume). The manager is read-only: it creates
+  nothing and leaves a still-running job's files alone. Used by diagnose, JTT's stage-1 model and
+  the frozen encoder of a two-stage run.
+
+  Raises:
+    FileNotFoundError: no checkpoint. CheckpointError: unreadable, or variables that do not fit.
+  """
+  step, restored = _restore_latest(workdir)
   expected = jax.eval_shape(functools.partial(model.init, train=False), jax.random.key(0),
                             np.zeros((1, *image_shape), np.float32))
-  variables = {"params": restored.get("params"), "batch_stats": restored.get("batch_stats") or {}}
+  variables = _model_variables(restored)
   shapes = jax.tree.map(np.shape, variables)
   wanted = jax.tree.map(lambda x: x.shape, {"params": expected["params"],
                                             "batch_stats": expected.get("batch_stats", {})})
