@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Hashable, NamedTuple
 
 import numpy as np
+from scipy import stats
 
 DDOF = 1
 STD_NAME = "sample std (ddof = 1)"
@@ -85,7 +86,6 @@ def t_interval(mean: float, std: float, n: int, confidence: float = CONFIDENCE
   sign test (`sign_test_p`), not as a precise effect."""
   if n < 2 or np.isnan(std):
     return float("nan"), float("nan")
-  from scipy import stats  # pylint: disable=g-import-not-at-top
   half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / np.sqrt(n)
   return float(mean - half), float(mean + half)
 
