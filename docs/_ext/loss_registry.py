@@ -367,8 +367,10 @@ def write_configs_page(app, configs):
            "Every file in ``experiments/configs/`` returns an ``ml_collections.ConfigDict`` from "
            "``get_config()``: ``default.get_config()`` (the schema: every field with its default, "
            "range and documentation, and every method's sub-tree) and the fields it sets, nothing "
-           "else; override any field with ``--config.<field>=...``. Generated from the configs at "
-           "build time.\n",
+           "else; override any field with ``--config.<field>=...``. A config on ``cifar10_jpeg`` "
+           "or ``mnist`` reads ``--config.data_dir=DATA``, a folder holding ``train.npz`` and "
+           "``test.npz`` laid out as the :doc:`harness guide </guides/harness>` describes "
+           "(\"Data\"). Generated from the configs at build time.\n",
            ".. list-table::\n   :header-rows: 1\n   :widths: 18 12 12 10 6 42\n",
            "   * - config\n     - dataset\n     - model / head\n     - loss\n     - epochs\n"
            "     - what it is"]

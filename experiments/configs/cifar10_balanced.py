@@ -1,8 +1,8 @@
 """Balanced CIFAR-10, 1,000 images per class (a fixed per-seed selection), ResNet-32 with a linear
-head: MR2's setting at the standard network (issue 17). SGD 0.1, momentum 0.9, weight decay 5e-4,
-batch 128, crop + flip, 2 warm-up epochs then cosine, 30 epochs. Methods: ERM, MR2 (paper form),
-MR2 (released form, `mr2.form=released`), γ-only (`mr2.lam=0`). Needs
-`--config.data_dir=../shared/data/cifar10_jpeg`.
+head: MR2's setting at the standard network. SGD 0.1, momentum 0.9, weight decay 5e-4, batch 128,
+crop + flip, 2 warm-up epochs then cosine, 30 epochs. Methods: ERM, MR2 (paper form), MR2 (released
+form, `mr2.form=released`), γ-only (`mr2.lam=0`). Needs `--config.data_dir=DATA`, a folder holding
+CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
 """
 
 from experiments.configs import default

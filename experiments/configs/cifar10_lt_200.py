@@ -1,16 +1,16 @@
 """CIFAR-10-LT IF 100 at the LDAM-DRW release's 200-epoch recipe (Cao et al., NeurIPS 2019, the
-schedule behind the standard published CIFAR-10-LT tables; issue 39.2): the short recipe
-(`cifar10_lt_short.py`: ResNet-32 with a linear head, SGD 0.1, momentum 0.9, weight decay 2e-4,
-batch 128, pad-4 crop + flip, one view) on the LDAM seed-0 selection (12,406 images) for 200
-epochs, with 5 linear warm-up epochs and the rate ×0.01 from epoch 160 and ×0.0001 from 180;
-deferred methods (the reweighting, DRW) from epoch 160, started from CE's epoch-160 checkpoint by
-`experiments.compare`. LDAM-DRW keeps its released normalised head (`head=cosine`, scale 30,
-`ldam.scale=1`, `ldam.max_margin=15`: tools/standard_size.sh). Every 20 epochs the
-per-class training loss L_c, ρ and NC1–NC4 are logged (metrics.jsonl, class_history.jsonl; MR2's
-γ_k every 50 steps), for the terminal-phase claims.
-The rate steps match the release's: its `adjust_learning_rate` counts epochs from 1 (`epoch + 1`)
-and lowers the rate once that count passes 160 / 180, i.e. from its 161st / 181st epoch, as here.
-Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
+schedule behind the standard published CIFAR-10-LT tables): the short recipe (`cifar10_lt_short.py`:
+ResNet-32 with a linear head, SGD 0.1, momentum 0.9, weight decay 2e-4, batch 128, pad-4 crop +
+flip, one view) on the LDAM seed-0 selection (12,406 images) for 200 epochs, with 5 linear warm-up
+epochs and the rate ×0.01 from epoch 160 and ×0.0001 from 180; deferred methods (the reweighting,
+DRW) from epoch 160, started from CE's epoch-160 checkpoint by `experiments.compare`. LDAM-DRW keeps
+its released normalised head (`head=cosine`, scale 30, `ldam.scale=1`, `ldam.max_margin=15`:
+tools/standard_size.sh). Every 20 epochs the per-class training loss L_c, ρ and NC1–NC4 are logged
+(metrics.jsonl, class_history.jsonl; MR2's γ_k every 50 steps), for the terminal-phase claims. The
+rate steps match the release's: its `adjust_learning_rate` counts epochs from 1 (`epoch + 1`) and
+lowers the rate once that count passes 160 / 180, i.e. from its 161st / 181st epoch, as here. Needs
+`--config.data_dir=DATA`, a folder holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the
+`cifar10_jpeg` layout).
 """
 
 from experiments.configs import default

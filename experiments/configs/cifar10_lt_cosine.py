@@ -1,9 +1,10 @@
-"""CIFAR-10-LT IF 100 with the REWEIGHT spec's network and optimiser (ResNet-32, cosine head s = 30, 200
-epochs, batch 256, lr 0.3, weight decay 5e-4, reweighting from 160) but a cosine schedule and crop +
-flip only: the named alternative to the released recipe (`cifar10_lt.py`: three views, AutoAugment,
-Cutout, MiLeLR).
+"""CIFAR-10-LT IF 100 with the reweighting paper's network and optimiser (ResNet-32, cosine head
+s = 30, 200 epochs, batch 256, lr 0.3, weight decay 5e-4, reweighting from 160) but a cosine
+schedule and crop + flip only: the named alternative to the released recipe (`cifar10_lt.py`: three views,
+AutoAugment, Cutout, MiLeLR).
 
-Needs `--config.data_dir=../shared/data/cifar10_jpeg` (or `--config.dataset=tfds:cifar10`).
+Needs `--config.data_dir=DATA`, a folder holding CIFAR-10 as JPEG files in `train.npz` / `test.npz`
+(the `cifar10_jpeg` layout; or `--config.dataset=tfds:cifar10`).
 """
 
 from experiments.configs import default

@@ -1,7 +1,8 @@
 """The CIFAR-10-LT data of the paper recipes here (each of them sets these fields itself): the
 CIFAR-10 JPEG copy, imbalance factor 100 with the standard LDAM seed-0 selection (Cao et al. 2019),
 pad-4 crop + flip, ResNet-32, 200 epochs, deferred methods (the reweighting, DRW) from epoch 160.
-Needs `--config.data_dir=../shared/data/cifar10_jpeg` (or `--config.dataset=tfds:cifar10`).
+Needs `--config.data_dir=DATA`, a folder holding CIFAR-10 as JPEG files in `train.npz` / `test.npz`
+(the `cifar10_jpeg` layout; or `--config.dataset=tfds:cifar10`).
 """
 
 from experiments.configs import default

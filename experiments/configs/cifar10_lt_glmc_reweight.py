@@ -2,7 +2,8 @@
 paper's strongest pipeline): `cifar10_lt_glmc.py` with ŵ in place of v in L_reb from epoch 160
 (mixed-label per-class losses of fc_cb pooled over both passes, one counter update per step; L_bal
 and L_con unchanged; GLMC's v before the switch) and MiLeLR instead of the cosine schedule (base
-0.01, warm-up 10 epochs, switch at 160). Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
+0.01, warm-up 10 epochs, switch at 160). Needs `--config.data_dir=DATA`, a folder holding CIFAR-10
+as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
 """
 
 from experiments.configs import default

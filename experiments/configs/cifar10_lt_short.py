@@ -1,11 +1,11 @@
 """Full CIFAR-10-LT, IF 100 (all 12,406 training images), ResNet-32 with a linear head: the short
-recipe of the standard-size study (issue 17) for every method. SGD 0.1, momentum 0.9, weight decay
-2e-4, batch 128, pad-4 crop + flip, 2 warm-up epochs, ×0.1 at 80 % and ×0.01 at 90 % of 30 epochs;
-deferred methods (reweighting, DRW) from 80 % (epoch 24), where they start from CE's checkpoint
+recipe of the standard-size study for every method. SGD 0.1, momentum 0.9, weight decay 2e-4, batch
+128, pad-4 crop + flip, 2 warm-up epochs, ×0.1 at 80 % and ×0.01 at 90 % of 30 epochs; deferred
+methods (reweighting, DRW) from 80 % (epoch 24), where they start from CE's checkpoint
 (`experiments.compare` does this by itself). LDAM-DRW keeps its released head, the normalised one
 (`head=cosine`, scale 30, `ldam.scale=1`, `ldam.max_margin=15`: tools/standard_size.sh); on the
-linear head its s = 30 would multiply unnormalised logits.
-Needs `--config.data_dir=../shared/data/cifar10_jpeg`.
+linear head its s = 30 would multiply unnormalised logits. Needs `--config.data_dir=DATA`, a folder
+holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
 """
 
 from experiments.configs import default

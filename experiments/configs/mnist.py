@@ -1,4 +1,5 @@
-"""Balanced MNIST with the small CNN (MR2 study): `--config.data_dir=../shared/data/mnist`."""
+"""Balanced MNIST with the small CNN (MR2 study): `--config.data_dir=DATA`, a folder holding MNIST
+as `train.npz` / `test.npz` (`images` uint8 [N, 28, 28], `labels`)."""
 
 from experiments.configs import default
 

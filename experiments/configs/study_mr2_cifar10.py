@@ -1,7 +1,8 @@
-"""Study 2 pilot (issue 6): MR2 on balanced CIFAR-10, a 500-per-class subset for a 2-core CPU.
+"""Study 2 pilot: MR2 on balanced CIFAR-10, a 500-per-class subset for a 2-core CPU.
 
 Small CNN, linear head, 10 epochs; ERM, MR2 and its ablations share this recipe. Pass
-`--config.data_dir=../shared/data/cifar10_jpeg`.
+`--config.data_dir=DATA`, a folder holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the
+`cifar10_jpeg` layout).
 """
 
 from experiments.configs import default

@@ -1,7 +1,8 @@
-"""Study 2 on MNIST (issue 6): MR2 on balanced MNIST, a 1,000-per-class subset for a 2-core CPU.
+"""Study 2 on MNIST: MR2 on balanced MNIST, a 1,000-per-class subset for a 2-core CPU.
 
 Small CNN, linear head, 5 epochs, no augmentation (flips would change digits); ERM, MR2 and its
-ablations share this recipe. Pass `--config.data_dir=../shared/data/mnist`.
+ablations share this recipe. Pass `--config.data_dir=DATA`, a folder holding MNIST as `train.npz` /
+`test.npz` (`images` uint8 [N, 28, 28], `labels`).
 """
 
 from experiments.configs import default

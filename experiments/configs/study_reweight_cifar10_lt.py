@@ -1,10 +1,11 @@
-"""Study 1 pilot (issue 6): CIFAR-10-LT, imbalance factor 100, at a tenth of the size for a 2-core CPU.
+"""Study 1 pilot: CIFAR-10-LT, imbalance factor 100, at a tenth of the size for a 2-core CPU.
 
 n_max = 500 instead of 5000 (class counts 500, 299, 179, 107, 64, 38, 23, 13, 8, 5: 1,236 images),
-small CNN with the reference's cosine head (s = 30), 40 epochs, reweighting and DRW deferred to epoch
-32 (the reference's 160 of 200). Same recipe for every method; pass
-`--config.data_dir=../shared/data/cifar10_jpeg`. LDAM on this head: the margin is on the cosine scale,
-so with logits already ×30 use `ldam.scale=1` and `ldam.max_margin=15` (= 0.5 × 30).
+small CNN with the reference's cosine head (s = 30), 40 epochs, reweighting and DRW deferred to
+epoch 32 (the reference's 160 of 200). Same recipe for every method; pass `--config.data_dir=DATA`,
+a folder holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
+LDAM on this head: the margin is on the cosine scale, so with logits already ×30 use `ldam.scale=1`
+and `ldam.max_margin=15` (= 0.5 × 30).
 """
 
 from experiments.configs import default
