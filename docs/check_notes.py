@@ -9,9 +9,10 @@ visible text of every `.html` under the build folder (not its scripts and styles
 image sources, `alt` and `title` too) and reports, one line per finding with the page and the text
 around the match:
 
-* `issue number`: "issue 17", "(issue 39.3)", "Issue 49.7", "issues 7 and 16", "issue #12". A
-  link to a GitHub issue (`…/issues/12`) and "issues" without a number are not findings; neither is
-  a journal's "Vol. 3, Issue 2" (the one exemption: a citation's issue follows its volume).
+* `issue number`: "issue 17", "(issue 39.3)", "Issue 49.7", "issues 7 and 16", "issue #12",
+  "the issue-7 sections". A link to a GitHub issue (`…/issues/12`) and "issues" without a number
+  are not findings; neither is a journal's "Vol. 3, Issue 2" (the one exemption: a citation's
+  issue follows its volume).
 * `working path`: `../shared` and `shared/data`, `shared/specs`: folders beside the checkout that a
   reader does not have.
 * `session`: "this session", "across sessions", "a session of 2026-11". A "training session", a
@@ -19,6 +20,11 @@ around the match:
 * `machine availability`: "lent", "no device was available", "the GPU is not available". Naming
   the hardware a number was measured on is not a finding.
 * `who quoted`: "quoted to us", "quoted by …", "as quoted in issues …".
+
+Sphinx leaves the page of a document that a later build no longer has (a raw benchmark file taken
+out of the site, say) in the build folder. When the folder has a `searchindex.js`, the pages
+checked are those of its documents and the pages Sphinx writes besides them (`_modules/`, the
+indexes, search); a page left from an earlier build is counted and skipped.
 
 It exits with 1 if there is any finding, 0 otherwise. `tests/docs/test_check_notes.py` shows each
 kind failing on a constructed page, and CI runs it on the site right after the build.
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import html.parser
+import json
 import pathlib
 import re
 import sys
@@ -38,7 +45,7 @@ _MACHINE = r"(?:accelerators?|GPUs?|TPUs?|devices?|machines?|H100s?|H200s?)"
 # (kind, pattern). Case-insensitive; the text is whitespace-collapsed first, so a match may span a
 # line break of the source.
 PATTERNS = (
-    ("issue number", re.compile(r"\bissues?\s+(?:#\s*)?\d+(?:\.\d+)?\b", re.IGNORECASE)),
+    ("issue number", re.compile(r"\bissues?[\s-]+(?:#\s*)?\d+(?:\.\d+)?\b", re.IGNORECASE)),
     ("working path", re.compile(r"\.\./shared\b|\bshared/(?:data|specs)\b")),
     ("session", re.compile(
         r"(?<![.\w])(?<!training )(?<!shell )(?<!interactive )(?<!python )(?<!ipython )"
@@ -111,10 +118,30 @@ def notes_in_text(text: str) -> list[tuple[str, str]]:
   return found
 
 
+# Pages Sphinx writes that are no document's.
+_BUILD_PAGES = ("genindex", "search", "py-modindex")
+
+
+def site_pages(build: pathlib.Path) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
+  """(the build's pages, the pages left from earlier builds): every `.html` under `build`, split
+  by the documents its `searchindex.js` names; all of them are the build's without one."""
+  pages = sorted(build.rglob("*.html"))
+  index = build / "searchindex.js"
+  found = re.search(r'"docnames":\s*(\[[^\]]*\])', index.read_text()) if index.is_file() else None
+  if found is None:
+    return pages, []
+  docnames = set(json.loads(found.group(1)))
+
+  def current(page):
+    name = page.relative_to(build).with_suffix("").as_posix()
+    return name in docnames or name in _BUILD_PAGES or name.startswith("_modules/")
+  return [p for p in pages if current(p)], [p for p in pages if not current(p)]
+
+
 def find_notes(build: pathlib.Path) -> list[Finding]:
-  """Every note on every `.html` page under `build`, by page (path relative to `build`)."""
+  """Every note on every page of the build under `build`, by page (path relative to `build`)."""
   return [Finding(page.relative_to(build), kind, context)
-          for page in sorted(build.rglob("*.html"))
+          for page in site_pages(build)[0]
           for kind, context in notes_in_text(page_text(page.read_text(errors="replace")))]
 
 
@@ -122,14 +149,16 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("build", nargs="?", default="docs/_build/html", type=pathlib.Path)
   args = parser.parse_args(argv)
-  pages = sorted(args.build.rglob("*.html"))
+  pages, left = site_pages(args.build)
   if not pages:
     print(f"{args.build}: no .html pages (build the site first)", file=sys.stderr)
     return 2
   findings = find_notes(args.build)
   for finding in findings:
     print(finding)
-  print(f"{len(findings)} note(s) on how the work was done in {len(pages)} pages of {args.build}")
+  skipped = f" ({len(left)} pages left from earlier builds skipped)" if left else ""
+  print(f"{len(findings)} note(s) on how the work was done in {len(pages)} pages of "
+        f"{args.build}{skipped}")
   return 1 if findings else 0
 
 
