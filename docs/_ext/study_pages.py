@@ -1,9 +1,11 @@
 """Copies the results and benchmark reports into the site at build time, with their plots.
 
-The studies' Markdown reports (`results/**/*.md`) and the benchmarks' (`results/benchmarks/`)
-stay where the runs write them; each build copies them to docs/_generated/ (their PNG plots beside
-them) and adds a toctree over them, so the site shows what the repository holds and never a copy
-that drifts. A link to a file the site does not copy (per-run JSON, configs, scripts) becomes a link
+The studies' Markdown reports (`results/**/*.md`) and the benchmarks' curated page
+(`results/benchmarks/RESULTS.md`) stay where the runs write them; each build copies them to
+docs/_generated/ (their PNG plots beside them) and adds a toctree over the studies' pages, so the
+site shows what the repository holds and never a copy that drifts. The benchmarks' raw run files
+are not pages of the site: RESULTS.md quotes them in one table per question and links each to the
+repository. A link to a file the site does not copy (per-run JSON, configs, scripts) becomes a link
 to that file in the repository (`repository_url` in conf.py); a link to a study's folder goes to its
 README or report.
 
@@ -25,10 +27,11 @@ from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 
-# (source folder, destination under _generated, title of its index page). A source inside another
-# (results/benchmarks) is its own part of the site and not the outer one's.
-SOURCES = (("results", "results", "Results on real data"),
-           ("results/benchmarks", "benchmarks", "Benchmarks"))
+# (source folder, destination under _generated, title of its index page or None for a source of
+# one page, the pages it copies). A source inside another (results/benchmarks) is its own part of
+# the site and not the outer one's.
+SOURCES = (("results", "results", "Results on real data", "*.md"),
+           ("results/benchmarks", "benchmarks", None, "RESULTS.md"))
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
 
 
@@ -253,7 +256,7 @@ def _generated_page(text: str, page: pathlib.Path, source: pathlib.Path, source_
 def _files(source: pathlib.Path, root: pathlib.Path, pattern: str) -> list[pathlib.Path]:
   """The source's files matching `pattern`, but for a run's own files (`runs/`) and those of a
   source inside this one."""
-  inner = [root / name for name, _, _ in SOURCES
+  inner = [root / name for name, _, _, _ in SOURCES
            if (root / name).is_relative_to(source) and root / name != source]
   return sorted(p for p in source.rglob(pattern)
                 if "runs" not in p.relative_to(source).parts
@@ -298,14 +301,14 @@ def copy_pages(app):
   # source's files by their copies' place.
   files = {}
   copied = {}
-  for source_name, destination_name, _ in SOURCES:
+  for source_name, destination_name, _, pages in SOURCES:
     source = root / source_name
     destination = docs / "_generated" / destination_name
-    files[source_name] = (_files(source, root, "*.md"), _files(source, root, "*.png"))
+    files[source_name] = (_files(source, root, pages), _files(source, root, "*.png"))
     for path in sum(files[source_name], []):
       copied[path.resolve()] = (destination / path.relative_to(source)).resolve()
   kept = set(copied.values())
-  for source_name, destination_name, title in SOURCES:
+  for source_name, destination_name, title, _ in SOURCES:
     source = root / source_name
     destination = docs / "_generated" / destination_name
     pages, images = files[source_name]
@@ -314,10 +317,11 @@ def copy_pages(app):
       target.parent.mkdir(parents=True, exist_ok=True)
       if not target.exists() or target.stat().st_mtime < image.stat().st_mtime:
         shutil.copy2(image, target)
-    # A copy whose file has moved or gone would be a page outside every toctree.
+    # A copy whose file has moved or gone, or is no longer copied (the benchmarks' run files), would
+    # be a page outside every toctree; so would the index of a source that has none now.
     for stale in destination.rglob("*"):
       if (stale.suffix in (".md", ".png") and stale.resolve() not in kept
-          and stale != destination / "index.md"):
+          and (stale != destination / "index.md" or title is None)):
         stale.unlink()
     names = []
     for page in pages:
@@ -329,20 +333,21 @@ def copy_pages(app):
           # A study's report written without a title (report.md, sweep.md): `TITLES`, methods,
           # plots.
           text = _generated_page(text, page, source, source_name)
-        else:  # a benchmark's output: its path is its title
+        else:  # any other page without a title: its path is its title
           text = f"# {source_name}/{page.relative_to(source).as_posix()}\n\n{text}"
       text = _rewrite(text, page, root, copied, url)
       if not target.exists() or target.read_text() != text:
         target.write_text(text)
       names.append(page.relative_to(source).with_suffix("").as_posix())
-    main = [n for n in names if n in ("README", "RESULTS")]
-    rest = sorted((n for n in names if n not in main),
-                  key=lambda n: (PAGE_ORDER.index(n) if n in PAGE_ORDER else len(PAGE_ORDER), n))
-    index = (f"# {title}\n\nCopied from `{source_name}/` at build time.\n\n"
-             "```{toctree}\n:maxdepth: 1\n\n" + "\n".join(main + rest) + "\n```\n")
-    index_path = destination / "index.md"
-    if not index_path.exists() or index_path.read_text() != index:
-      index_path.write_text(index)
+    if title is not None:  # else its one page is in docs/index.md's toctree itself
+      main = [n for n in names if n == "README"]
+      rest = sorted((n for n in names if n not in main),
+                    key=lambda n: (PAGE_ORDER.index(n) if n in PAGE_ORDER else len(PAGE_ORDER), n))
+      index = (f"# {title}\n\nCopied from `{source_name}/` at build time.\n\n"
+               "```{toctree}\n:maxdepth: 1\n\n" + "\n".join(main + rest) + "\n```\n")
+      index_path = destination / "index.md"
+      if not index_path.exists() or index_path.read_text() != index:
+        index_path.write_text(index)
     logger.info(f"study pages: {len(pages)} pages and {len(images)} plots from {source_name}")
 
 
