@@ -9,13 +9,12 @@ the batch keep their values. Computed without gradient.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
-import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_order as class_order_lib
@@ -23,17 +22,17 @@ from mr2_reweight_core import class_sums
 from mr2_reweight_core import checks
 from mr2_reweight_core import explicit_mesh
 
-if TYPE_CHECKING:  # type checkers see a dataclass (they cannot read chex.dataclass's __init__)
-  from dataclasses import dataclass as _pytree_dataclass
-else:
-  _pytree_dataclass = chex.dataclass
 
-
-@_pytree_dataclass(frozen=True)
-class ClassStats:
-  """MR2 class statistics: a registered pytree for the train state (sharded and checkpointed like params).
+class ClassStats(NamedTuple):
+  """MR2 class statistics: a pytree for the train state (sharded and checkpointed like params).
 
   Zhu et al., ICLR 2026, arXiv 2602.00205 (the per-class feature statistics A_k, V_k).
+
+  A NamedTuple, as every state of both libraries (`ReweightState`, `NCAccumulator`, `LfFState`):
+  `flax.serialization` (alone or inside a Flax `TrainState`), orbax and pickle write and read it
+  as it is, with no registration and no Flax import here (`flax.serialization` knows NamedTuples,
+  not a chex dataclass, which this was before 0.2.0). A field is replaced with
+  ``stats._replace(seen=...)``.
 
   Attributes:
     sq_mean_norm: float32 [K], A_k, EMA of ‖μ_k‖_p² (squared L_p norm of the class feature mean).
@@ -46,7 +45,7 @@ class ClassStats:
   sq_mean_norm: jax.Array
   mean_sq_deviation: jax.Array
   seen: jax.Array
-  skipped_rows: jax.Array = dataclasses.field(default_factory=lambda: jnp.zeros((), jnp.int32))
+  skipped_rows: ArrayLike = np.int32(0)  # 0 when not given (built before the field existed)
 
   @property
   def num_classes(self) -> int:

@@ -153,10 +153,12 @@ class NCAccumulator(NamedTuple):
     """Empty statistics for K classes and d-dimensional features."""
     num_classes = check_num_classes(num_classes)
     feature_dim = check_num_classes(feature_dim, "feature_dim")
-    zeros_k = jnp.zeros((num_classes,), jnp.float32)
-    return cls(counts=zeros_k, class_means=jnp.zeros((num_classes, feature_dim), jnp.float32),
+    # One buffer per field, so that a train state holding them can be donated to a jitted step.
+    return cls(counts=jnp.zeros((num_classes,), jnp.float32),
+               class_means=jnp.zeros((num_classes, feature_dim), jnp.float32),
                within_scatter=jnp.zeros((feature_dim, feature_dim), jnp.float32),
-               loss_sums=zeros_k, loss_counts=zeros_k,
+               loss_sums=jnp.zeros((num_classes,), jnp.float32),
+               loss_counts=jnp.zeros((num_classes,), jnp.float32),
                ncc_mismatches=jnp.zeros((), jnp.float32), ncc_examples=jnp.zeros((), jnp.float32),
                skipped_rows=jnp.zeros((), jnp.int32))
 

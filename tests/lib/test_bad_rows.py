@@ -483,7 +483,7 @@ def test_mr2_paths_beyond_the_default_leave_bad_rows_out(variant, mode):
     clean = jax.tree.map(lambda x: x[0], step(split(clean_features), split(clean_labels),
                                               split(~bad)))
   assert int(dirty.skipped_rows) == 3 and int(clean.skipped_rows) == 0
-  chex.assert_trees_all_close(dirty.replace(skipped_rows=0), clean.replace(skipped_rows=0),
+  chex.assert_trees_all_close(dirty._replace(skipped_rows=0), clean._replace(skipped_rows=0),
                               rtol=1e-6, atol=1e-7)
 
 

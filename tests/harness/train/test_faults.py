@@ -244,8 +244,8 @@ def test_divergence_error_names_the_non_finite_class_statistics(tmp_path):
   import mr2_jax
   import reweight_jax
   stats = mr2_jax.init_class_stats(6)
-  stats = stats.replace(sq_mean_norm=stats.sq_mean_norm.at[2].set(np.nan),
-                        mean_sq_deviation=stats.mean_sq_deviation.at[5].set(np.inf))
+  stats = stats._replace(sq_mean_norm=stats.sq_mean_norm.at[2].set(np.nan),
+                         mean_sq_deviation=stats.mean_sq_deviation.at[5].set(np.inf))
 
   class HostState:
     loss_state = {"class_stats": stats, "reweight": reweight_jax.init_reweight_state(6)}

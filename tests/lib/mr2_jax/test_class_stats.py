@@ -81,7 +81,7 @@ class UpdateClassStatsTest(chex.TestCase):
     clean = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels, where=others)
     features[0] = np.nan  # a class-0 row
     dirty = mr2_jax.update_class_stats(mr2_jax.init_class_stats(4), features, labels)
-    chex.assert_trees_all_equal(dirty.replace(skipped_rows=0), clean.replace(skipped_rows=0))
+    chex.assert_trees_all_equal(dirty._replace(skipped_rows=0), clean._replace(skipped_rows=0))
     self.assertEqual(int(dirty.skipped_rows), 1)
     self.assertEqual(int(clean.skipped_rows), 0)
 
