@@ -58,7 +58,7 @@ def etf_dr(config, logits, features, labels, state, info):
   else:
     labels_b, lam = mix
     loss, _ = reweight_jax.baselines.mixup_dot_regression_loss(
-        features, labels, labels_b, lam, classifier, scale, axis_name=info.axis_name)
+        features, labels, labels_b, lam, classifier, class_scale=scale, axis_name=info.axis_name)
   return loss, state, {}
 
 

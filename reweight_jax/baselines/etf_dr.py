@@ -323,8 +323,8 @@ def dot_regression_loss(features: ArrayLike, labels: ArrayLike, classifier: Arra
 
 
 def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: ArrayLike,
-                              lam: ArrayLike, classifier: ArrayLike,
-                              class_scale: ArrayLike | None, *, where: ArrayLike | None = None,
+                              lam: ArrayLike, classifier: ArrayLike, *,
+                              class_scale: ArrayLike | None = None, where: ArrayLike | None = None,
                               axis_name: str | None = None) -> tuple[jax.Array, jax.Array]:
   r"""The DR loss of a mixup batch x̃ = λx + (1−λ)x_π; returns `(loss, per_example)`.
 
@@ -346,7 +346,7 @@ def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: 
     labels_b: int [B] labels y_π of the mixed-in inputs.
     lam: scalar λ in [0, 1] (checked when concrete).
     classifier: [d, K] classifier M.
-    class_scale: [K] class scales E, or None for E ≡ 1.
+    class_scale: optional [K] class scales E (`given_ew(labels)`); None for E ≡ 1.
     where: optional bool [B]; False marks padding.
     axis_name: data-parallel axis name or None.
 
@@ -366,7 +366,7 @@ def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: 
     >>> etf = reweight_jax.baselines.etf_classifier(3, 4, seed=0)
     >>> h = reweight_jax.baselines.etf_normalize(0.7 * etf.T + 0.3 * etf.T[jnp.array([1, 2, 0])])
     >>> loss, _ = reweight_jax.baselines.mixup_dot_regression_loss(
-    ...     h, jnp.array([0, 1, 2]), jnp.array([1, 2, 0]), 0.7, etf, None)
+    ...     h, jnp.array([0, 1, 2]), jnp.array([1, 2, 0]), 0.7, etf)
     >>> print(f"{loss:.4f}")
     0.1789
   """

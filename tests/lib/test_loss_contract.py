@@ -111,3 +111,50 @@ def test_random_arguments_have_one_name_per_kind():
         seen.setdefault(parameter.name, []).append(qualified)
   assert set(seen) == set(RANDOM_TYPES), seen  # each kind is used somewhere, under its one name
   assert np.random.Generator  # the annotation the `rng` arguments name
+
+
+# Families: a loss and its variants (and the reductions that share one signature). An argument they
+# share is taken the same way by each (positional or keyword-only, with a default or without), so
+# switching between them changes the function's name, not the call.
+FAMILIES = {
+    "MR2": ("mr2_jax.mr2_loss", "mr2_jax.mr2_terms", "mr2_jax.update_class_stats",
+            "mr2_jax.margin_cross_entropy", "mr2_jax.representation_margin_loss"),
+    "reweighting": ("reweight_jax.inverse_reweighted_loss",
+                    "reweight_jax.mixed_inverse_reweighted_loss"),
+    "ETF-DR": ("reweight_jax.baselines.dot_regression_loss",
+               "reweight_jax.baselines.mixup_dot_regression_loss"),
+    "class-weighted DRO": ("reweight_jax.baselines.class_weighted_loss",
+                           "reweight_jax.baselines.group_dro_loss",
+                           "reweight_jax.baselines.fairdro_loss"),
+    "per-example cross-entropies": (
+        "reweight_jax.cross_entropy_loss", "reweight_jax.baselines.focal_loss",
+        "reweight_jax.baselines.ldam_loss", "reweight_jax.baselines.ib_loss",
+        "reweight_jax.baselines.logit_adjusted_loss", "reweight_jax.baselines.balanced_softmax_loss",
+        "reweight_jax.baselines.eql_loss", "reweight_jax.baselines.gce_loss",
+        "reweight_jax.baselines.soft_cross_entropy"),
+    "LfF": ("reweight_jax.baselines.gce_loss", "reweight_jax.baselines.lff_loss"),
+    "per-class sums": ("reweight_jax.batch_class_losses", "reweight_jax.per_class_loss_sums",
+                       "reweight_jax.per_class_correct"),
+    "Neural Collapse": ("reweight_jax.nc_metrics", "reweight_jax.NCAccumulator.update"),
+}
+
+
+def _resolve_member(qualified):
+  try:
+    return _resolve(qualified)
+  except (AttributeError, ModuleNotFoundError):  # Class.method
+    owner, method = qualified.rsplit(".", 1)
+    return getattr(_resolve(owner), method)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_takes_its_shared_arguments_alike(family):
+  kinds = {}
+  for qualified in FAMILIES[family]:
+    for parameter in inspect.signature(_resolve_member(qualified)).parameters.values():
+      if parameter.name == "self":
+        continue
+      how = (parameter.kind, parameter.default is inspect.Parameter.empty)
+      kinds.setdefault(parameter.name, {}).setdefault(how, []).append(qualified)
+  unlike = {name: ways for name, ways in kinds.items() if len(ways) > 1}
+  assert not unlike, unlike

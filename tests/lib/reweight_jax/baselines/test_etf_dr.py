@@ -164,7 +164,7 @@ class DotRegressionTest(chex.TestCase):
     labels_b = LABELS[rng.permutation(LABELS.size)]
     scale = reweight_jax.baselines.given_ew(LABELS, K)  # E from the unmixed labels
     fn = self.variant(lambda lam: reweight_jax.baselines.mixup_dot_regression_loss(
-        features, LABELS, labels_b, lam, etf, scale))
+        features, LABELS, labels_b, lam, etf, class_scale=scale))
     plain, plain_per = reweight_jax.baselines.dot_regression_loss(features, LABELS, etf, class_scale=scale)
     loss, per_example = fn(1.0)
     np.testing.assert_allclose(loss, plain, rtol=1e-6)  # jit fuses differently
@@ -194,12 +194,12 @@ class DotRegressionTest(chex.TestCase):
                                      ref.given_ew(LABELS[where], K))
     np.testing.assert_allclose(loss, loss_ref, rtol=2e-5)
     mixed = jax.jit(lambda y_b: reweight_jax.baselines.mixup_dot_regression_loss(
-        features, LABELS, y_b, 1.0, etf, None)[0])(np.where(bad == -1, K, bad).astype(np.int32))
+        features, LABELS, y_b, 1.0, etf)[0])(np.where(bad == -1, K, bad).astype(np.int32))
     self.assertTrue(np.isnan(mixed))  # a bad label_b with λ = 1 is still NaN
     with self.assertRaisesRegex(ValueError, "labels"):
       reweight_jax.baselines.dot_regression_loss(features, bad, etf)
     with self.assertRaisesRegex(ValueError, "labels_b"):
-      reweight_jax.baselines.mixup_dot_regression_loss(features, LABELS, bad, 0.5, etf, None)
+      reweight_jax.baselines.mixup_dot_regression_loss(features, LABELS, bad, 0.5, etf)
 
   def test_bad_arguments_raise_naming_them(self):
     etf = reweight_jax.baselines.etf_classifier(K, D, seed=0)
@@ -215,9 +215,9 @@ class DotRegressionTest(chex.TestCase):
     with self.assertRaisesRegex(ValueError, "where"):
       reweight_jax.baselines.dot_regression_loss(features, LABELS, etf, where=np.ones(3, bool))
     with self.assertRaisesRegex(ValueError, "lam"):
-      reweight_jax.baselines.mixup_dot_regression_loss(features, LABELS, LABELS, 1.5, etf, None)
+      reweight_jax.baselines.mixup_dot_regression_loss(features, LABELS, LABELS, 1.5, etf)
     with self.assertRaisesRegex(ValueError, "lam"):
-      reweight_jax.baselines.mixup_dot_regression_loss(features, LABELS, LABELS, np.ones(2), etf, None)
+      reweight_jax.baselines.mixup_dot_regression_loss(features, LABELS, LABELS, np.ones(2), etf)
 
   @parameterized.named_parameters(
       ("dense_slots", 64, 6, 8),     # K ≤ global batch: slot k is class k
@@ -241,7 +241,8 @@ class DotRegressionTest(chex.TestCase):
         loss, per_example = reweight_jax.baselines.dot_regression_loss(
             reweight_jax.baselines.etf_normalize(h), y, etf, class_scale=scale, where=w, axis_name=axis_name)
         mixed, _ = reweight_jax.baselines.mixup_dot_regression_loss(
-            reweight_jax.baselines.etf_normalize(h), y, y_b, lam, etf, scale, where=w, axis_name=axis_name)
+            reweight_jax.baselines.etf_normalize(h), y, y_b, lam, etf, class_scale=scale, where=w,
+            axis_name=axis_name)
         return loss + mixed, (loss, mixed, per_example)
 
       (_, (loss, mixed, per_example)), grad = jax.value_and_grad(loss_fn, has_aux=True)(h)
