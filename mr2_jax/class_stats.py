@@ -174,7 +174,7 @@ def check_stats_inputs(features: ArrayLike, labels: ArrayLike, num_classes: int,
   if jnp.finfo(features.dtype).bits < 32:
     features = features.astype(jnp.float32)
   labels = jnp.asarray(labels)
-  in_range = checks.check_labels(labels, num_classes, "labels")
+  in_range = checks.check_labels(labels, num_classes, "labels", where=where)
   checks.check_batch_dim(features, labels.shape[0], "features")
   mask = checks.check_where(where, labels.shape[0])
   return features, labels, in_range & mask
@@ -385,7 +385,7 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
   Raises:
     ValueError: `decay` outside [0, 1) (traced: NaN statistics, and a `checkify` check inside
       `traced_checks()`), `p` < 1, an unknown `reduction`, features not [B, d] with B the labels'
-      length, a `where` of another shape, or (eagerly) a label outside [0, K).
+      length, a `where` of another shape, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating features, non-integer labels or a non-boolean `where`.
 
   Examples:

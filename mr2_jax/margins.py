@@ -110,8 +110,8 @@ def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike,
     clipped class).
 
   Raises:
-    ValueError: logits not [B, K], labels not [B], gamma not [K], or (eagerly) a label outside [0,
-      K).
+    ValueError: logits not [B, K], labels not [B], gamma not [K], or (eagerly) a real row's label
+      outside [0, K).
     TypeError: a non-floating logits or gamma or non-integer labels.
 
   Examples:

@@ -120,7 +120,7 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
 
   Raises:
     ValueError: `stats` with another K than the logits, `p` < 1, a negative Python `lam`, shapes
-      that do not match, or (eagerly) a label outside [0, K).
+      that do not match, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits or features, non-integer labels.
 
   Examples:
@@ -171,9 +171,9 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
       gamma = jnp.where(jnp.asarray(c_bar) > 0, gamma, jnp.nan)
   s_bar = rep_margin.mean_class_deviation(new_stats)
 
-  # Padding rows' logits are replaced before the softmax, so they send no NaN into the gradient.
-  padding = ~checks.check_where(where, labels.shape[0])
-  margin_ce = margins.margin_cross_entropy(jnp.where(padding[:, None], 0.0, logits), labels, gamma)
+  # Padding rows give 0 whatever their labels; their logits are replaced before the softmax, so
+  # they send no NaN into the gradient.
+  margin_ce = margins.margin_cross_entropy(logits, labels, gamma, where=where)
   if with_representation_margin:
     representation = rep_margin.representation_margin_loss(
         features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,
@@ -253,7 +253,7 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
 
   Raises:
     ValueError: an unknown `form`, `stats` with another K than the logits, `p` < 1, a negative
-      Python `lam`, shapes that do not match, or (eagerly) a label outside [0, K).
+      Python `lam`, shapes that do not match, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits or features, non-integer labels.
 
   Examples:

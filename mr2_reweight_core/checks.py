@@ -88,30 +88,39 @@ def check_num_classes(num_classes: int, name: str = "num_classes") -> int:
   return int(num_classes)
 
 
-def check_labels(labels: ArrayLike, num_classes: int, name: str = "labels") -> jax.Array:
+def check_labels(labels: ArrayLike, num_classes: int, name: str = "labels", *,
+                 where: ArrayLike | None = None) -> jax.Array:
   """Checks integer class labels of shape [batch] and returns the mask of in-range labels.
 
   Raises `ValueError`/`TypeError` naming `name` for a wrong rank or dtype, and, when the values are
-  concrete, for any label outside [0, num_classes). Under tracing inside `traced_checks()`, the
-  range check is a `checkify.check(..., debug=True)` (reported under `checkify.checkify`); outside
-  it nothing is emitted.
+  concrete, for any label outside [0, num_classes) on a real row. `where` (optional bool [batch],
+  checked here as `check_where` does) marks the real rows: a padding row's label is never checked,
+  whatever it is, eagerly or traced (the callers leave padding out of everything they compute).
+  Under tracing inside `traced_checks()`, the range check of the real rows is a
+  `checkify.check(..., debug=True)` (reported under `checkify.checkify`); outside it nothing is
+  emitted. The returned mask is the range test of every row, padding included.
   """
   labels = jnp.asarray(labels)
   if labels.ndim != 1:
     raise ValueError(f"{name}: expected rank 1 [batch], got shape {labels.shape}.")
   if not jnp.issubdtype(labels.dtype, jnp.integer):
     raise TypeError(f"{name}: expected an integer dtype, got {labels.dtype}.")
-  if is_concrete(labels):
+  real = None if where is None else check_where(where, labels.shape[0])
+  if is_concrete(labels) and (real is None or is_concrete(real)):
     values = np.asarray(labels)
+    if real is not None:
+      values = values[np.asarray(real)]
     if values.size and (values.min() < 0 or values.max() >= num_classes):
       raise ValueError(
           f"{name}: class labels must lie in [0, {num_classes}); got values from {values.min()} "
           f"to {values.max()}.")
   elif traced_checks_enabled():
+    real = jnp.ones(labels.shape, bool) if real is None else real
     checkify.check(
-        jnp.all((labels >= 0) & (labels < num_classes)),
+        jnp.all((labels >= 0) & (labels < num_classes) | ~real),
         f"{name}: class labels must lie in [0, {num_classes}); got values from {{lo}} to {{hi}}.",
-        lo=jnp.min(labels, initial=0), hi=jnp.max(labels, initial=0), debug=True)
+        lo=jnp.min(labels, initial=0, where=real), hi=jnp.max(labels, initial=0, where=real),
+        debug=True)
   return (labels >= 0) & (labels < num_classes)
 
 

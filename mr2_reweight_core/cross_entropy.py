@@ -99,7 +99,7 @@ def check_logits_and_labels(logits: ArrayLike, labels: ArrayLike, where: ArrayLi
   loss is computed, so padding (possibly inf or NaN) sends no NaN into the gradient."""
   logits = check_floating(logits, 2, "logits")
   labels = jnp.asarray(labels)
-  in_range = check_labels(labels, logits.shape[1])
+  in_range = check_labels(labels, logits.shape[1], where=where)
   check_batch_dim(logits, labels.shape[0], "logits")
   mask = check_where(where, labels.shape[0])
   return jnp.where(mask[:, None], logits, 0), labels, in_range
@@ -128,8 +128,8 @@ def cross_entropy_loss(logits: ArrayLike, labels: ArrayLike, *,
                        ) -> jax.Array:
   """Per-example cross-entropy w_y · (−log softmax(z)_y) [B]; w ≡ 1 without `class_weights`.
 
-  Labels are range-checked (NaN for an out-of-range label under jit, never a clipped class); masked
-  rows give 0 and no gradient. Inverse-frequency and class-balanced baselines pass their weights.
+  The labels of real rows are range-checked (NaN for an out-of-range label under jit, never a
+  clipped class); masked rows give 0 and no gradient, whatever their labels. Inverse-frequency and class-balanced baselines pass their weights.
 
   Args:
     logits: float [B, K].
@@ -143,7 +143,7 @@ def cross_entropy_loss(logits: ArrayLike, labels: ArrayLike, *,
 
   Raises:
     ValueError: logits not [B, K], labels not [B], `class_weights` not [K], a `where` of another
-      shape, or (eagerly) a label outside [0, K).
+      shape, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits, non-integer labels.
 
   Examples:

@@ -61,7 +61,7 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
 
   Raises:
     ValueError: labels not rank 1, predictions of another shape, a `where` of another shape, or
-      (eagerly) a label outside [0, K).
+      (eagerly) a real row's label outside [0, K).
     TypeError: non-integer labels.
 
   Examples:
@@ -74,7 +74,7 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
     [1. 1. 1.] [1. 1. 2.]
   """
   labels = jnp.asarray(labels)
-  in_range = checks.check_labels(labels, num_classes, "labels")
+  in_range = checks.check_labels(labels, num_classes, "labels", where=where)
   predictions = jnp.asarray(predictions)
   if predictions.shape != labels.shape:
     raise ValueError(f"predictions: expected shape {labels.shape} like labels, got "
@@ -114,7 +114,7 @@ def per_class_loss_sums(per_example_loss: ArrayLike, labels: ArrayLike, num_clas
 
   Raises:
     ValueError: labels not rank 1, a loss of another batch size or rank, a `where` of another
-      shape, or (eagerly) a label outside [0, K).
+      shape, or (eagerly) a real row's label outside [0, K).
     TypeError: non-integer labels or a non-floating loss.
 
   Examples:
@@ -129,7 +129,7 @@ def per_class_loss_sums(per_example_loss: ArrayLike, labels: ArrayLike, num_clas
     [0.5 nan 1.5 nan]
   """
   labels = jnp.asarray(labels)
-  in_range = checks.check_labels(labels, num_classes, "labels")
+  in_range = checks.check_labels(labels, num_classes, "labels", where=where)
   per_example_loss = checks.check_floating(per_example_loss, 1, "per_example_loss")
   checks.check_batch_dim(per_example_loss, labels.shape[0], "per_example_loss")
   sum_dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)

@@ -80,7 +80,7 @@ def batch_class_losses(per_example_loss: ArrayLike, labels: ArrayLike, num_class
 
   Raises:
     ValueError: losses not [B] like the labels, a `where` of another shape, `num_classes` < 1, or
-      (eagerly) a label outside [0, K).
+      (eagerly) a real row's label outside [0, K).
     TypeError: non-floating losses, non-integer labels, a non-int `num_classes`.
 
   Examples:
@@ -94,7 +94,7 @@ def batch_class_losses(per_example_loss: ArrayLike, labels: ArrayLike, num_class
   """
   num_classes = check_num_classes(num_classes)
   labels = jnp.asarray(labels)
-  in_range = check_labels(labels, num_classes)
+  in_range = check_labels(labels, num_classes, where=where)
   per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
   check_batch_dim(per_example_loss, labels.shape[0], "per_example_loss")
   valid = check_where(where, labels.shape[0]) & in_range

@@ -243,7 +243,7 @@ def inverse_reweighted_loss(
 
   Raises:
     ValueError: shapes that do not match (losses [B], labels [B], state and prior [K]), α < 0, γ <
-      0, ε ≤ 0, a non-positive `max_weight`, or (eagerly) a label outside [0, K).
+      0, ε ≤ 0, a non-positive `max_weight`, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating losses or state, non-integer labels, a non-boolean `where`.
 
   Examples:
@@ -265,7 +265,7 @@ def inverse_reweighted_loss(
   batch_counts, prior = check_reweight_arguments(state, prior, alpha, gamma, max_weight, eps)
   num_classes = batch_counts.shape[0]
   labels = jnp.asarray(labels)
-  in_range = check_labels(labels, num_classes)
+  in_range = check_labels(labels, num_classes, where=where)
   batch = labels.shape[0]
   per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
   check_batch_dim(per_example_loss, batch, "per_example_loss")

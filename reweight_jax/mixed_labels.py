@@ -180,7 +180,7 @@ def mixed_inverse_reweighted_loss(
   Raises:
     ValueError: shapes that do not match (losses and labels [B], state and prior [K]), λ not a
       scalar or (eagerly) outside [0, 1], α < 0, γ < 0, ε ≤ 0, a non-positive `max_weight`, or
-      (eagerly) a label outside [0, K).
+      (eagerly) a real row's label outside [0, K).
     TypeError: non-floating losses or state, non-integer labels, a non-boolean `where`.
 
   Examples:
@@ -198,10 +198,10 @@ def mixed_inverse_reweighted_loss(
   batch_counts, prior = check_reweight_arguments(state, prior, alpha, gamma, max_weight, eps)
   num_classes = batch_counts.shape[0]
   labels_a = jnp.asarray(labels_a)
-  in_range_a = check_labels(labels_a, num_classes, "labels_a")
+  in_range_a = check_labels(labels_a, num_classes, "labels_a", where=where)
   batch = labels_a.shape[0]
   labels_b = jnp.asarray(labels_b)
-  in_range_b = check_labels(labels_b, num_classes, "labels_b")
+  in_range_b = check_labels(labels_b, num_classes, "labels_b", where=where)
   check_batch_dim(labels_b, batch, "labels_b", "labels_a")
   loss_a = check_floating(loss_a, 1, "loss_a")
   check_batch_dim(loss_a, batch, "loss_a", "labels_a")

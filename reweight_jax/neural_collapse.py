@@ -187,7 +187,7 @@ class NCAccumulator(NamedTuple):
     A real row (inside `where`) with a label outside [0, K) (possible only traced), a non-finite
     feature or a non-finite loss is left out of every statistic and counted in `skipped_rows`."""
     labels = jnp.asarray(labels)
-    in_range = check_labels(labels, self.num_classes)
+    in_range = check_labels(labels, self.num_classes, where=where)
     batch = labels.shape[0]
     features = self._check_features(features, batch)
     real = check_where(where, batch)
@@ -323,7 +323,7 @@ def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
 
   Raises:
     ValueError: features not [N, d], a classifier not [K, d], labels or losses not [N], an unknown
-      `centring`, or (eagerly) a label outside [0, K).
+      `centring`, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating features, classifier or losses, non-integer labels.
 
   Examples:

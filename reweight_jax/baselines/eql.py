@@ -144,7 +144,7 @@ def eql_loss(logits: ArrayLike, labels: ArrayLike, rare: ArrayLike, dropped: Arr
 
   Raises:
     ValueError: logits not [B, K], labels not [B], `rare` not bool [K], `dropped` not bool [B, K],
-      or (eagerly) a label outside [0, K).
+      or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits or non-integer labels.
 
   Examples:

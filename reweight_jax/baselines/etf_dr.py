@@ -177,7 +177,8 @@ def given_ew(labels: ArrayLike, num_classes: int, *, where: ArrayLike | None = N
     entry NaN on every device, never a clipped class.
 
   Raises:
-    ValueError: labels not [B], a `where` of another shape, or (eagerly) a label outside [0, K).
+    ValueError: labels not [B], a `where` of another shape, or (eagerly) a real row's label outside
+      [0, K).
     TypeError: non-integer labels, a non-int `num_classes`.
 
   Examples:
@@ -189,7 +190,7 @@ def given_ew(labels: ArrayLike, num_classes: int, *, where: ArrayLike | None = N
   """
   num_classes = check_num_classes(num_classes)
   labels = jnp.asarray(labels)
-  in_range = check_labels(labels, num_classes)
+  in_range = check_labels(labels, num_classes, where=where)
   real = check_where(where, labels.shape[0])
   valid = real & in_range
   slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
@@ -222,7 +223,7 @@ def _dot_regression(features: jax.Array, labels: ArrayLike, classifier: jax.Arra
   """(this device's share of the mean, per-example ℓ [B]) for checked features and classifier."""
   num_classes = classifier.shape[1]
   labels = jnp.asarray(labels)
-  in_range = check_labels(labels, num_classes, labels_name)
+  in_range = check_labels(labels, num_classes, labels_name, where=where)
   check_batch_dim(features, labels.shape[0], "features", labels_name)
   real = check_where(where, labels.shape[0])
   dtype = jnp.promote_types(jnp.promote_types(features.dtype, classifier.dtype), jnp.float32)
@@ -294,7 +295,7 @@ def dot_regression_loss(features: ArrayLike, labels: ArrayLike, classifier: Arra
     classifier: [d, K] classifier M (`etf_classifier`).
     class_scale: optional [K] class scales E (`given_ew`); None for E ≡ 1.
     where: optional bool [B]; False marks padding, which counts nowhere and gets no gradient (its
-      features may be anything; its labels too under `jit`).
+      features and labels may be anything, eagerly too).
     axis_name: data-parallel axis name or None.
 
   Returns:
@@ -303,7 +304,7 @@ def dot_regression_loss(features: ArrayLike, labels: ArrayLike, classifier: Arra
 
   Raises:
     ValueError: features not [B, d], a classifier not [d, K], labels not [B], `class_scale` not
-      [K], or (eagerly) a label outside [0, K).
+      [K], or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating features or classifier, non-integer labels.
 
   Examples:
@@ -356,7 +357,7 @@ def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: 
   Raises:
     ValueError: features not [B, d], a classifier not [d, K], labels not [B], `class_scale` not
       [K], λ not a scalar or (eagerly) outside [0, 1],
-      or (eagerly) a label outside [0, K).
+      or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating features or classifier, non-integer labels.
 
   Examples:

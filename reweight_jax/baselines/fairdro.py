@@ -300,7 +300,7 @@ def fairdro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *
 
   Raises:
     ValueError: losses not [B] like the labels, q not rank 1, a `where` of another shape, or
-      (eagerly) a label outside [0, K).
+      (eagerly) a real row's label outside [0, K).
     TypeError: non-floating losses or q, non-integer labels.
 
   Examples:

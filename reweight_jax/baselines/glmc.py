@@ -306,8 +306,7 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
     w_con: scalar consistency weight w_con ≥ 0 (1–10 in the recipes).
     axis_name: data-parallel axis name or None.
     where: optional bool [B]; False marks padding (e.g. a short last batch), which counts nowhere
-      and gets no gradient. Its inputs may be anything under `jit`; eagerly its labels are
-      range-checked with the others, as by every loss of the package.
+      and gets no gradient. Its inputs, labels included, may be anything, eagerly too.
 
   Returns:
     (loss, GLMCAux). A real row with an out-of-range label makes the loss (and L_bal, L_reb) NaN
@@ -315,8 +314,8 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
 
   Raises:
     ValueError: logits of different shapes, labels not [B], arrays of mismatched batch sizes, α or λ
-      not a scalar in [0, 1] (eagerly), `w_con` negative or not a real scalar, or (eagerly) a label
-      outside [0, K).
+      not a scalar in [0, 1] (eagerly), `w_con` negative or not a real scalar, or (eagerly) a real
+      row's label outside [0, K).
     TypeError: non-floating logits or projections, non-integer labels.
 
   Examples:
@@ -356,8 +355,8 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
   if is_concrete(w_con) and not (math.isfinite(float(w_con)) and float(w_con) >= 0):
     raise ValueError(f"w_con: expected a finite weight ≥ 0, got {float(w_con)}.")
 
-  targets = mixed_targets(labels_a, labels_b, lam, num_classes)
-  weighted_targets = mixed_targets(labels_a, labels_b, lam, num_classes, class_weights)
+  targets = mixed_targets(labels_a, labels_b, lam, num_classes, where=real)
+  weighted_targets = mixed_targets(labels_a, labels_b, lam, num_classes, class_weights, where=real)
   balanced = (soft_cross_entropy(logits_fc_g, targets, where=real)
               + soft_cross_entropy(logits_fc_l, targets, where=real))
   rebalanced = (soft_cross_entropy(logits_cb_g, weighted_targets, where=real)

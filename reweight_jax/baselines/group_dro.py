@@ -61,7 +61,7 @@ class _BatchClasses(NamedTuple):
 def _batch_classes(per_example_loss: ArrayLike, labels: ArrayLike, num_classes: int, *,
                    axis_name: str | None, where: ArrayLike | None) -> _BatchClasses:
   labels = jnp.asarray(labels)
-  in_range = check_labels(labels, num_classes)
+  in_range = check_labels(labels, num_classes, where=where)
   per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
   check_batch_dim(per_example_loss, labels.shape[0], "per_example_loss")
   dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
@@ -131,7 +131,7 @@ def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: Array
 
   Raises:
     ValueError: losses not [B] like the labels, q not rank 1, a `where` of another shape, or
-      (eagerly) a label outside [0, K).
+      (eagerly) a real row's label outside [0, K).
     TypeError: non-floating losses or q, non-integer labels.
 
   Examples:

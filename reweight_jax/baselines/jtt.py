@@ -61,8 +61,8 @@ def jtt_error_set(logits: ArrayLike, labels: ArrayLike, *, where: ArrayLike | No
     equal it, so it is in the error set (use `traced_checks()` with `checkify` for the error).
 
   Raises:
-    ValueError: logits not [N, K], labels not [N], a `where` of another shape, or (eagerly) a label
-      outside [0, K).
+    ValueError: logits not [N, K], labels not [N], a `where` of another shape, or (eagerly) a real
+      row's label outside [0, K).
     TypeError: non-floating logits or non-integer labels.
 
   Examples:
@@ -78,7 +78,7 @@ def jtt_error_set(logits: ArrayLike, labels: ArrayLike, *, where: ArrayLike | No
   """
   logits = check_floating(logits, 2, "logits")
   labels = jnp.asarray(labels)
-  check_labels(labels, logits.shape[1])
+  check_labels(labels, logits.shape[1], where=where)
   check_batch_dim(logits, labels.shape[0], "logits")
   real = check_where(where, labels.shape[0])
   return real & (jnp.argmax(logits, axis=-1) != labels)

@@ -123,8 +123,8 @@ def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: ArrayLike = 0.7,
     float [B]; NaN for an out-of-range label under `jit` (never a clipped class).
 
   Raises:
-    ValueError: q outside (0, 1], logits not [B, K], labels not [B], or (eagerly) a label outside
-      [0, K).
+    ValueError: q outside (0, 1], logits not [B, K], labels not [B], or (eagerly) a real row's
+      label outside [0, K).
     TypeError: non-floating logits or non-integer labels.
 
   Examples:
@@ -324,7 +324,7 @@ def lff_weights(state: LfFState, indices: ArrayLike, labels: ArrayLike, dataset_
   num_examples = _check_state(state)
   num_classes = check_num_classes(num_classes)
   labels = jnp.asarray(labels)
-  label_ok = check_labels(labels, num_classes)
+  label_ok = check_labels(labels, num_classes, where=where)
   real = check_where(where, labels.shape[0])
   indices = jnp.asarray(indices)
   index_ok = _check_indices(indices, num_examples, real)
@@ -385,8 +385,7 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
     alpha: EMA decay in [0, 1] (0.7).
     axis_name: data-parallel axis name or None.
     where: optional bool [B]; False marks padding, which counts nowhere and writes nothing. Its
-      logits (inf, NaN) and indices may be anything; its labels too under `jit` (eagerly they are
-      range-checked with the others, as by every loss of the package).
+      logits (inf, NaN), indices and labels may be anything, eagerly too.
 
   Returns:
     (loss, new_state, LfFAux). A real row with an out-of-range label or index makes the loss NaN
@@ -394,7 +393,7 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
 
   Raises:
     ValueError: logits of different shapes, labels or indices not [B], a bad state, q or α out of
-      range, or (eagerly) a label or index out of range.
+      range, or (eagerly) a real row's label or index out of range.
     TypeError: non-floating logits, non-integer labels or indices.
 
   Examples:
@@ -417,7 +416,7 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
                      f"got {logits_debiased.shape}.")
   num_classes = logits_biased.shape[1]
   labels = jnp.asarray(labels)
-  label_ok = check_labels(labels, num_classes)
+  label_ok = check_labels(labels, num_classes, where=where)
   real = check_where(where, labels.shape[0])
   indices = jnp.asarray(indices)
   index_ok = _check_indices(indices, _check_state(state), real)

@@ -166,7 +166,7 @@ def focal_loss(logits: ArrayLike, labels: ArrayLike, *, gamma: float = 1.0,
 
   Raises:
     ValueError: logits not [B, K], labels not [B], class_weights not [K], a `where` of another
-      shape, or (eagerly) a label outside [0, K).
+      shape, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
 
   Examples:
@@ -247,7 +247,7 @@ def ldam_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
 
   Raises:
     ValueError: logits not [B, K], labels not [B], class_counts not [K], a `where` of another shape,
-      or (eagerly) a label outside [0, K).
+      or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
 
   Examples:
@@ -293,7 +293,7 @@ def logit_adjusted_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Arra
 
   Raises:
     ValueError: logits not [B, K], labels not [B], class_counts not [K] or (eagerly) negative,
-      a `where` of another shape, or (eagerly) a label outside [0, K).
+      a `where` of another shape, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
 
   Examples:
@@ -339,7 +339,7 @@ def balanced_softmax_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Ar
 
   Raises:
     ValueError: logits not [B, K], labels not [B], class_counts not [K] or (eagerly) negative,
-      a `where` of another shape, or (eagerly) a label outside [0, K).
+      a `where` of another shape, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
 
   Examples:
@@ -385,7 +385,7 @@ def ib_loss(logits: ArrayLike, labels: ArrayLike, features: ArrayLike, *, alpha:
 
   Raises:
     ValueError: logits not [B, K], labels not [B], features not [B, d], a `where` of another shape,
-      or (eagerly) a label outside [0, K).
+      or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating logits, non-integer labels, a non-boolean `where`.
 
   Examples:

@@ -74,7 +74,8 @@ def soft_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, where: ArrayLik
 
 
 def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_classes: int,
-                  class_weights: ArrayLike | None = None) -> jax.Array:
+                  class_weights: ArrayLike | None = None, *, where: ArrayLike | None = None
+                  ) -> jax.Array:
   r"""GLMC's mixed targets [B, K] (Du et al., CVPR 2023, arXiv 2305.08661):
 
   .. math::
@@ -93,14 +94,16 @@ def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_
     lam: scalar λ in [0, 1] (eagerly checked; NaN targets under `jit` when outside).
     num_classes: K, the number of classes.
     class_weights: optional [K] v (e.g. `glmc_class_weights`).
+    where: optional bool [B]; False marks padding, whose targets are 0 and whose labels are never
+      checked (they may be anything, eagerly too).
 
   Returns:
-    float [B, K] (float32, or the weights' dtype if wider). A row with an out-of-range label a_i or
-    b_i is NaN under `jit` (never a clipped class); eagerly it raises `ValueError`.
+    float [B, K] (float32, or the weights' dtype if wider). A real row with an out-of-range label
+    a_i or b_i is NaN under `jit` (never a clipped class); eagerly it raises `ValueError`.
 
   Raises:
     ValueError: labels not [B] of one length, λ not a scalar or (eagerly) outside [0, 1],
-      `class_weights` not [K], or (eagerly) a label outside [0, K).
+      `class_weights` not [K], or (eagerly) a real row's label outside [0, K).
     TypeError: non-integer labels, non-floating weights.
 
   Examples:
@@ -113,10 +116,10 @@ def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_
   """
   num_classes = check_num_classes(num_classes)
   labels_a = jnp.asarray(labels_a)
-  ok_a = check_labels(labels_a, num_classes, "labels_a")
+  ok_a = check_labels(labels_a, num_classes, "labels_a", where=where)
   labels_b = jnp.asarray(labels_b)
-  ok_b = check_labels(labels_b, num_classes, "labels_b")
   check_batch_dim(labels_b, labels_a.shape[0], "labels_b", "labels_a")
+  ok_b = check_labels(labels_b, num_classes, "labels_b", where=where)
   lam = unit_scalar_or_nan(lam, "lam", "mixing weight λ")
   dtype = lam.dtype
   if class_weights is None:
@@ -130,4 +133,7 @@ def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_
   onehot_a = jax.nn.one_hot(index_labels(labels_a, ok_a), num_classes, dtype=dtype)
   onehot_b = jax.nn.one_hot(index_labels(labels_b, ok_b), num_classes, dtype=dtype)
   targets = (lam * weight_a)[:, None] * onehot_a + ((1 - lam) * weight_b)[:, None] * onehot_b
-  return jnp.where((ok_a & ok_b)[:, None], targets, jnp.nan)
+  targets = jnp.where((ok_a & ok_b)[:, None], targets, jnp.nan)
+  if where is None:
+    return targets
+  return jnp.where(check_where(where, labels_a.shape[0])[:, None], targets, 0)

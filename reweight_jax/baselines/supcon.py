@@ -143,7 +143,7 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: Array
 
   Raises:
     ValueError: `temperature` or `base_temperature` ≤ 0, projections not [N, D], labels not [N], a
-      `where` of another shape, or (eagerly) a label outside [0, K).
+      `where` of another shape, or (eagerly) a real row's label outside [0, K).
     TypeError: non-floating projections or non-integer labels.
 
   Examples:
@@ -167,7 +167,7 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: Array
   if num_classes is None:
     num_classes = int(jnp.iinfo(jnp.int32).max)
   labels = jnp.asarray(labels)
-  in_range = checks.check_labels(labels, num_classes)
+  in_range = checks.check_labels(labels, num_classes, where=where)
   checks.check_batch_dim(projections, labels.shape[0], "projections")
   real = checks.check_where(where, labels.shape[0])
   valid = real & in_range
