@@ -44,7 +44,10 @@ def traced_checks(enabled: bool = True):
 
   Outside it (the default) nothing is emitted and an out-of-range label only yields NaN (see the
   module docstring for why). The setting is part of `jax.jit`'s cache key, so a function first
-  traced outside the context is traced again inside it.
+  traced outside the context is traced again inside it. JAX's limit: under `jax.shard_map` over
+  Explicit mesh axes (`jax.make_mesh`'s default) `checkify.checkify` itself raises
+  `ShardingTypeError`; `jit` (Explicit sharding too), `pmap` and `shard_map` over Auto axes work
+  (docs: "Failure modes").
 
   Args:
     enabled: whether checks are emitted inside the context.

@@ -22,6 +22,7 @@ messages (inside `traced_checks()`) over an Explicit mesh as on one device.
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any, Callable, NamedTuple
 
 import chex
@@ -531,3 +532,49 @@ def test_bad_labels_under_explicit_named_sharding(name):
   # A shape error names the argument whatever the layout.
   with pytest.raises(ValueError, match="labels"):
     jax.jit(fn)(*sharded[:2], jax.device_put(labels.reshape(8, 4), NamedSharding(mesh, P(AXIS))))
+
+
+# ------------------------------------------------------------------------------------------------
+# checkify's own limit under shard_map (JAX's), as docs/guides/failure_modes.md states it
+# ------------------------------------------------------------------------------------------------
+
+FAILURE_MODES = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guides" / "failure_modes.md"
+
+
+def test_checkify_under_shard_map_names_the_argument_on_auto_axes_only_as_documented():
+  """On Auto mesh axes `checkify` of a `shard_map` step names the bad argument; on Explicit axes
+  (`jax.make_mesh`'s default) `checkify` itself raises `ShardingTypeError`, for a bare
+  `checkify.check` too, while `jit` over the same Explicit sharding names it. The Failure-modes
+  page says so; when a JAX release lifts the limit, this test fails and the page should change."""
+  labels = np.arange(BATCH, dtype=np.int32) % NUM_CLASSES
+  labels[5] = NUM_CLASSES
+  logits = np.zeros((BATCH, NUM_CLASSES), np.float32)
+
+  def checked_shard_map(mesh, fn):
+    rows = NamedSharding(mesh, P(AXIS))
+    step = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS)))
+    with mr2_jax.traced_checks():
+      err, _ = checkify.checkify(step, errors=checkify.user_checks)(
+          jax.device_put(logits, rows), jax.device_put(labels, rows))
+    return err.get()
+
+  def bare(logits, labels):
+    checkify.check(jnp.all(labels < NUM_CLASSES), "labels: out of range", debug=True)
+    return _ce(logits, labels)
+
+  auto = jax.make_mesh((DEVICES,), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,))
+  assert "labels: class labels must lie in [0, 6)" in checked_shard_map(auto, _ce)
+  explicit = _mesh()
+  for fn in (_ce, bare):
+    with pytest.raises(Exception) as raised:  # JAX exports no name for the type
+      checked_shard_map(explicit, fn)
+    assert type(raised.value).__name__ == "ShardingTypeError", raised.value
+  rows = NamedSharding(explicit, P(AXIS))
+  with mr2_jax.traced_checks():
+    err, _ = checkify.checkify(jax.jit(_ce), errors=checkify.user_checks)(
+        jax.device_put(logits, rows), jax.device_put(labels, rows))
+  assert "labels: class labels must lie in [0, 6)" in err.get()
+  if FAILURE_MODES.exists():
+    page = " ".join(FAILURE_MODES.read_text().split())
+    assert "under `jax.shard_map` over Explicit mesh axes, the default of `jax.make_mesh`" in page
+    assert "`ShardingTypeError`" in page and "`shard_map` over Auto axes" in page
