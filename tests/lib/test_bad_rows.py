@@ -4,8 +4,9 @@ Every function of `mr2_jax` / `reweight_jax` that updates carried state (MR2's `
 `update_class_stats` and `mr2_loss`, the reweighting's `ReweightState` through
 `inverse_reweighted_loss` and `mixed_inverse_reweighted_loss`, `NCAccumulator.update`, Group DRO's
 q, LfF's `LfFState`) is given batches in which random real rows (inside `where`) hold a NaN, +inf or
-−inf value, or a label outside [0, K) (traced only: eagerly that raises), beside padding rows of
-garbage. Properties:
+−inf value in any array the state reads (features, per-example losses, the second loss of a mixed
+row, either LfF model's logits), or a label outside [0, K) (the mixed rows' second label too;
+traced only: eagerly that raises), beside padding rows of garbage in every array. Properties:
 
 * the new state equals the float64 NumPy reference (tests/reference/, written from the specs) on
   the clean rows alone, and `skipped_rows` counts the bad real rows (padding counts nowhere);
@@ -50,22 +51,25 @@ BATCH = 16  # two rows per device
 K = 4
 DIM = 3
 NUM_EXAMPLES = 40  # LfF's training set
-KINDS = ("nan", "inf", "-inf", "label_high", "label_low")
+KINDS = ("nan", "inf", "-inf", "label_high", "label_low")  # written into `values` and `labels`
+OTHER_KINDS = ("other_nan", "other_inf", "other_-inf")  # written into `other`
+LABEL_B_KINDS = ("label_b_high", "label_b_low")  # written into `labels_b`
 NON_FINITE = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}
 MODES = ("jit", "pmap", "shard_map", "explicit")
 RTOL, ATOL = 2e-5, 1e-6
 
 
 class Batch(NamedTuple):
-  """One batch: `values` are the rows a bad value is written into (features, losses or logits),
-  `other` the rest of the function's row inputs, `where` the real rows, `bad` the real rows made
-  bad, `labels` [B] and `indices` [B] (LfF's dataset positions)."""
+  """One batch: `values` and `other` the function's two float row inputs (features, losses or
+  logits: `Stateful.fn` says which), `labels` [B] and `labels_b` [B] (a mixed row's second label),
+  `indices` [B] (LfF's dataset positions), `where` the real rows, `bad` the real rows made bad."""
   values: np.ndarray
   other: np.ndarray
   labels: np.ndarray
   indices: np.ndarray
   where: np.ndarray
   bad: np.ndarray
+  labels_b: np.ndarray
 
 
 def make_batch(seed: int, rows: list[tuple[int, str]], padding: list[int], value_shape: tuple,
@@ -76,23 +80,29 @@ def make_batch(seed: int, rows: list[tuple[int, str]], padding: list[int], value
   other = rng.normal(size=(BATCH, *other_shape)).astype(np.float32)
   labels = rng.integers(0, K, BATCH).astype(np.int32)
   labels[:K] = np.arange(K)  # every class has a row (perhaps a bad one)
+  labels_b = rng.integers(0, K, BATCH).astype(np.int32)
   indices = rng.permutation(NUM_EXAMPLES)[:BATCH].astype(np.int32)
   where = np.ones(BATCH, bool)
   bad = np.zeros(BATCH, bool)
   for row in padding:  # padding: garbage that must count nowhere, and never as skipped
     where[row] = False
     values[row] = np.nan
+    other[row] = np.inf
     labels[row] = K + 7
+    labels_b[row] = -5
   for row, kind in rows:
     if not where[row]:
       continue
     bad[row] = True
+    array, kind = (other, kind[len("other_"):]) if kind.startswith("other_") else (values, kind)
     if kind in NON_FINITE:
-      flat = values.reshape(BATCH, -1)  # a view: writes reach `values`
+      flat = array.reshape(BATCH, -1)  # a view: writes reach the array
       flat[row, rng.integers(flat.shape[1])] = NON_FINITE[kind]
+    elif kind.startswith("label_b"):
+      labels_b[row] = K + 2 if kind == "label_b_high" else -1
     else:
       labels[row] = K + 2 if kind == "label_high" else -1
-  return Batch(values, other, labels, indices, where, bad)
+  return Batch(values, other, labels, indices, where, bad, labels_b)
 
 
 @st.composite
@@ -111,12 +121,15 @@ def batches(draw, value_shape, other_shape=(), kinds=KINDS):
 
 
 class Stateful(NamedTuple):
+  """`kinds`: the faults drawn, one per array the state reads (a function whose state reads
+  `other` or `labels_b` is given bad values there too)."""
   fn: Callable[..., Any]
   state: Callable[[], Any]
   reference: Callable[[Batch, np.ndarray], Any]  # (batch, clean rows) -> expected new state
   value_shape: tuple
   other_shape: tuple = ()
   has_loss: bool = True
+  kinds: tuple = KINDS
 
 
 def _stats0():
@@ -179,7 +192,7 @@ def _mixed(arrays, state, axis_name):
 
 
 def _mixed_reference(batch, clean):
-  out = ref_mixed.mixed_reweight_step(batch.values, batch.other, batch.labels, _labels_b(batch), 0.6,
+  out = ref_mixed.mixed_reweight_step(batch.values, batch.other, batch.labels, batch.labels_b, 0.6,
                                       REWEIGHT_COUNTS, np.ones(K), np.ones(K), where=clean)
   return {"batch_counts": out["batch_counts"], "beta": out["beta"]}
 
@@ -249,23 +262,19 @@ FUNCTIONS = {
     "mr2_loss": Stateful(_mr2_loss, _stats0, _stats_reference, (DIM,), (K,)),
     "inverse_reweighted_loss": Stateful(_inverse, _reweight_state,
                                         lambda b, c: _counts_reference(b.labels, c), ()),
-    "mixed_inverse_reweighted_loss": Stateful(_mixed, _reweight_state, _mixed_reference, (), ()),
+    "mixed_inverse_reweighted_loss": Stateful(_mixed, _reweight_state, _mixed_reference, (), (),
+                                              kinds=KINDS + OTHER_KINDS + LABEL_B_KINDS),
     "nc_accumulator": Stateful(_nc, lambda: rw.NCAccumulator.init(K, DIM), _nc_reference, (DIM,),
-                               (), has_loss=False),
+                               (), has_loss=False, kinds=KINDS + OTHER_KINDS),
     "group_dro_loss": Stateful(_group_dro, lambda: jnp.asarray(Q0), _group_dro_reference, ()),
     "lff_loss": Stateful(_lff, lambda: rw.baselines.init_lff_state(NUM_EXAMPLES), _lff_reference, (K,),
-                         (K,)),
+                         (K,), kinds=KINDS + OTHER_KINDS),
 }
 
 
 def _arrays(batch: Batch) -> dict:
   return {"values": batch.values, "other": batch.other, "labels": batch.labels,
-          "labels_b": _labels_b(batch), "indices": batch.indices, "where": batch.where}
-
-
-def _labels_b(batch: Batch) -> np.ndarray:
-  """The mixed losses' b labels: row i−1's label mod K (a bad label of row i−1 is a class here)."""
-  return (np.roll(batch.labels, 1) % K).astype(np.int32)
+          "labels_b": batch.labels_b, "indices": batch.indices, "where": batch.where}
 
 
 def _mesh():
@@ -326,9 +335,9 @@ def check(name: str, batch: Batch, mode: str):
     assert np.isnan(loss) == batch.bad.any(), (name, mode, loss)
 
 
-def _strategy(name, kinds=KINDS):
+def _strategy(name):
   spec = FUNCTIONS[name]
-  return batches(spec.value_shape, spec.other_shape, kinds)
+  return batches(spec.value_shape, spec.other_shape, spec.kinds)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -351,14 +360,15 @@ def test_bad_rows_leave_the_state_of_the_clean_rows_slow(name, mode, data):
 def test_eager_non_finite_rows_are_left_out_and_counted(name):
   """Eagerly (no `jit`): a non-finite value is a value, not an error, and is treated alike."""
   spec = FUNCTIONS[name]
-  batch = make_batch(3, [(1, "nan"), (6, "inf"), (9, "-inf")], [12], spec.value_shape,
-                     spec.other_shape)
-  # Eagerly any label outside [0, K) raises, padding's too: the padding row gets class 0.
-  batch = batch._replace(labels=np.where(batch.where, batch.labels, 0).astype(np.int32))
+  rows = [(1, "nan"), (6, "inf"), (9, "-inf")]
+  if "other_nan" in spec.kinds:
+    rows += [(4, "other_nan"), (14, "other_-inf")]
+  # The padding row keeps its garbage labels: eagerly only real rows' labels are checked.
+  batch = make_batch(3, rows, [12], spec.value_shape, spec.other_shape)
   loss, new, skipped = spec.fn({k: jnp.asarray(v) for k, v in _arrays(batch).items()},
                                spec.state(), None)
   _assert_state(new, spec.reference(batch, batch.where & ~batch.bad), f"{name} [eager]")
-  assert int(skipped) == 3
+  assert int(skipped) == len(rows)
   if spec.has_loss:
     assert np.isnan(loss)
 
@@ -404,9 +414,10 @@ def test_skipped_rows_accumulate_over_steps():
   chex.assert_tree_all_finite((stats.sq_mean_norm, stats.mean_sq_deviation))
 
 
-@pytest.mark.parametrize("name", list(FUNCTIONS))
-@pytest.mark.parametrize("kind", ["nan", "label_high"])
-def test_checkify_flags_both_faults(name, kind):
+@pytest.mark.parametrize("name, kind", [
+    (name, kind) for name, spec in FUNCTIONS.items()
+    for kind in ("nan", "label_high", "other_nan", "label_b_high") if kind in spec.kinds])
+def test_checkify_flags_every_fault(name, kind):
   spec = FUNCTIONS[name]
   batch = make_batch(6, [(5, kind)], [], spec.value_shape, spec.other_shape)
   step = jax.jit(lambda arrays, state: spec.fn(arrays, state, None))
@@ -414,7 +425,7 @@ def test_checkify_flags_both_faults(name, kind):
     err, _ = checkify.checkify(step, errors=checkify.user_checks)(_arrays(batch), spec.state())
   message = err.get()
   assert message is not None, (name, kind)
-  expected = "non-finite" if kind == "nan" else "must lie in"
+  expected = "non-finite" if kind.endswith("nan") else "must lie in"
   assert expected in message, message
   # Outside traced_checks() nothing is emitted (the fast path).
   err, _ = checkify.checkify(step, errors=checkify.user_checks)(_arrays(batch), spec.state())
@@ -433,7 +444,7 @@ def test_an_empty_batch_changes_no_state():
               "other": np.zeros((0, *spec.other_shape), np.float32)}
     loss, new, skipped = spec.fn(arrays, spec.state(), None)
     nothing = Batch(arrays["values"], arrays["other"], arrays["labels"], arrays["indices"],
-                    arrays["where"], np.zeros((0,), bool))
+                    arrays["where"], np.zeros((0,), bool), arrays["labels_b"])
     _assert_state(new, spec.reference(nothing, nothing.where), f"{name} [B = 0]")
     assert int(skipped) == 0, name
     if spec.has_loss:
