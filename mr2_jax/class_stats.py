@@ -71,7 +71,7 @@ def init_class_stats(num_classes: int) -> ClassStats:
     num_classes: K, a positive Python int.
 
   Returns:
-    `ClassStats` with float32 [K] zeros, ``seen`` bool [K] False and ``skipped_rows`` 0.
+    `ClassStats` of float32 [K] zeros, ``seen`` bool [K] False, ``skipped_rows`` 0 (K = 1 alike).
 
   Raises:
     TypeError: `num_classes` is not an int.
@@ -137,7 +137,7 @@ def lp_sq_norm(x: ArrayLike, p: float, *, where: ArrayLike | None = None) -> jax
       checked.
 
   Returns:
-    float [...] the squared L_p norms, in x's dtype.
+    float [...] the squared L_p norms, in x's dtype (B = 0: x of shape [0, d] gives [0]).
 
   Examples:
     >>> import jax.numpy as jnp
@@ -353,6 +353,9 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
   :math:`A_k \leftarrow \mathrm{decay} \cdot A_k + (1 - \mathrm{decay}) \cdot a_k` if k was seen
   before, else :math:`A_k \leftarrow a_k`; :math:`V_k` likewise. Absent classes keep their values.
   Cost O(B·d + K), no Python loop over classes, no one-hot product.
+
+  B = 0 (or every row padding): the statistics unchanged, nothing skipped. K = 1: A and V of the one
+  class, from every real row.
 
   Args:
     stats: current `ClassStats` with K classes.

@@ -41,6 +41,8 @@ def class_margins(stats: ClassStats, c_bar: ArrayLike = 1.0, *,
   `min_margin`·c̄ for that case only. Non-finite statistics give γ = NaN for every class (never a
   silent fall-back to c̄).
 
+  K = 1: γ = (c̄,) once the class is seen (and before: c̄ for an unseen class).
+
   Args:
     stats: `ClassStats` with K classes.
     c_bar: the mean margin c̄ > 0.
@@ -97,6 +99,8 @@ def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike,
       \ell_{\gamma,\mathrm{ce}}(x, y) = -\log \operatorname{softmax}(z / \gamma_y)_y
 
   The whole logit vector of an example is divided by the margin of its label.
+
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
 
   Args:
     logits: float [B, K] logits z.

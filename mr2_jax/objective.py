@@ -100,6 +100,9 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
   on :math:`\mathrm{margin\_ce} + \lambda \cdot \mathrm{representation}`); `mr2_loss` reduces the
   same terms.
 
+  B = 0: both terms are [0] and the statistics unchanged. K = 1: γ = (c̄,) and `margin_ce` is 0 on
+  every row; `representation` is as for any K.
+
   Args:
     logits: float [B, K].
     features: float [B, d] penultimate features (not detached).
@@ -116,7 +119,8 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
     where: optional bool [B] mask of real (non-padding) examples.
 
   Returns:
-    (margin_ce [B], representation [B], new_stats, `MR2Margins` (γ [K], s̄)).
+    (margin_ce [B], representation [B], new_stats, `MR2Margins` (γ [K], s̄)); padding rows give 0
+    in both terms.
 
   Raises:
     ValueError: `stats` with another K than the logits, `p` < 1, a negative Python `lam`, shapes
@@ -226,6 +230,10 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
   share's own gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over a
   batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss
   is the global value, statistics and aux replicated.
+
+  B = 0 (or every row padding): loss 0, the statistics unchanged (nothing seen or skipped), `aux`
+  read from them. K = 1: γ = (c̄,) and the margin cross-entropy is 0, so the loss is λ times the
+  representation-margin term.
 
   Args:
     logits: float [B, K].

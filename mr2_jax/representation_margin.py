@@ -36,6 +36,8 @@ def mean_class_deviation(stats: ClassStats) -> jax.Array:
   Zhu et al., ICLR 2026, arXiv 2602.00205: s̄, half the expected within-class pair distance of the
   representation margin.
 
+  K = 1: the one class's V (0 before it is seen).
+
   Args:
     stats: `ClassStats` with K classes.
 
@@ -78,6 +80,8 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
   class-sorted order: pairs are same-class, so the value is unchanged, and the Gram-matrix form
   :math:`\lVert u \rVert^2 + \lVert v \rVert^2 - 2 \langle u, v \rangle` does not lose precision
   to large norms (the band form takes row differences). φ is not detached.
+
+  B = 0: an empty [0]. K = 1: every other real row is a positive of each anchor.
 
   Args:
     features: float [B, d] features φ (local batch).

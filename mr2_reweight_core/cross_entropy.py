@@ -131,6 +131,8 @@ def cross_entropy_loss(logits: ArrayLike, labels: ArrayLike, *,
   The labels of real rows are range-checked (NaN for an out-of-range label under jit, never a
   clipped class); masked rows give 0 and no gradient, whatever their labels. Inverse-frequency and class-balanced baselines pass their weights.
 
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
+
   Args:
     logits: float [B, K].
     labels: int [B] in [0, K).

@@ -47,6 +47,8 @@ def per_class_correct(predictions: ArrayLike, labels: ArrayLike, num_classes: in
       \mathrm{correct}_k = \sum_{i:\, y_i = k} [\hat y_i = y_i], \qquad
       \mathrm{count}_k = \#\{i : y_i = k\}
 
+  B = 0 (or every row padding): zeros [K] for both. K = 1: ([correct], [count]) of the one class.
+
   Args:
     predictions: int [B] predicted classes.
     labels: int [B] true classes in [0, K).
@@ -97,6 +99,8 @@ def per_class_loss_sums(per_example_loss: ArrayLike, labels: ArrayLike, num_clas
   (`class_mean`, once, after the batches and devices are summed; never a mean of batch means): the
   per-class cross-entropy L_c of the loss imbalance coefficient ρ (Wang et al., ICML 2026, arXiv
   2605.10047) and the class losses of Group DRO / FairDRO's epoch-end pass.
+
+  B = 0 (or every row padding): zeros [K] for both. K = 1: the sum and count of every real row.
 
   Args:
     per_example_loss: floating [B] per-example losses ℓ_i (e.g. `cross_entropy_loss`); the entries
@@ -163,6 +167,8 @@ def per_class_accuracy(predictions: ArrayLike, labels: ArrayLike, num_classes: i
 
   The per-class test accuracy of MR2's evaluation (Zhu et al., ICLR 2026, arXiv 2602.00205).
 
+  B = 0: NaN for every class (none has an example). K = 1: the batch's accuracy as a [1] vector.
+
   Args:
     predictions: int [B] predicted classes.
     labels: int [B] true classes in [0, K).
@@ -201,6 +207,8 @@ def class_mean(sums: ArrayLike, counts: ArrayLike) -> np.ndarray:
 
   sums may be [K] or [K, ...].
 
+  K = 1: a [1] vector (NaN for a count of 0).
+
   Args:
     sums: [K] or [K, ...] per-class sums.
     counts: [K] per-class counts.
@@ -229,6 +237,8 @@ def accuracy_from_counts(correct: ArrayLike, counts: ArrayLike) -> np.ndarray:
       \mathrm{acc}_k = \mathrm{correct}_k / \mathrm{count}_k
       \quad (\mathrm{NaN} \text{ where } \mathrm{count}_k = 0)
 
+  K = 1: a [1] vector (NaN for a count of 0).
+
   Args:
     correct: [K] correct predictions per class (`per_class_correct`, summed over batches).
     counts: [K] examples per class.
@@ -252,6 +262,8 @@ def difficulty_tertiles(reference_accuracy: ArrayLike) -> np.ndarray:
   split into three near-equal parts (np.array_split: the first parts take the remainder).
   Zhu et al., ICLR 2026, arXiv 2602.00205, evaluation protocol: the groups are fixed from ERM and
   reused for every method.
+
+  K = 1 (any K < 3): `ValueError`, there are no three groups to form.
 
   Args:
     reference_accuracy: [K] per-class accuracy of the reference (ERM) run, K ≥ 3, no NaN.
@@ -295,6 +307,9 @@ def group_accuracy(class_accuracy: ArrayLike, groups: ArrayLike) -> np.ndarray:
   Zhu et al., ICLR 2026, arXiv 2602.00205 report Overall, Easy, Medium and Hard. Any three groups of
   classes work alike (the harness's Many / Medium / Few shot groups of Liu et al., CVPR 2019).
 
+  K = 1: a [1] accuracy in group 0 gives that group's accuracy and NaN for the other two (groups
+  from `difficulty_tertiles` need K ≥ 3).
+
   Args:
     class_accuracy: [K] per-class accuracy (NaN for classes without test examples).
     groups: int [K] in {0, 1, 2}, from `difficulty_tertiles` (0 Easy, 1 Medium, 2 Hard).
@@ -332,6 +347,8 @@ def worst_class_accuracy(class_accuracy: ArrayLike) -> float:
 
       \min_{k:\, \mathrm{count}_k > 0} \mathrm{acc}_k
 
+  K = 1: the one class's accuracy.
+
   Args:
     class_accuracy: [K] per-class accuracy (NaN entries ignored).
 
@@ -349,6 +366,8 @@ def worst_class_accuracy(class_accuracy: ArrayLike) -> float:
 
 def class_accuracy_std(class_accuracy: ArrayLike) -> float:
   """Population standard deviation (ddof = 0) of per-class accuracies over classes with examples.
+
+  K = 1: 0.
 
   Args:
     class_accuracy: [K] per-class accuracy (NaN entries ignored).
@@ -378,6 +397,8 @@ def rho(class_losses: ArrayLike, present: ArrayLike | None = None) -> jax.Array:
   `NCAccumulator.update(..., per_example_loss=...)`), std is the population standard deviation over
   classes (ddof = 0). ρ = 0 exactly when all class losses are equal (also when they are all 0); NaN
   when no class is present.
+
+  K = 1: 0 (one class has no disparity).
 
   Args:
     class_losses: [K] per-class mean losses L_c.

@@ -19,7 +19,7 @@ def l2_normalize(x: jax.Array, axis: int = -1, eps: float = 1e-12) -> jax.Array:
     eps: the floor of the norm.
 
   Returns:
-    x's shape and dtype; a zero row stays zero.
+    x's shape and dtype; a zero row stays zero, and an empty batch (B = 0) stays empty.
 
   Examples:
     >>> import jax.numpy as jnp

@@ -66,6 +66,9 @@ def batch_class_losses(per_example_loss: ArrayLike, labels: ArrayLike, num_class
   Wang et al., ICML 2026, arXiv 2605.10047: the per-class losses L_c of the inverse problem, over
   the classes present in the (global) batch.
 
+  B = 0 (or every row padding): zero losses and counts, no class present. K = 1: the mean loss of
+  the real rows.
+
   Args:
     per_example_loss: [B] per-example losses ℓ_i (e.g. softmax cross-entropy).
     labels: int [B] class labels in [0, K).
@@ -117,6 +120,8 @@ def mean_class_loss(class_losses: jax.Array, present: jax.Array) -> jax.Array:
       \bar L = \operatorname*{mean}_{c \text{ present}} L_c
 
   Wang et al., ICML 2026, arXiv 2605.10047: the target L̄ of the inverse problem.
+
+  K = 1: the one class's loss when it is present.
 
   Args:
     class_losses: [K] per-class mean losses L_c.
@@ -181,6 +186,8 @@ def inverse_weights(class_losses: ArrayLike, present: ArrayLike, *, prior: Array
   Wang et al., ICML 2026, arXiv 2605.10047: the closed form of the inverse problem. With α = 0,
   :math:`w^*_c = \bar L L_c / (L_c^2 + \epsilon) \approx \bar L / L_c`; a present class with
   :math:`L_c = 0` then gets :math:`w^*_c = 0` (the ε-regularised limit), not infinity.
+
+  K = 1: (1,) when the class is present.
 
   Args:
     class_losses: [K] per-class mean losses L_c (values of absent classes are ignored).

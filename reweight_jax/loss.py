@@ -222,6 +222,9 @@ def inverse_reweighted_loss(
   such a batch and its gradient are NaN. A padding row (`where` False) counts nowhere whatever its
   label or loss (as in `mr2_loss` and `cross_entropy_loss`).
 
+  B = 0 (or every row padding): loss 0 and the counts unchanged (no class present). K = 1: ŵ = (1,),
+  the loss is the mean loss of the real rows.
+
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).
     labels: int [B] labels in [0, K), K = `state.batch_counts.shape[0]`.

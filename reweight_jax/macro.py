@@ -35,6 +35,8 @@ def macro_factor(batch_counts: ArrayLike, gamma: ArrayLike = 1.0) -> jax.Array:
   contained class c, counted from when reweighting starts; tail classes, seen in few batches, get a
   larger factor. γ = 1 by default.
 
+  K = 1: (1,) (β is normalised to mean 1).
+
   Args:
     batch_counts: [K] non-negative batch counts B_c (integer or floating).
     gamma: exponent γ.

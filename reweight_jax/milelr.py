@@ -69,6 +69,8 @@ def mittag_leffler_order(class_counts: ArrayLike) -> float:
 
   The order of MiLeLR (the released code of Wang et al., ICML 2026, arXiv 2605.10047).
 
+  K = 1: a = 1, as for balanced counts.
+
   Args:
     class_counts: [K] training-set class counts n_c.
 
@@ -152,6 +154,8 @@ def milelr_schedule(base_learning_rate: float, class_counts: ArrayLike, batch_si
   The schedule of the released code of Wang et al., ICML 2026, arXiv 2605.10047 (their CIFAR-LT
   recipe: base 0.3 / 0.35, warm-up 10 epochs, switch at 160 of 200; the authors' README points to
   Appendix F of the paper for the hyper-parameters).
+
+  K = 1: a = 1, as for balanced counts (a `ValueError` with a switch epoch).
 
   Args:
     base_learning_rate: the base rate (0.3 for CIFAR-10-LT, 0.35 for CIFAR-100-LT in the recipe).

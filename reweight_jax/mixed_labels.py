@@ -155,6 +155,9 @@ def mixed_inverse_reweighted_loss(
   clipped class) and counted in `new_state.skipped_rows`, and the loss and its gradient are NaN —
   unless `where` marks the row as padding. A traced λ outside [0, 1] also makes the loss NaN.
 
+  B = 0 (or every row padding): loss 0 and the counts unchanged. K = 1: ŵ = (1,), the loss is the
+  mean of the rows' mixed losses λℓ_a + (1 − λ)ℓ_b.
+
   Args:
     loss_a: [B] per-example losses ℓ^a against `labels_a`.
     loss_b: [B] per-example losses ℓ^b against `labels_b`.

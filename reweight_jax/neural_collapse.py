@@ -150,7 +150,10 @@ class NCAccumulator(NamedTuple):
 
   @classmethod
   def init(cls, num_classes: int, feature_dim: int) -> "NCAccumulator":
-    """Empty statistics for K classes and d-dimensional features."""
+    """Empty statistics for K classes and d-dimensional features.
+
+    K = 1: [1] vectors and a [1, d] mean, as for any K.
+    """
     num_classes = check_num_classes(num_classes)
     feature_dim = check_num_classes(feature_dim, "feature_dim")
     # One buffer per field, so that a train state holding them can be donated to a jitted step.
@@ -185,7 +188,11 @@ class NCAccumulator(NamedTuple):
     """Pass 1: merges a batch of features [B, d] (and optionally losses [B]) into the statistics.
 
     A real row (inside `where`) with a label outside [0, K) (possible only traced), a non-finite
-    feature or a non-finite loss is left out of every statistic and counted in `skipped_rows`."""
+    feature or a non-finite loss is left out of every statistic and counted in `skipped_rows`.
+
+    B = 0 (or every row padding): the statistics unchanged. K = 1: every real row is the one
+    class's.
+    """
     labels = jnp.asarray(labels)
     in_range = check_labels(labels, self.num_classes, where=where)
     batch = labels.shape[0]
@@ -237,7 +244,11 @@ class NCAccumulator(NamedTuple):
                  where: ArrayLike | None = None, axis_name: str | None = None) -> "NCAccumulator":
     """Pass 2 (after all of pass 1): counts NC4 mismatches of a batch against the final means.
 
-    Rows with a non-finite feature are left out (pass 1 counted them in `skipped_rows`)."""
+    Rows with a non-finite feature are left out (pass 1 counted them in `skipped_rows`).
+
+    B = 0: nothing counted. K = 1: no mismatch (the classifier and the nearest mean both pick the
+    one class).
+    """
     features = self._check_features(features)
     classifier, bias = _check_classifier(classifier, self.num_classes, self.feature_dim, bias)
     real = check_where(where, features.shape[0])
@@ -257,7 +268,11 @@ class NCAccumulator(NamedTuple):
   def finalize(self, classifier: ArrayLike, *, centring: str = "sample") -> NCMetrics:
     """NC1–NC4 and ρ from the accumulated statistics and the classifier W [K, d]; the class means
     centred on the sample mean (`centring='sample'`) or on the mean of the present classes' means
-    ('class_balanced'; the module docstring)."""
+    ('class_balanced'; the module docstring).
+
+    B = 0 (nothing accumulated): every metric NaN. K = 1: NC1–NC3 NaN (they need two classes), NC4 0
+    after an `update_ncc` pass, ρ 0 when losses were given (NaN otherwise).
+    """
     if centring not in CENTRINGS:
       raise ValueError(f"centring: expected one of {CENTRINGS}, got {centring!r}.")
     classifier, _ = _check_classifier(classifier, self.num_classes, self.feature_dim, None)
@@ -304,6 +319,9 @@ def nc_metrics(features: ArrayLike, labels: ArrayLike, classifier: ArrayLike, *,
 
   Papyan et al., PNAS 2020, arXiv 2008.08186; Zhu et al., NeurIPS 2021, arXiv 2105.02375 (see the
   module docstring for the equations and conventions).
+
+  B = 0: every metric NaN. K = 1: NC1–NC3 NaN (they need two classes), NC4 0, ρ 0 with
+  `per_example_loss` (NaN without).
 
   Args:
     features: float [N, d] features h_i.

@@ -34,6 +34,8 @@ def class_prior(counts: ArrayLike, kind: str) -> jax.Array:
   Convention (the paper is silent): a class with no training example is treated as having one, as
   the macro factor does with B_c, so that every weight stays finite.
 
+  K = 1: (1,) for every kind.
+
   Args:
     counts: [K] non-negative training-set class counts n_c (integer or floating).
     kind: one of `PRIOR_KINDS`.

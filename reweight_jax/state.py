@@ -38,6 +38,8 @@ def init_reweight_state(num_classes: int) -> ReweightState:
   reweighting, and the released recipe starts it at epoch 160 of 200 (the authors' README points to
   Appendix F of the paper for the hyper-parameters).
 
+  K = 1: [1] vectors, as for any K.
+
   Args:
     num_classes: K, a positive Python int.
 

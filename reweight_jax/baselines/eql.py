@@ -28,6 +28,8 @@ def eql_rare_classes(class_counts: ArrayLike, lam: float = 5e-3) -> jax.Array:
 
   Tan et al., CVPR 2020, arXiv 2003.05176: the threshold function of the frequency of each class.
 
+  K = 1: (False,): the one class has frequency 1, never below λ.
+
   Args:
     class_counts: [K] non-negative training-set class counts n_k.
     lam: the frequency threshold λ.
@@ -53,6 +55,8 @@ def eql_dropped(key: jax.Array, batch: int, num_classes: int, gamma: float = 0.9
   """β_ik ~ Bernoulli(γ), iid per example and class: bool [B, K] (γ = 0.9).
 
   Tan et al., CVPR 2020, arXiv 2003.05176: the random drop of the softmax form.
+
+  B = 0: an empty [0, K]. K = 1: a [B, 1] draw as for any K.
 
   Args:
     key: a PRNG key.
@@ -85,6 +89,8 @@ def eql_dropped_at(key: jax.Array, rows: ArrayLike, num_classes: int, gamma: flo
   `rows` are the examples' positions in the global batch, so each example's draws do not depend on
   how the batch is split over devices (data parallel equals one device, draw for draw). The draws
   of Tan et al., CVPR 2020, arXiv 2003.05176.
+
+  B = 0 (no rows): an empty [0, K]. K = 1: a [B, 1] draw as for any K.
 
   Args:
     key: a PRNG key, the same on every device.
@@ -131,6 +137,8 @@ def eql_loss(logits: ArrayLike, labels: ArrayLike, rare: ArrayLike, dropped: Arr
   i.e. cross-entropy with the logits of rare negative classes dropped where β_ik = 1 (w̃ = 0 is a
   −∞ logit; the label's own logit is never dropped, so the log-sum-exp is shifted by a finite
   maximum — the reference exponentiates without a shift). Masked logits get zero gradient.
+
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
 
   Args:
     logits: float [B, K].

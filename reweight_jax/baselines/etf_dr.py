@@ -57,6 +57,8 @@ def etf_classifier(num_classes: int, dim: int, seed: int) -> jax.Array:
   LAPACK build's sign convention; the reference's `np.linalg.qr` without that fix may differ from
   it by the sign of some columns of P, a different but equally valid ETF.
 
+  K = 1: `ValueError` (a simplex ETF needs K ≥ 2).
+
   Args:
     num_classes: K ≥ 2 (the scale divides by K − 1).
     dim: feature dimension d ≥ K.
@@ -109,6 +111,8 @@ def etf_normalize(features: ArrayLike) -> jax.Array:
   is the gradient of h / 1e-8 (a zero row maps to zero), where autodiff of a clamped norm would give
   0 · ∞ = NaN. Yang et al., NeurIPS 2022, arXiv 2203.09081 (the feature normalisation of the ETF
   head).
+
+  B = 0: an empty [0, d].
 
   Args:
     features: float [..., d] features h.
@@ -165,6 +169,8 @@ def given_ew(labels: ArrayLike, num_classes: int, *, where: ArrayLike | None = N
   Data parallel (`axis_name`): counts are psum-reduced (`mr2_reweight_core.class_sums`), so every device
   returns the E of the concatenated batch (typed replicated under `shard_map`'s `check_vma=True`).
   Without it, `jax.jit` over labels laid out with `NamedSharding` gives the same E, replicated.
+
+  B = 0 (or every row padding): ones [K] (no class is seen). K = 1: (1,).
 
   Args:
     labels: int [B] labels in [0, K).
@@ -289,6 +295,9 @@ def dot_regression_loss(features: ArrayLike, labels: ArrayLike, classifier: Arra
   N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out with
   `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global value.
 
+  B = 0 (or every row padding): loss 0 and an empty [0] (or zeros). K = 1: the classifier is one
+  column, every real row regresses onto it.
+
   Args:
     features: [B, d] features h.
     labels: int [B] labels in [0, K).
@@ -340,6 +349,9 @@ def mixup_dot_regression_loss(features: ArrayLike, labels: ArrayLike, labels_b: 
   with one λ ~ Beta(α, α) and one permutation π per batch (the caller's draws), and the same
   class scales E in both terms: those of the unmixed labels, `given_ew(labels)` (None for E ≡ 1).
   λ is a constant for back-propagation. Data parallelism and padding as `dot_regression_loss`.
+
+  B = 0 (or every row padding): loss 0 and an empty [0] (or zeros). K = 1: both labels are the one
+  column; the loss is `dot_regression_loss`'s.
 
   Args:
     features: [B, d] features of the mixed inputs.

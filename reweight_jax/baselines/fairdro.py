@@ -49,6 +49,8 @@ def init_fairdro_q(num_classes: int) -> jax.Array:
 
   Jung et al., ICLR 2023, arXiv 2303.00442 (q starts at the centre of the χ² ball).
 
+  K = 1: (1,).
+
   Args:
     num_classes: K, a positive Python int.
 
@@ -107,6 +109,8 @@ def fairdro_best_response(class_losses: ArrayLike, rho: float = 0.5, *, clip: bo
   weight it held would only shrink the loss; with q* = 0 the weights of the real classes still sum
   to 1. Keeping 1/K for it instead would put K − K' classes' worth of mass on nothing. If no class
   is present, q* is uniform over all K (nothing is known).
+
+  K = 1: (1,).
 
   Args:
     class_losses: [K] per-class mean training losses L_c (float; computed in float32 or wider).
@@ -231,6 +235,8 @@ def fairdro_update(q: ArrayLike, q_star: ArrayLike, epoch: ArrayLike, num_epochs
   and q* are (a convex combination, α_e ∈ [0, 1]); it stays nonnegative when q* is (e.g.
   `clip=True`).
 
+  K = 1: (1,) when q and q* are.
+
   Args:
     q: [K] current weights (`init_fairdro_q` at the start).
     q_star: [K] this epoch's `fairdro_best_response`.
@@ -285,6 +291,9 @@ def fairdro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike, *
   devices itself (the share's own gradient is N_devices times the global one). Without `axis_name`,
   `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global
   batch: the loss is the global value, aux replicated.
+
+  B = 0 (or every row padding): loss 0, no class present. K = 1: q_0 times the mean loss of the real
+  rows.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).

@@ -103,6 +103,8 @@ def glmc_class_weights(class_counts: ArrayLike, exponent: float) -> jax.Array:
   gets weight 0 and is left out of the mean (the reference would divide by :math:`0^{\ell_w}`).
   Computed in log space. ℓw = 0 gives 1 for every class with examples.
 
+  K = 1: (1,) (weights have mean 1).
+
   Args:
     class_counts: [K] non-negative training counts n_c, at least one positive.
     exponent: ℓw, finite and ≥ 0 (`--label_weighting`: 1.2 for CIFAR-LT, 1 for ImageNet-LT).
@@ -162,6 +164,8 @@ def glmc_consistency(pred_g: ArrayLike, proj_g: ArrayLike, pred_l: ArrayLike, pr
   stop-gradient targets (`SimSiamLoss` detaches z), so no gradient flows into `proj_g`, `proj_l`
   from here; the projector still learns through the predictor's input. The clamped norms (torch's
   `F.cosine_similarity`) keep a zero row finite, with a zero gradient. Computed in at least float32.
+
+  B = 0: an empty [0].
 
   Args:
     pred_g: float [B, D] predictor output p_g of the global (mixup) pass.
@@ -288,6 +292,9 @@ def glmc_loss(logits_fc_g: ArrayLike, logits_fc_l: ArrayLike, logits_cb_g: Array
   (the share's own gradient is N_devices times the global one). Without `axis_name`, `jax.jit` over
   a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss
   is the global value, and so are the aux terms.
+
+  B = 0 (or every row padding): loss and every term 0. K = 1: L_bal = L_reb = 0 (one-class targets),
+  the loss is w_con · L_con.
 
   Args:
     logits_fc_g: float [B, K] logits of the instance-balanced head fc on x_g.

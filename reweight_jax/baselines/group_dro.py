@@ -118,6 +118,9 @@ def class_weighted_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: Array
   `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto mesh axes) sees the global
   batch: the loss is the global value, aux replicated.
 
+  B = 0 (or every row padding): loss 0, no class present. K = 1: q_0 times the mean loss of the real
+  rows.
+
   Args:
     per_example_loss: [B] per-example losses ℓ_i.
     labels: int [B] labels in [0, K), K = q.shape[0].
@@ -154,6 +157,8 @@ def init_group_dro_q(num_classes: int) -> jax.Array:
 
   Sagawa et al., ICLR 2020, arXiv 1911.08731, Algorithm 1 (q starts uniform).
 
+  K = 1: (1,).
+
   Args:
     num_classes: K, the number of classes.
 
@@ -176,6 +181,8 @@ def group_dro_adjustment(class_counts: ArrayLike, c: float) -> jax.Array:
 
   Sagawa et al., ICLR 2020, arXiv 1911.08731: the group adjustment :math:`C / \sqrt{n_g}` added to
   each group's loss before the update of q.
+
+  K = 1: (c/√n_0,).
 
   Args:
     class_counts: [K] training-set class counts n_c.
@@ -234,6 +241,9 @@ def group_dro_loss(per_example_loss: ArrayLike, labels: ArrayLike, q: ArrayLike,
   which JAX sums over the devices itself (the share's own gradient is N_devices times the global
   one). Without `axis_name`, `jax.jit` over a batch laid out with `NamedSharding` (Explicit or Auto
   mesh axes) sees the global batch: the loss is the global value, q and aux replicated.
+
+  B = 0 (or every row padding): loss 0 and q unchanged (no class present). K = 1: q = (1,), the loss
+  is the mean loss of the real rows.
 
   Args:
     per_example_loss: [B] per-example losses ℓ_i (cross-entropy in the reference).

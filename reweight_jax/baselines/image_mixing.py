@@ -105,6 +105,8 @@ def mix_images(images_a: ArrayLike, images_b: ArrayLike, lam: ArrayLike) -> jax.
   Zhang et al., "mixup", ICLR 2018, arXiv 1710.09412; the global mixture of Du et al., CVPR 2023,
   arXiv 2305.08661.
 
+  B = 0: an empty batch of the images' shape.
+
   Args:
     images_a: floating images (e.g. [B, H, W, C]).
     images_b: images of the same shape and dtype.
@@ -138,6 +140,8 @@ def cutmix(images_a: ArrayLike, images_b: ArrayLike, box: ArrayLike) -> jax.Arra
 
   The box is applied as a mask, so it may be traced (one compile for every box); under `jit` a box
   reaching outside the image acts as its intersection with the image.
+
+  B = 0: an empty batch of the images' shape.
 
   Args:
     images_a: [B, H, W, C] images.

@@ -50,6 +50,8 @@ def jtt_error_set(logits: ArrayLike, labels: ArrayLike, *, where: ArrayLike | No
   logit is correctly classified only if no smaller class index ties with it. A row with a NaN logit
   predicts the first NaN's class (NumPy's `argmax` convention).
 
+  B = 0: an empty [0]. K = 1: False on every row (every prediction is the one class).
+
   Args:
     logits: [N, K] logits of the stage-1 model over the training set (or a batch of it; the masks
       of consecutive batches concatenate).
@@ -107,6 +109,8 @@ def jtt_epoch_length(error_set: ArrayLike, upweight: int) -> int:
 
   Liu et al., ICML 2021, arXiv 2107.09044: each error-set example appears 1 + λ_up times.
 
+  N = 0: 0.
+
   Args:
     error_set: bool [N] mask of the error set E.
     upweight: λ_up, a non-negative int.
@@ -136,6 +140,8 @@ def jtt_upsampled_indices(error_set: ArrayLike, upweight: int, *, seed: Any = No
   model). Host-side NumPy, drawn once per epoch. Give exactly one of `seed` (an int or a sequence of
   ints, e.g. `(seed, epoch)`, for a list that is a pure function of its arguments) or `rng` (a
   `np.random.Generator`, advanced by one permutation).
+
+  N = 0: an empty index array.
 
   Args:
     error_set: bool [N], e.g. `jtt_error_set(...)` of the stage-1 model (a jax or NumPy array).

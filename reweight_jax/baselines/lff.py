@@ -29,6 +29,7 @@ from mr2_reweight_core.checks import check_floating
 from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_num_classes
+from mr2_reweight_core.checks import check_positive_int
 from mr2_reweight_core.checks import check_where
 from mr2_reweight_core.checks import count_skipped
 from mr2_reweight_core.checks import finite_rows
@@ -89,10 +90,7 @@ def init_lff_state(num_examples: int) -> LfFState:
     >>> print(state.ema_biased, state.seen)
     [0. 0. 0. 0. 0.] [False False False False False]
   """
-  if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)):
-    raise TypeError(f"num_examples: expected a Python int, got {type(num_examples).__name__}.")
-  if num_examples < 1:
-    raise ValueError(f"num_examples: expected a positive training-set size, got {num_examples}.")
+  num_examples = check_positive_int(num_examples, "num_examples")
   return LfFState(jnp.zeros((num_examples,), jnp.float32), jnp.zeros((num_examples,), jnp.float32),
                   jnp.zeros((num_examples,), bool), jnp.zeros((), jnp.int32))
 
@@ -120,7 +118,8 @@ def gce_loss(logits: ArrayLike, labels: ArrayLike, *, q: ArrayLike = 0.7,
     where: optional bool [B]; padding rows give 0 and no gradient.
 
   Returns:
-    float [B]; NaN for an out-of-range label under `jit` (never a clipped class).
+    float [B]; NaN for an out-of-range label under `jit` (never a clipped class). B = 0: an empty
+    [0]. K = 1: 0 on every real row (a softmax over one class is certain).
 
   Raises:
     ValueError: q outside (0, 1], logits not [B, K], labels not [B], or (eagerly) a real row's
@@ -221,7 +220,8 @@ def lff_update_ema(state: LfFState, indices: ArrayLike, loss_biased: ArrayLike,
   Returns:
     The new `LfFState`. A real row with an out-of-range index raises eagerly; under `jit` it writes
     nothing (never a clipped position) and `lff_weights` / `lff_loss` give it NaN. A real row with a
-    non-finite loss writes nothing either; both are counted in `skipped_rows`.
+    non-finite loss writes nothing either; both are counted in `skipped_rows`. B = 0 (or every
+    row padding): the state unchanged.
 
   Raises:
     ValueError: α outside [0, 1], a state whose fields differ in shape, losses or indices not [B],
@@ -302,7 +302,8 @@ def lff_weights(state: LfFState, indices: ArrayLike, labels: ArrayLike, dataset_
     where: optional bool [B]; padding rows give 0.
 
   Returns:
-    float32 [B]; NaN for a real row with an out-of-range label or index under `jit`.
+    float32 [B]; NaN for a real row with an out-of-range label or index under `jit`. B = 0: an
+    empty [0]. K = 1: one class maximum, over every training example.
 
   Raises:
     ValueError: a bad state, `dataset_labels` not [N], indices or labels not [B], or (eagerly) a
@@ -389,7 +390,8 @@ def lff_loss(logits_biased: ArrayLike, logits_debiased: ArrayLike, labels: Array
 
   Returns:
     (loss, new_state, LfFAux). A real row with an out-of-range label or index makes the loss NaN
-    under `jit` and writes nothing into the state.
+    under `jit` and writes nothing into the state. B = 0 (or every row padding): loss 0, the state
+    unchanged. K = 1: both cross-entropies and the GCE are 0, so the loss and every weight are 0.
 
   Raises:
     ValueError: logits of different shapes, labels or indices not [B], a bad state, q or α out of

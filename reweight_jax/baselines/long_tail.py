@@ -42,6 +42,8 @@ def inverse_frequency_weights(class_counts: ArrayLike) -> jax.Array:
   The inverse-frequency baseline of Wang et al., ICML 2026, arXiv 2605.10047 (and the class
   weights of the IB loss, Park et al., ICCV 2021, arXiv 2110.02444).
 
+  K = 1: (1,) (weights have mean 1).
+
   Args:
     class_counts: [K] non-negative training-set class counts n_c (integer or floating); a class
       with no example (n_c = 0) gets the weight of a one-example class (the module's convention).
@@ -74,6 +76,8 @@ def class_balanced_weights(class_counts: ArrayLike, beta: float = 0.9999) -> jax
   1901.05555 (β = 0.9999 for CIFAR-LT). :math:`1 - \beta^n` is evaluated as
   :math:`-\operatorname{expm1}(n \log \beta)` with log β taken in double precision, because 1 − β is
   not representable to float32 accuracy for β close to 1.
+
+  K = 1: (1,) (weights have mean 1).
 
   Args:
     class_counts: [K] non-negative training-set class counts n_c; a class with no example
@@ -110,6 +114,8 @@ def ldam_drw_weights(class_counts: ArrayLike, epoch: ArrayLike, *, drw_epoch: in
 
   Cao et al., "Learning Imbalanced Datasets with Label-Distribution-Aware Margin Loss", NeurIPS
   2019, arXiv 1906.07413 (deferred re-weighting with class-balanced weights from epoch 160 of 200).
+
+  K = 1: (1,) before and after the DRW epoch.
 
   Args:
     class_counts: [K] non-negative training-set class counts n_c.
@@ -153,6 +159,8 @@ def focal_loss(logits: ArrayLike, labels: ArrayLike, *, gamma: float = 1.0,
   default 1 as in the LDAM-DRW CIFAR-LT code). :math:`1 - p_y` is computed as
   :math:`-\operatorname{expm1}(\log p_y)`.
 
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
+
   Args:
     logits: float [B, K].
     labels: int [B] in [0, K).
@@ -195,6 +203,8 @@ def ldam_margins(class_counts: ArrayLike, max_margin: float = 0.5) -> jax.Array:
 
   Cao et al., NeurIPS 2019, arXiv 1906.07413 (the largest margin 0.5 in their CIFAR code).
 
+  K = 1: (max_margin,).
+
   Args:
     class_counts: [K] non-negative training-set class counts n_c; a class with no example
       (n_c = 0) gets the margin of a one-example class, `max_margin` (the module's convention).
@@ -231,6 +241,8 @@ def ldam_loss(logits: ArrayLike, labels: ArrayLike, class_counts: ArrayLike, *,
   0.5) is subtracted from the true-class logit and the logits scaled by s = 30. Pass
   `class_weights=ldam_drw_weights(...)` for LDAM-DRW. (The original code reduces a weighted batch by
   :math:`\sum w_y \ell / \sum w_y`; the reduction is the caller's.)
+
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
 
   Args:
     logits: float [B, K] (normalised-feature logits in the original recipe).
@@ -280,6 +292,8 @@ def logit_adjusted_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Arra
   Menon et al., "Long-tail learning via logit adjustment", ICLR 2021, arXiv 2007.07314 (the
   logit-adjusted loss, τ = 1).
 
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
+
   Args:
     logits: float [B, K].
     labels: int [B] in [0, K).
@@ -327,6 +341,8 @@ def balanced_softmax_loss(logits: ArrayLike, labels: ArrayLike, class_counts: Ar
   2007.10740. Equal to `logit_adjusted_loss` with τ = 1 (log n_c and log π_c differ by a constant
   that the softmax cancels); kept under its own name because the literature reports it separately.
 
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
+
   Args:
     logits: float [B, K].
     labels: int [B] in [0, K).
@@ -369,6 +385,8 @@ def ib_loss(logits: ArrayLike, labels: ArrayLike, features: ArrayLike, *, alpha:
   2110.02444 (α = 1000, switched on from epoch 100 — before that, train with plain CE). As in the
   original code, gradients flow through the influence factor, and ε = 1e-3; the original passes
   inverse-frequency `class_weights`.
+
+  B = 0: an empty [0]. K = 1: 0 on every real row (a softmax over one class is certain).
 
   Args:
     logits: float [B, K].

@@ -57,6 +57,8 @@ def glmc_rebalanced_probabilities(labels: ArrayLike, class_counts: ArrayLike, r:
   re-balancing at all), r = 1 samples classes uniformly. Computed in log space, so large counts and
   exponents neither overflow nor underflow.
 
+  N = 0: `ValueError` (no row to draw). K = 1: 1/N for every row.
+
   Args:
     labels: int [N] training labels in [0, K).
     class_counts: [K] training counts n_c (normally `np.bincount(labels, minlength=K)`); every class
@@ -96,6 +98,8 @@ def glmc_rebalanced_indices(labels: ArrayLike, class_counts: ArrayLike, r: float
   distribution. For batches that are a pure function of (seed, epoch, step), pass
   `rng = np.random.default_rng((seed, epoch, step))`. Each call costs O(N) (the probabilities and
   `choice`'s cumulative sum): negligible next to a training step at CIFAR or ImageNet-LT sizes.
+
+  N = 0: `ValueError` (no row to draw). K = 1: uniform draws over the N rows.
 
   Args:
     labels: int [N] training labels in [0, K).

@@ -37,6 +37,8 @@ def soft_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, where: ArrayLik
   with the stable log-softmax (`jax.nn.log_softmax`); a term with t_ik = 0 is 0 even where
   z_ik = −inf. Targets need not sum to 1 (GLMC's y^w does not). Computed in at least float32.
 
+  B = 0: an empty [0]. K = 1: 0 on every row (a log-softmax over one class is 0).
+
   Args:
     logits: [B, K] floating.
     targets: [B, K] floating (e.g. `mixed_targets`).
@@ -87,6 +89,8 @@ def mixed_targets(labels_a: ArrayLike, labels_b: ArrayLike, lam: ArrayLike, num_
   pass (GLMC's CutMix targets use λ, not the clipped box's area). Without weights each row sums
   to 1. `class_weights` enter as given, so a caller passing weights that carry a gradient (the
   inverse reweighting's ŵ under gradient flow, `mixed_inverse_reweighted_loss`) keeps it.
+
+  B = 0: an empty [0, K]. K = 1: (v_0,) on every real row ((1,) without weights).
 
   Args:
     labels_a: int [B] labels of the instance-balanced rows, in [0, K).

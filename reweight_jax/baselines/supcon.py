@@ -39,6 +39,8 @@ def stack_views(views: ArrayLike, labels: ArrayLike, *, where: ArrayLike | None 
   its rows split over the devices as the views' are. The batch of
   SupCon (Khosla et al., NeurIPS 2020, arXiv 2004.11362): every view of every image in one pass.
 
+  B = 0: empty [0, D], [0] (and [0]).
+
   Args:
     views: float [B, V, D] embeddings of V views of each of B examples.
     labels: int [B].
@@ -126,6 +128,9 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: Array
   N_devices times the global one). Without `axis_name`, `jax.jit` over a batch laid out with
   `NamedSharding` (Explicit or Auto mesh axes) sees the global batch: the loss is the global value.
 
+  B = 0 (or every row padding): loss 0, no anchor. K = 1: every other real row is a positive of each
+  anchor.
+
   Args:
     projections: float [N, D] view embeddings z (L2-normalised by the head), N = views × batch,
       views stacked (`stack_views`). Narrower than float32 is computed in float32.
@@ -185,7 +190,9 @@ def supcon_loss(projections: ArrayLike, labels: ArrayLike, *, temperature: Array
   logits = (local @ all_rows.T) / temperature  # [B_local, N_global]
   masked = jnp.where(candidate, logits, -jnp.inf)
   has_candidate = jnp.any(candidate, axis=1)
-  row_max = jax.lax.stop_gradient(jnp.where(has_candidate, jnp.max(masked, axis=1), 0.0))
+  # `initial`: an empty batch (B = 0) has no row to take a maximum of, and no error.
+  row_max = jax.lax.stop_gradient(
+      jnp.where(has_candidate, jnp.max(masked, axis=1, initial=-jnp.inf), 0.0))
   sum_exp = jnp.sum(jnp.exp(masked - row_max[:, None]), axis=1)
   log_denominator = row_max + jnp.log(jnp.where(has_candidate, sum_exp, 1.0))
   num_positives = jnp.sum(positive, axis=1)
