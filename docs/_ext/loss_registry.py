@@ -179,6 +179,18 @@ def declared_in(losses) -> dict[str, list[str]]:
   return files
 
 
+
+def public_name(function) -> str:
+  """The shortest public path of a library function: the first package on its module's path that
+  exports it (`reweight_jax.init_reweight_state`, `reweight_jax.baselines.init_group_dro_q`)."""
+  parts = function.__module__.split(".")
+  for end in range(1, len(parts) + 1):
+    package = ".".join(parts[:end])
+    if getattr(importlib.import_module(package), function.__name__, None) is function:
+      return f"{package}.{function.__name__}"
+  return f"{function.__module__}.{function.__name__}"
+
+
 def entry_page(name, entry, losses, defaults, configs, files) -> str:
   out = [_title(f"``{name}``")]
   wrapped = len(files) > 1
@@ -263,7 +275,7 @@ def entry_page(name, entry, losses, defaults, configs, files) -> str:
     for field in fields:
       if field in inits:
         init = inits[field]
-        out.append(f"* ``{field}``: :func:`{init.__module__.split('.')[0]}.{init.__name__}` "
+        out.append(f"* ``{field}``: :func:`{public_name(init)}` "
                    f"(K classes) — {_docstring_parts(init)[0]}")
       else:
         out.append(f"* ``{field}``: per-example state of the N training examples, made from the "
