@@ -148,8 +148,12 @@ def export_runs(workdir: pathlib.Path, runs_dir: pathlib.Path, *,
         shutil.copyfile(run / name, runs_dir / f"{run.parent.name}-{run.name}.{suffix}")
     if (run / "checkpoints").is_dir() and any(p.name.isdigit() for p in
                                               (run / "checkpoints").iterdir()):
-      checkpoints.write_variables_npz(
-          run, runs_dir / f"{run.parent.name}-{run.name}.{VARIABLES}")
+      try:
+        checkpoints.write_variables_npz(
+            run, runs_dir / f"{run.parent.name}-{run.name}.{VARIABLES}")
+      except (FileNotFoundError, checkpoints.CheckpointError) as error:
+        # The run's results still go; only its variables are missing, and that is said.
+        print(f"warning: {run}: exported without its variables: {error}", file=sys.stderr)
     written.append(runs_dir / f"{run.parent.name}-{run.name}.json")
   return written
 
