@@ -8,8 +8,6 @@ Nothing is loaded from those sites when a page is built or viewed.
 
 from __future__ import annotations
 
-from docutils import nodes
-
 # Top-level package → URL of the page for a full dotted name.
 PROJECTS = {
     "jax": "https://docs.jax.dev/en/latest/_autosummary/{name}.html",
@@ -41,6 +39,7 @@ def resolve(app, env, node, contnode):
   url = external_url(node.get("reftarget", ""))
   if url is None:
     return None
+  from docutils import nodes  # pylint: disable=g-import-not-at-top  (the build's; external_url needs none)
   reference = nodes.reference("", "", internal=False, refuri=url,
                               reftitle=f"{node['reftarget']} (external documentation)")
   reference += contnode

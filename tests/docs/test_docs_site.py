@@ -92,6 +92,7 @@ def test_compact_math_lists_and_marked_blocks_keep_their_shape():
 def test_a_one_seed_report_page_names_no_spread_over_seeds():
   """The 200-epoch study (one seed) renders its committed report with no "± n/a" cells and its
   plots' captions without error-bar or band wording; a report over seeds keeps them."""
+  pytest.importorskip("sphinx")  # the extension's logger (the docs extra)
   study_pages = _load("study_pages")
   results = DOCS_EXT.parents[1] / "results"
   one_seed = results / "cifar10_lt_200" / "report.md"
