@@ -183,19 +183,26 @@ CALLS: dict[str, Callable[[Batch], Any]] = {
 }
 
 
-def _public_functions():
+def public_symbols():
+  """(qualified name, value) of every public symbol of the libraries (their `__all__`), but for the
+  Flax heads when Flax is not installed."""
   for library in (mr2_jax, reweight_jax, baselines):
     for name in library.__all__:
       try:
         value = getattr(library, name)
       except ModuleNotFoundError:  # the Flax heads, without Flax
         continue
-      if inspect.isfunction(value):
-        yield f"{library.__name__}.{name}", value
-      elif inspect.isclass(value):
-        for method in ("update", "update_ncc"):
-          if inspect.isfunction(getattr(value, method, None)):
-            yield f"{library.__name__}.{name}.{method}", getattr(value, method)
+      yield f"{library.__name__}.{name}", value
+
+
+def _public_functions():
+  for qualified, value in public_symbols():
+    if inspect.isfunction(value):
+      yield qualified, value
+    elif inspect.isclass(value):
+      for method in ("update", "update_ncc"):
+        if inspect.isfunction(getattr(value, method, None)):
+          yield f"{qualified}.{method}", getattr(value, method)
 
 
 def labelled_functions() -> set[str]:

@@ -25,6 +25,7 @@ import pytest
 import mr2_jax
 import reweight_jax
 from reweight_jax import baselines
+from tests import batch_calls
 
 K, DIM, BATCH, NUM_EXAMPLES = 5, 3, 8, 12
 
@@ -76,17 +77,12 @@ STATES = {
 
 def _public_inits():
   found = set()
-  for library in (mr2_jax, reweight_jax, baselines):
-    for name in library.__all__:
-      try:
-        value = getattr(library, name)
-      except ModuleNotFoundError:  # the Flax heads, without Flax
-        continue
-      if inspect.isfunction(value) and name.startswith("init"):
-        found.add(f"{library.__name__}.{name}")
-      elif inspect.isclass(value) and callable(getattr(value, "init", None)) and hasattr(
-          value, "_fields"):
-        found.add(f"{library.__name__}.{name}.init")
+  for qualified, value in batch_calls.public_symbols():
+    if inspect.isfunction(value) and qualified.rsplit(".", 1)[1].startswith("init"):
+      found.add(qualified)
+    elif inspect.isclass(value) and callable(getattr(value, "init", None)) and hasattr(
+        value, "_fields"):
+      found.add(f"{qualified}.init")
   return found
 
 
