@@ -392,7 +392,7 @@ def rho(class_losses: ArrayLike, present: ArrayLike | None = None) -> jax.Array:
       \rho = \operatorname{std}_c(L_c) \,/\, \operatorname{mean}_c(L_c)
 
   The loss imbalance coefficient of Wang et al., ICML 2026, arXiv 2605.10047, in the *project's*
-  definition (the paper reports ρ, but its formula was not available to us): L_c are
+  definition (the paper reports ρ without stating its formula): L_c are
   the per-class mean training losses on the whole training set (accumulate them with
   `NCAccumulator.update(..., per_example_loss=...)`), std is the population standard deviation over
   classes (ddof = 0). ρ = 0 exactly when all class losses are equal (also when they are all 0); NaN

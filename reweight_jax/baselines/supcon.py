@@ -1,5 +1,6 @@
 """Supervised contrastive loss (Khosla et al., "Supervised Contrastive Learning",
-NeurIPS 2020, arXiv 2004.11362; one of MR2's comparison methods, COMPARISONS spec 'SupCon').
+NeurIPS 2020, arXiv 2004.11362; one of the comparison methods of MR2: Zhu et al., ICLR 2026,
+arXiv 2602.00205).
 
 Reference code: `HobbitLong/SupContrast` (`losses.py` for the loss, `networks/resnet_big.py` for the
 head). Two views per image go through one forward pass on the stacked batch; `stack_views` builds
