@@ -144,33 +144,37 @@ def _images_of(summary: dict, groups) -> dict[str, float] | None:
   return images
 
 
-def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, dict]:
-  """Per metric: `seed_stats.paired_delta` of (method − reference) on the *same* seed, as its JSON
-  object (mean Δ, sample std, seeds ahead / behind / paired, the 95 % t-interval, the sign-test p
-  and the per-seed Δs). Seeds must match between the two methods."""
+def _paired(summaries: list[dict], reference: list[dict], metrics_of) -> dict[str, dict] | None:
+  """`seed_stats.paired_delta`'s JSON, per metric that every run of both has, of `metrics_of(summary)`
+  (method − reference on the *same* seed); None when a run has none (`metrics_of` gave None).
+  Seeds must match between the two methods."""
   by_seed = {s["seed"]: s for s in reference}
   seeds = [s["seed"] for s in summaries]
   if sorted(seeds) != sorted(by_seed):
     raise ValueError(f"paired comparison needs the same seeds: {sorted(seeds)} vs "
                      f"{sorted(by_seed)}")
-  ours = {s["seed"]: _metrics_of(s, groups) for s in summaries}
-  theirs = {seed: _metrics_of(by_seed[seed], groups) for seed in ours}
+  ours = {s["seed"]: metrics_of(s) for s in summaries}
+  theirs = {seed: metrics_of(by_seed[seed]) for seed in ours}
+  if any(m is None for m in (*ours.values(), *theirs.values())):
+    return None
   common = [k for k in next(iter(ours.values()))
             if all(k in m for m in (*ours.values(), *theirs.values()))]
   ours = {seed: {k: m[k] for k in common} for seed, m in ours.items()}
   return {key: delta.to_json() for key, delta in seed_stats.metric_deltas(ours, theirs).items()}
 
 
+def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[str, dict]:
+  """Per metric: the paired Δ (method − reference) on the *same* seed, as its JSON object (mean Δ,
+  sample std, seeds ahead / behind / paired, the 95 % t-interval, the sign-test p and the per-seed
+  Δs)."""
+  return _paired(summaries, reference, lambda s: _metrics_of(s, groups))
+
+
 def paired_image_deltas(summaries: list[dict], reference: list[dict], groups
                         ) -> dict[str, dict] | None:
   """As `paired_deltas`, in test images (`_images_of`) instead of fractions; None unless every run
   of both recorded its test images per class."""
-  by_seed = {s["seed"]: s for s in reference}
-  ours = {s["seed"]: _images_of(s, groups) for s in summaries}
-  theirs = {seed: _images_of(by_seed[seed], groups) for seed in ours}
-  if any(v is None for v in (*ours.values(), *theirs.values())):
-    return None
-  return {key: delta.to_json() for key, delta in seed_stats.metric_deltas(ours, theirs).items()}
+  return _paired(summaries, reference, lambda s: _images_of(s, groups))
 
 
 _pct = seed_stats.percent_cell
