@@ -9,7 +9,7 @@ Small extensions in docs/_ext run at build time: `api_coverage` fails the build 
 symbol has no page, `example_pages` runs each script in examples/ and shows its code and output,
 `external_links` links JAX / optax / Flax / chex / NumPy names to their projects' pages without
 fetching anything, `loss_registry` writes one page per entry of the harness's loss registry (from
-`experiments.losses.registry` itself), `study_pages` copies the results and benchmark reports with
+`experiments.methods.registry` itself), `study_pages` copies the results and benchmark reports with
 their plots. What they write goes to docs/_generated and docs/api/_autosummary (git-ignored).
 
 The API reference, the guides and the examples need the `docs` extra only. The harness's pages

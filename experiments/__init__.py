@@ -5,9 +5,9 @@ below it (checked by tests/harness/test_layout.py):
     data     sources, long-tailed subsets and splits, augmentation, batches, the input pipeline
     models   the networks and their heads, pretrained weights
     methods  one module per method: its objective, config sub-tree, state, recipe (model wrapper,
-             views, sampler, paired batches, epoch-end pass) and per-example loss
-    losses   the loss registry, built from the method modules (the reweighting wraps every
-             method with a per-example loss)
+             views, sampler, paired batches, epoch-end pass) and per-example loss; the loss
+             registry built from them (`methods.registry`: the reweighting wraps every method
+             with a per-example loss)
     configs  the schema (default.py: defaults, ranges, the one check) and one self-contained file
              per recipe over it, returning an ml_collections.ConfigDict
     train    train state, the step, runners (jit / pmap / shard_map), checkpoints, the loop

@@ -23,7 +23,7 @@ from ml_collections import config_flags
 
 from experiments.common import cli
 from experiments.studies import method_comparison
-from experiments import losses
+from experiments.methods import registry
 from experiments.report import seed_stats
 from experiments.common import xla_cpu
 
@@ -32,7 +32,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/compare", "Output folder.")
 _METHODS = flags.DEFINE_list(
     "methods", ["ce", "mr2", "inverse_reweight"],
-    f"Methods to compare, the first is the reference (ERM). A method is a loss from {tuple(losses.REGISTRY)}, "
+    f"Methods to compare, the first is the reference (ERM). A method is a loss from "
+    f"{tuple(registry.REGISTRY)}, "
     "or `name=loss:field=value:...` for a variant, e.g. `mr2_gamma_only=mr2:mr2.lam=0`.")
 
 

@@ -17,7 +17,7 @@ chex.set_n_cpu_devices(8)
 # XLA's persistent compilation cache, shared by the test processes (and kept between runs on one
 # machine; entries are keyed by the compiled program, so a changed function never hits a stale one):
 # many tests compile the same step or loss again (other closures, other workers), ≈ 13 % of the
-# default run measured on tests/harness/losses/test_registry.py + tests/lib/mr2_jax/test_representation_margin.py.
+# default run measured on tests/harness/methods/test_registry.py + tests/lib/mr2_jax/test_representation_margin.py.
 jax.config.update("jax_compilation_cache_dir", os.environ.get(
     "MR2_JAX_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "mr2_jax_test_xla_cache")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
@@ -88,7 +88,7 @@ MOVED_TO_SLOW = {
     "test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result[mr2+":
         "[ce] and the property tests' 2/4/8-device splits of the registry entry",
     "test_fairdro_q_is_the_best_response_to_the_training_pass_after_an_epoch":
-        "tests/harness/losses/test_registry.py::test_epoch_end_hook_sets_fairdro_q_from_the_training_pass",
+        "tests/harness/methods/test_registry.py::test_epoch_end_hook_sets_fairdro_q_from_the_training_pass",
     "test_tiny_wide_resnet_forward": "test_wrn28_10_parameter_count_and_shapes",
     "test_one_pass_evaluation_equals_numpy[linear-none-1]": "[cosine-none-1], [linear-pmap-8]",
     "test_adapter_step_is_ce_on_both_views_plus_lambda_supcon": "tests/lib/reweight_jax/baselines/test_supcon.py",

@@ -1,8 +1,8 @@
 """Runs the property tests' slow twins (1,000 generated examples each) one test at a time, resumably.
 
-    python -m tests.run_slow_properties --out tests/fixtures/property_runs/<name> [--jobs 2] [-k EXPR]
-    python -m tests.run_slow_properties --out tests/fixtures/property_runs/<name> --summary
-    python -m tests.run_slow_properties --out tests/fixtures/property_runs/<name> --progress
+    python -m tests.run_slow_properties --out workdirs/property_runs/<name> [--jobs 2] [-k EXPR]
+    python -m tests.run_slow_properties --out workdirs/property_runs/<name> --summary
+    python -m tests.run_slow_properties --out workdirs/property_runs/<name> --progress
 
 The whole slow profile is hours of CPU on a small machine, so it is run as one pytest process per
 test (at `nice` 19, `--jobs` at a time) and each test's log is kept in `--out`: a rerun skips the
@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-FILES = ("tests/harness/losses/test_properties_registry.py", "tests/lib/test_properties_stats.py",
+FILES = ("tests/harness/methods/test_properties_registry.py", "tests/lib/test_properties_stats.py",
          "tests/lib/test_properties_comparisons.py",
          "tests/lib/reweight_jax/baselines/test_etf_dr.py",
          "tests/lib/reweight_jax/baselines/test_glmc.py")

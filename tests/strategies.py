@@ -419,7 +419,7 @@ def assert_finite(tree_or_array, what: str) -> None:
 
 
 # MR2 class statistics: the float64 reference update and its error scales (used by
-# tests/harness/losses/test_properties_registry.py and tests/lib/test_properties_stats.py).
+# tests/harness/methods/test_properties_registry.py and tests/lib/test_properties_stats.py).
 
 def class_norms(features, labels, num_classes):
   """max_i ‖φ_i‖₂ over each class's rows [K] (0 for absent classes)."""

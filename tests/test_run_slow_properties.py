@@ -10,7 +10,7 @@ from tests import run_slow_properties as runner
 from tests import strategies as S
 
 
-TEST = "tests/harness/losses/test_properties_registry.py::test_registry_entry_slow[mr2]"
+TEST = "tests/harness/methods/test_properties_registry.py::test_registry_entry_slow[mr2]"
 OTHER = "tests/lib/reweight_jax/baselines/test_glmc.py::test_property_matches_reference_slow"
 
 FINISHED_LOG = """commit=abc1234 started=2026-12-02 04:26:23
@@ -72,5 +72,5 @@ def test_collect_takes_the_twins_not_the_tests_moved_to_the_slow_run():
   # conftest moves test_registry_entry_sharded[inv_freq] (default profile) to `-m slow`; its twin is
   # test_registry_entry_sharded_slow[inv_freq].
   ids = runner.collect("registry_entry_sharded and inv_freq")
-  assert ids == ["tests/harness/losses/test_properties_registry.py"
+  assert ids == ["tests/harness/methods/test_properties_registry.py"
                  "::test_registry_entry_sharded_slow[inv_freq]"]

@@ -75,7 +75,7 @@ import ml_collections
 import numpy as np
 from PIL import Image
 
-from experiments import losses
+from experiments.methods import registry
 from experiments.common import cli
 from experiments.common.errors import DataError
 from experiments.data import loading
@@ -192,7 +192,7 @@ def window(run: pathlib.Path) -> dict | None:
 def chain_load(workdir: pathlib.Path, chain: Chain) -> tuple[float, float] | None:
   """(images/s now, images left) of a started chain, over its seeds and methods, from the windows
   of the run training now; a deferred method left to train counts its epochs after its start
-  (`losses.start_epoch`). None before a first window after the compilation."""
+  (`registry.start_epoch`). None before a first window after the compilation."""
   rate = left = 0.0
   for runs in zip(*(run_folders(workdir, chain, spec) for spec in chain.methods)):
     current = next((i for i, run in enumerate(runs) if not (run / "summary.json").exists()), None)
@@ -210,10 +210,10 @@ def chain_load(workdir: pathlib.Path, chain: Chain) -> tuple[float, float] | Non
 
 def deferred_images(config: dict, steps_per_epoch: float, spec: str) -> float:
   """The images a chain's deferred method `spec` trains after its start epoch
-  (`losses.start_epoch`) at the recipe of `config` (a run's config.json)."""
+  (`registry.start_epoch`) at the recipe of `config` (a run's config.json)."""
   method = ml_collections.ConfigDict(config)
   method.loss = method_comparison.parse_method(spec)[1]
-  epochs = config["num_epochs"] - losses.start_epoch(method)
+  epochs = config["num_epochs"] - registry.start_epoch(method)
   return epochs * steps_per_epoch * config["batch_size"]
 
 

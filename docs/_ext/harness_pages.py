@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 # What the harness's pages import: the loss registry and its configs and recipes (loss_registry),
 # the diagnosis behind the diagnose example (study_pages).
-HARNESS_MODULES = ("experiments.losses.registry", "experiments.configs.default",
+HARNESS_MODULES = ("experiments.methods.registry", "experiments.configs.default",
                    "experiments.train.recipes", "experiments.diagnose")
 # The checkout's own packages: a missing module among them is a bug, never a missing extra.
 _OWN = ("experiments", "mr2_jax", "reweight_jax", "mr2_reweight_core")

@@ -1,9 +1,9 @@
 """One page per entry of the harness's loss registry, written from the registry at build time.
 
 Everything on a page is read from the code, so the pages cannot drift from it:
-`experiments.losses.REGISTRY` (the entry, a `Method` declared in one module of
+`experiments.methods.registry.REGISTRY` (the entry, a `Method` declared in one module of
 `experiments/methods/`: its config sub-trees, state, start, before entry, recipe),
-`experiments.losses.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
+`experiments.methods.registry.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
 (defaults), the shipped configs (which select the entry), and the docstrings of the library
 functions the entry's step calls (found in the code objects of its `loss`), whose summary,
 equation and argument descriptions are quoted.
@@ -160,16 +160,15 @@ def _summary_line(module) -> str:
   return _SPEC.sub("", first)
 
 
-def declared_in(losses) -> dict[str, list[str]]:
+def declared_in(registry) -> dict[str, list[str]]:
   """Entry name → the files of `experiments/methods/` that declare it (a wrapped entry: the
   method's and the wrapper's)."""
-  registry = importlib.import_module("experiments.losses.registry")
   modules = registry.method_modules()
   path = {m: f"experiments/methods/{m.__name__.rpartition('.')[2]}.py" for m in modules}
   own = {method.name: path[m] for m in modules for method in getattr(m, "METHODS", ())}
   wrappers = [(m.WRAPPER, path[m]) for m in modules if hasattr(m, "WRAPPER")]
   files = {}
-  for name, entry in losses.REGISTRY.items():
+  for name, entry in registry.REGISTRY.items():
     if name in own:
       files[name] = [own[name]]
     else:
@@ -191,10 +190,10 @@ def public_name(function) -> str:
   return f"{function.__module__}.{function.__name__}"
 
 
-def entry_page(name, entry, losses, defaults, configs, files) -> str:
+def entry_page(name, entry, registry, defaults, configs, files) -> str:
   out = [_title(f"``{name}``")]
   wrapped = len(files) > 1
-  out.append(f"Train with ``--config.loss={name}`` (the entry ``experiments.losses.REGISTRY"
+  out.append(f"Train with ``--config.loss={name}`` (the entry ``experiments.methods.registry.REGISTRY"
              f"[{name!r}]``, declared in ``{files[0]}``"
              + (f", wrapped by ``{files[1]}``" if wrapped else "")
              + "). Generated from the registry at build time.\n")
@@ -222,7 +221,7 @@ def entry_page(name, entry, losses, defaults, configs, files) -> str:
       for arg, text in _docstring_parts(obj)[2].items():
         arg_docs.setdefault(arg, text)
     for key in entry.reads:
-      tree = losses.CONFIG_TREES[key]
+      tree = registry.CONFIG_TREES[key]
       ranges = {field: _range_text(low, high) for field, low, high in tree.ranges}
       choices = {field: " / ".join(f"``{c!r}``" for c in values) for field, values in tree.choices}
       out.append(f"Sub-tree ``config.{key}`` (defaults from ``experiments/configs/default.py``; "
@@ -264,7 +263,7 @@ def entry_page(name, entry, losses, defaults, configs, files) -> str:
   out.append(_title("State", "-"))
   inits = {**entry.state}
   if entry.start is not None:
-    inits.update(losses.get(entry.before).state)
+    inits.update(registry.get(entry.before).state)
   fields = list(inits) + [f for f in entry.example_state if f not in inits]
   if not fields:
     out.append("No loss state: the entry is a function of the batch (and the training-set class "
@@ -298,7 +297,7 @@ def entry_page(name, entry, losses, defaults, configs, files) -> str:
   if recipe.epoch_end is not None:
     hooks.append(f"epoch-end pass ``{recipe.epoch_end.__name__}`` over the training set (eval "
                  "mode, no augmentation): " + (inspect.getdoc(recipe.epoch_end) or ""))
-  if losses.takes_mixup(name):
+  if registry.takes_mixup(name):
     hooks.append("takes mixup batches (``config.mixup_alpha`` > 0): one λ and one permutation of "
                  "the global batch per step, the loss against both labels "
                  "(``StepInfo.recipe.mix``)")
@@ -307,7 +306,6 @@ def entry_page(name, entry, losses, defaults, configs, files) -> str:
                  f"CutMix box, drawn on the host, mixed on the device by ``{recipe.mix.__name__}`` "
                  "(``StepInfo.recipe.mix``)")
   if entry.per_example is not None:
-    registry = importlib.import_module("experiments.losses.registry")
     for wrapper in registry.WRAPPERS.values():
       wrapped = wrapper.name_around(name)
       hooks.append(f"a per-example loss (``{entry.per_example.__name__}``), which "
@@ -328,15 +326,15 @@ def entry_page(name, entry, losses, defaults, configs, files) -> str:
 
 def write_pages(app):
   root = pathlib.Path(app.confdir).parent
-  losses = importlib.import_module("experiments.losses")
+  registry = importlib.import_module("experiments.methods.registry")
   default = importlib.import_module("experiments.configs.default").get_config()
-  defaults = {key: dict(default[key]) for key in losses.CONFIG_TREES}
+  defaults = {key: dict(default[key]) for key in registry.CONFIG_TREES}
   configs = _shipped_configs(root)
   out_dir = pathlib.Path(app.confdir) / "_generated" / "losses"
   out_dir.mkdir(parents=True, exist_ok=True)
   index = [_title("The loss registry"),
-           "Every training objective of the harness is one entry of ``experiments.losses."
-           "REGISTRY``, chosen with ``--config.loss=<name>``, and every entry is a method declared "
+           "Every training objective of the harness is one entry of ``experiments.methods."
+           "registry.REGISTRY``, chosen with ``--config.loss=<name>``, and every entry is a method declared "
            "in one module of ``experiments/methods/`` (``<method>+inverse_reweight``: the inverse "
            "reweighting, ``experiments/methods/inverse_reweight.py``, around a method with a "
            "per-example loss). Each entry has one signature once built from a config, "
@@ -347,10 +345,10 @@ def write_pages(app):
            "   * - entry\n     - declared in\n     - config sub-trees\n     - start\n"
            "     - before\n     - state"]
   pages = []
-  files = declared_in(losses)
-  for name, entry in losses.REGISTRY.items():
+  files = declared_in(registry)
+  for name, entry in registry.REGISTRY.items():
     page = page_name(name)
-    text = entry_page(name, entry, losses, defaults, configs, files[name])
+    text = entry_page(name, entry, registry, defaults, configs, files[name])
     path = out_dir / f"{page}.rst"
     if not path.exists() or path.read_text() != text:
       path.write_text(text)

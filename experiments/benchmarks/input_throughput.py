@@ -34,7 +34,7 @@ from experiments.data import batches as batches_lib
 from experiments.data import input_pipeline
 from experiments.data import loading
 from experiments.data import normalization
-from experiments import losses
+from experiments.methods import registry
 from experiments.train import steps
 from experiments.train import train_state
 
@@ -89,7 +89,7 @@ def step_rate() -> float:
                                          jax.random.key(0))
   task = steps.Task(tuple(map(float, counts)), 100,
                     normalization=normalization.normalization("imagenet_lt"))
-  step = jax.jit(lambda s, b: steps.train_step(s, b, loss_fn=losses.make_loss_fn(config),
+  step = jax.jit(lambda s, b: steps.train_step(s, b, loss_fn=registry.make_loss_fn(config),
                                                task=task, learning_rate_fn=lr))
   rng = np.random.default_rng(0)
   images = {"image": rng.integers(0, 256, (batch, 224, 224, 3), dtype=np.uint8),

@@ -13,7 +13,7 @@ import numpy as np
 
 from experiments.benchmarks.timing import interleaved, summarize_times
 from experiments.configs import cifar10_lt
-from experiments import losses
+from experiments.methods import registry
 from experiments import models
 from experiments.train import steps
 from experiments.train import train_state
@@ -40,8 +40,8 @@ def _resnet_steps(batch_size: int):
   for method in STEP_METHODS:  # each by name from the loss registry, as the trainer runs it
     config = base.copy_and_resolve_references()
     config.loss = method
-    loss_fn = losses.make_loss_fn(config)
-    fields = losses.init_loss_state(config, 10).keys()
+    loss_fn = registry.make_loss_fn(config)
+    fields = registry.init_loss_state(config, 10).keys()
     def step(s, b, loss_fn=loss_fn, fields=tuple(fields)):
       s = s.replace(loss_state={f: s.loss_state[f] for f in fields})
       return steps.train_step(s, b, loss_fn=loss_fn, task=task, learning_rate_fn=lr)

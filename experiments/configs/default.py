@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import jax
 import ml_collections
 
-from experiments import losses
+from experiments.methods import registry
 from experiments import models
 from experiments.common.errors import INF
 from experiments.common.errors import ConfigError
@@ -78,14 +78,14 @@ def get_config() -> ml_collections.ConfigDict:
   # Compute dtype of the body, 'float32' or 'bfloat16' (parameters, features, head, losses: f32).
   config.compute_dtype = "float32"
 
-  # Loss: a method of the loss registry (`experiments.losses.REGISTRY`); each reads its own sub-tree
+  # Loss: a method of the loss registry (`experiments.methods.registry`); each reads its own sub-tree
   # (mr2, reweight, focal, class_balanced, ldam, logit_adjust, ib, ...: defaults, ranges and start
   # epochs declared by the method's module in experiments/methods/, all added here). Deferred
   # losses train as their `before` entry until their start epoch (reweight.start_epoch,
   # ldam.drw_epoch, ib.start_epoch). `<method>+inverse_reweight`: the inverse reweighting of any
   # method with a per-example loss.
   config.loss = "ce"
-  for key, tree in losses.CONFIG_TREES.items():
+  for key, tree in registry.CONFIG_TREES.items():
     config[key] = ml_collections.ConfigDict(tree.defaults())
 
   # Optimisation: SGD + momentum + weight decay, linear warm-up then cosine or step decay.
@@ -173,7 +173,7 @@ def validate(config) -> None:
   """Raises ConfigError (one line, naming the field) before anything is written: the trainer's
   fields, every method's sub-tree (a config records them all, so a bad value is refused even where
   this loss does not read it), the method's own checks and its recipe's."""
-  losses.get(config.loss)  # an unknown loss is named first
+  registry.get(config.loss)  # an unknown loss is named first
   for field, choices in CHOICES:
     check_choice(config, field, choices)
   if config.model not in models.MODELS:
@@ -199,18 +199,19 @@ def validate_method(config) -> None:
   """The method's part of `validate`: every sub-tree's ranges and choices, the checks of the
   method (and of the one it trains as before its start), and mixup batches only for a method that
   takes them, single-view."""
-  for key, tree in losses.CONFIG_TREES.items():
+  for key, tree in registry.CONFIG_TREES.items():
     check_ranges(config, [(f"{key}.{field}", low, high) for field, low, high in tree.ranges])
     for field, choices in tree.choices:
       check_choice(config, f"{key}.{field}", choices)
-  for entry in losses.phases(config.loss):
+  for entry in registry.phases(config.loss):
     if entry.check is not None:
       entry.check(config)
-  if config.get("mixup_alpha", 0) > 0 and not losses.takes_mixup(config.loss):
+  if config.get("mixup_alpha", 0) > 0 and not registry.takes_mixup(config.loss):
     raise ConfigError(f"config.mixup_alpha: the {config.loss!r} loss does not take mixup batches "
-                      f"(entries that do: {[n for n in losses.REGISTRY if losses.takes_mixup(n)]})")
+                      f"(entries that do: "
+                      f"{[n for n in registry.REGISTRY if registry.takes_mixup(n)]})")
   if (config.get("mixup_alpha", 0) > 0
-      and max(config.get("views", 1), losses.get(config.loss).recipe.views) > 1):
+      and max(config.get("views", 1), registry.get(config.loss).recipe.views) > 1):
     raise ConfigError("config.mixup_alpha: mixup batches are single-view (config.views = 1 and a "
                       "loss with one view)")
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import reweight_jax
+from mr2_reweight_core import metrics as perclass_metrics
 from experiments.methods.method import POSITIVE
 from experiments.methods.method import ConfigTree
 from experiments.methods.method import EpochPass
@@ -34,7 +35,7 @@ def fairdro_epoch_end(config, state, epoch_pass: EpochPass, epoch, num_epochs):
   without training examples left out), s_e the smoothing step after epoch `epoch` (0-based)."""
   fd = config.fairdro
   present = epoch_pass.counts > 0
-  class_losses = reweight_jax.class_mean(epoch_pass.loss_sums, epoch_pass.counts)
+  class_losses = perclass_metrics.class_mean(epoch_pass.loss_sums, epoch_pass.counts)
   q_star = reweight_jax.baselines.fairdro_best_response(class_losses, fd.rho, clip=fd.clip,
                                                         present=present)
   q = reweight_jax.baselines.fairdro_update(state["fairdro_q"], q_star, epoch, num_epochs,

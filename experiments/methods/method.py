@@ -6,7 +6,8 @@ wrapper's outputs, the mix of a mixed batch, the rows' dataset positions) and `E
 
 `Wrapper` is a method that composes with any method that has a per-example loss
 (`Method.per_example`): the inverse reweighting (`experiments.methods.inverse_reweight`). The
-registry (`experiments.losses`) is built from the modules of this package and nothing else.
+registry (`experiments.methods.registry`) is built from the modules of this package and nothing
+else.
 """
 
 from __future__ import annotations

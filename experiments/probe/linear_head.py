@@ -32,11 +32,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import mr2_jax
 import reweight_jax
+from mr2_reweight_core import metrics as perclass_metrics
 from experiments.common import overrides as config_overrides
 from experiments.data import batches, long_tail
-from experiments import losses
+from experiments.methods import registry
+from experiments.methods.method import EpochPass
+from experiments.methods.method import RecipeInputs
+from experiments.methods.method import StepInfo
 from experiments.configs import default as default_config
 from experiments.probe.features import NUM_CLASSES
 
@@ -126,7 +129,7 @@ def init_state(key: jax.Array, feature_dim: int, num_classes: int,
   params = (head or LINEAR_HEAD).init(key, feature_dim, num_classes, init_std)
   config = loss_config(*(method_key(method) if isinstance(method, str) else method))
   return ProbeState(params=params, opt_state=optimizer.init(params),
-                    loss_state=losses.init_loss_state(config, num_classes, train_labels))
+                    loss_state=registry.init_loss_state(config, num_classes, train_labels))
 
 
 def logits_of(params: dict[str, jax.Array], features: jax.Array) -> jax.Array:
@@ -173,8 +176,8 @@ def make_train_epoch(method: str | tuple, schedule: ProbeSchedule, steps_per_epo
   `StepInfo.recipe`."""
   optimizer = make_optimizer(schedule, steps_per_epoch)
   config = loss_config(*(method_key(method) if isinstance(method, str) else method))
-  loss_fn = losses.make_loss_fn(config)
-  method_recipe = losses.get(config.loss).recipe
+  loss_fn = registry.make_loss_fn(config)
+  method_recipe = registry.get(config.loss).recipe
 
   @jax.jit
   def train_epoch(state, features, labels, batch_indices, epoch, rng):
@@ -187,8 +190,8 @@ def make_train_epoch(method: str | tuple, schedule: ProbeSchedule, steps_per_epo
 
     def step(state: ProbeState, inputs):
       step_in_epoch, indices = inputs
-      info = losses.StepInfo(epoch=epoch, step_in_epoch=step_in_epoch, class_counts=class_counts,
-                             rng=jax.random.fold_in(rng, step_in_epoch))
+      info = StepInfo(epoch=epoch, step_in_epoch=step_in_epoch, class_counts=class_counts,
+                      rng=jax.random.fold_in(rng, step_in_epoch))
       # [V, B, d] → the view-major [V·B, d] batch (one view: [B, d]).
       batch_features = features[..., indices, :].reshape(-1, features.shape[-1])
       batch_labels = jnp.tile(labels[indices], views)
@@ -196,7 +199,7 @@ def make_train_epoch(method: str | tuple, schedule: ProbeSchedule, steps_per_epo
 
       def objective(params):
         logits, loss_features, outputs = head.apply(params, batch_features)
-        given = losses.RecipeInputs(outputs=outputs, indices=batch_indices)
+        given = RecipeInputs(outputs=outputs, indices=batch_indices)
         loss, loss_state, _ = loss_fn(logits, loss_features, batch_labels, state.loss_state,
                                       info._replace(recipe=given))
         return loss, loss_state
@@ -228,14 +231,14 @@ def epoch_batches(num_examples: int, batch_size: int, seed: int, epoch: int,
 
 
 @functools.partial(jax.jit, static_argnames="num_classes")
-def class_loss_sums(params, features, labels, num_classes: int) -> losses.EpochPass:
+def class_loss_sums(params, features, labels, num_classes: int) -> EpochPass:
   """Per-class Σ CE, correct and counts of a full pass (FairDRO's epoch-end pass), by the per-class
   core's sums (`per_class_loss_sums`, `per_class_correct`) as the trainer's `eval_step`."""
   logits = logits_of(params, features)
   ce = reweight_jax.cross_entropy_loss(logits, labels)
-  loss_sums, _ = reweight_jax.per_class_loss_sums(ce, labels, num_classes)
-  correct, counts = mr2_jax.per_class_correct(jnp.argmax(logits, -1), labels, num_classes)
-  return losses.EpochPass(loss_sums=loss_sums, correct=correct, counts=counts)
+  loss_sums, _ = perclass_metrics.per_class_loss_sums(ce, labels, num_classes)
+  correct, counts = perclass_metrics.per_class_correct(jnp.argmax(logits, -1), labels, num_classes)
+  return EpochPass(loss_sums=loss_sums, correct=correct, counts=counts)
 
 
 @functools.partial(jax.jit, static_argnames="head")
@@ -257,7 +260,7 @@ def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: n
   epoch-end hook (FairDRO) gets a pass over the training set after every epoch."""
   key = method_key(method) if isinstance(method, str) else method
   config = loss_config(*key)
-  method_recipe = losses.get(config.loss).recipe
+  method_recipe = registry.get(config.loss).recipe
   if method_recipe.sampler is not None and epoch_order is None:
     raise ValueError(f"the {config.loss!r} loss trains on its sampler's epochs "
                      f"({method_recipe.sampler.__name__}): pass epoch_order")
@@ -296,5 +299,6 @@ def class_accuracy(params, features: np.ndarray, labels: np.ndarray,
                    head: Head = LINEAR_HEAD) -> np.ndarray:
   """float32 [K] per-class accuracy of `head`'s predictions."""
   predictions = predict(params, jnp.asarray(features), head)
-  return mr2_jax.per_class_accuracy(predictions, jnp.asarray(labels, jnp.int32), NUM_CLASSES)
+  return perclass_metrics.per_class_accuracy(predictions, jnp.asarray(labels, jnp.int32),
+                                            NUM_CLASSES)
 

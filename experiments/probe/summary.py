@@ -1,8 +1,9 @@
 """Probe runs summarised over seeds: difficulty groups, mean ± std, paired Δ vs ERM, tables, plot.
 
 Easy / Medium / Hard are fixed from ERM's mean per-class test accuracy
-(`mr2_jax.difficulty_tertiles`); each method's group accuracies are summarised over seeds as mean ±
-sample std (ddof = 1) and as the paired per-seed Δ vs ERM (`experiments.report.seed_stats`). Used
+(`mr2_reweight_core.metrics.difficulty_tertiles`); each method's group accuracies are summarised
+over seeds as mean ± sample std (ddof = 1) and as the paired per-seed Δ vs ERM
+(`experiments.report.seed_stats`). Used
 by `experiments.studies.linear_probe` and `experiments.studies.probe_comparison`.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import mr2_jax
+from mr2_reweight_core import metrics as perclass_metrics
 from experiments.report import seed_stats
 from experiments.probe.linear_head import METHODS, SETTINGS
 from experiments.train import evaluation
@@ -29,10 +30,10 @@ def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
   and Many/Medium/Few shot (`evaluation.shot_accuracy`, the trainer's summary) — all in percent.
   An empty shot group (None there) is NaN here: these per-seed numbers feed the statistics over
   seeds (`seed_stats.mean_std`, `seed_stats.paired_delta`), which give NaN and print "n/a" for it."""
-  easy, medium, hard = mr2_jax.group_accuracy(class_acc, difficulty)
+  easy, medium, hard = perclass_metrics.group_accuracy(class_acc, difficulty)
   metrics = {"overall": float(np.mean(class_acc)), "easy": easy, "medium": medium, "hard": hard,
-             "worst": mr2_jax.worst_class_accuracy(class_acc),
-             "class_std": mr2_jax.class_accuracy_std(class_acc)}
+             "worst": perclass_metrics.worst_class_accuracy(class_acc),
+             "class_std": perclass_metrics.class_accuracy_std(class_acc)}
   if shot_groups is not None:
     shots = evaluation.shot_accuracy(class_acc, shot_groups)
     metrics.update({SHOT_KEYS[name]: value for name, value in shots.items()})
@@ -48,7 +49,7 @@ def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
   methods = [m for m in methods if any(r["method"] == m for r in runs)]
   by_method = {m: {r["seed"]: r for r in runs if r["method"] == m} for m in methods}
   erm_mean = np.mean([r["class_accuracy"] for r in by_method["erm"].values()], axis=0)
-  difficulty = mr2_jax.difficulty_tertiles(erm_mean)
+  difficulty = perclass_metrics.difficulty_tertiles(erm_mean)
   lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
 
   def metrics(run: dict) -> dict[str, float]:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-import mr2_jax
+from mr2_reweight_core import metrics as perclass_metrics
 from experiments.data import long_tail
 from experiments.report import seed_stats
 
@@ -40,9 +40,9 @@ CLAIMED = ("overall", "worst_class", "easy", "hard", "few_shot", "rho")
 def group_classes(metric: str, table: dict, class_counts: Sequence[int]) -> list[int] | None:
   """The classes a group metric averages over (None for a metric of every class): Easy / Medium /
   Hard from the reference run's groups, Many / Medium / Few-shot from the training counts."""
-  if metric in mr2_jax.GROUP_NAMES and table.get("_groups") is not None:
+  if metric in perclass_metrics.GROUP_NAMES and table.get("_groups") is not None:
     groups = np.asarray(table["_groups"])
-    return np.flatnonzero(groups == mr2_jax.GROUP_NAMES.index(metric)).tolist()
+    return np.flatnonzero(groups == perclass_metrics.GROUP_NAMES.index(metric)).tolist()
   if metric.endswith("_shot"):
     shots = long_tail.many_medium_few(np.asarray(class_counts))
     return np.flatnonzero(shots == long_tail.SHOT_NAMES.index(metric[:-5])).tolist()

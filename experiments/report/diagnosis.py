@@ -6,7 +6,8 @@ MR2 would do (the command is `python -m experiments.diagnose`; its Markdown repo
   statistics': A_k = ‖μ_k‖_p², V_k = mean_i ‖φ_i − μ_k‖_p², here over the whole set at once), the
   scatter of the MR2 paper's Figure 1b, with Spearman's rank correlation;
 * the margins γ_k that MR2 would assign to these statistics (`mr2_jax.class_margins`);
-* per-class mean cross-entropy L_c and ρ = std_c L_c / mean_c L_c (`reweight_jax.rho`);
+* per-class mean cross-entropy L_c and ρ = std_c L_c / mean_c L_c
+  (`mr2_reweight_core.metrics.rho`);
 * NC1–NC4 (`reweight_jax.nc_metrics`; NC1 and NC2 of the class means need no classifier);
 * the confusion matrix and its most frequent off-diagonal (true → predicted) pairs.
 
@@ -34,7 +35,7 @@ import scipy.stats
 
 import mr2_jax
 import reweight_jax
-from mr2_reweight_core.metrics import class_mean
+from mr2_reweight_core import metrics as perclass_metrics
 from experiments.common.errors import DiagnoseError
 
 FEATURE_FILE_KEYS = ("features", "labels", "classifier", "bias", "logits", "class_names")
@@ -109,7 +110,7 @@ def _class_means(features: np.ndarray, labels: np.ndarray, num_classes: int) -> 
   """μ_k [K, d] (NaN rows for absent classes) through the one per-class core."""
   sums = np.zeros((num_classes, features.shape[1]))
   np.add.at(sums, labels, features)
-  return class_mean(sums, np.bincount(labels, minlength=num_classes))
+  return perclass_metrics.class_mean(sums, np.bincount(labels, minlength=num_classes))
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
@@ -247,9 +248,10 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
   class_loss, rho = None, None
   if logits is not None:
     losses = reweight_jax.cross_entropy_loss(jnp.asarray(logits, jnp.float32), jnp.asarray(labels))
-    loss_sums, _ = reweight_jax.per_class_loss_sums(losses, labels, num_classes)
-    class_loss = class_mean(loss_sums, counts)  # L_c as the trainer's evaluation pass sums it
-    rho = float(reweight_jax.rho(jnp.asarray(np.nan_to_num(class_loss), jnp.float32),
+    loss_sums, _ = perclass_metrics.per_class_loss_sums(losses, labels, num_classes)
+    # L_c as the trainer's evaluation pass sums it
+    class_loss = perclass_metrics.class_mean(loss_sums, counts)
+    rho = float(perclass_metrics.rho(jnp.asarray(np.nan_to_num(class_loss), jnp.float32),
                                  jnp.asarray(present)))
   else:
     skipped.append("L_c and ρ: no logits and no classifier given")
@@ -267,7 +269,7 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
   pairs: list[dict[str, Any]] = []
   if eval_logits is not None:
     predictions = np.argmax(eval_logits, axis=1)
-    accuracy = mr2_jax.per_class_accuracy(predictions, eval_labels, num_classes)
+    accuracy = perclass_metrics.per_class_accuracy(predictions, eval_labels, num_classes)
     overall_accuracy = float(np.mean(predictions == eval_labels)) if len(eval_labels) else math.nan
     codes = eval_labels * num_classes + predictions
     if num_classes <= MAX_DENSE_CONFUSION:

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from absl import flags
 
-import mr2_jax
+from mr2_reweight_core import metrics as perclass_metrics
 from experiments.common import cli
 from experiments.data import long_tail
 from experiments.report import best_epoch
@@ -60,7 +60,7 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
   groups = None
   if reference is not None:
     reference_accuracy = np.mean([s["per_class_accuracy"] for s in methods[reference]], axis=0)
-    groups = mr2_jax.difficulty_tertiles(reference_accuracy)
+    groups = perclass_metrics.difficulty_tertiles(reference_accuracy)
   mean_std = seed_stats.mean_std  # the one definition of the spread over seeds
   table = {}
   for name, summaries in methods.items():
@@ -80,9 +80,9 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
           for split in summaries[0]["many_medium_few"] if summaries[0]["many_medium_few"][split]
           is not None}
     if groups is not None:
-      per_seed = np.array([mr2_jax.group_accuracy(acc, groups) for acc in per_class])
+      per_seed = np.array([perclass_metrics.group_accuracy(acc, groups) for acc in per_class])
       row["easy_medium_hard"] = {g: mean_std(per_seed[:, i])
-                                 for i, g in enumerate(mr2_jax.GROUP_NAMES)}
+                                 for i, g in enumerate(perclass_metrics.GROUP_NAMES)}
     for nc in ("neural_collapse", "neural_collapse_balanced"):
       if all(nc in s for s in summaries):
         row[nc] = {k: mean_std([s[nc][k] for s in summaries]) for k in summaries[0][nc]}
@@ -110,8 +110,8 @@ def _metrics_of(summary: dict, groups) -> dict[str, float]:
   accuracy = np.asarray(summary["per_class_accuracy"], np.float64)
   metrics = {"overall": summary["overall_accuracy"], "worst_class": summary["worst_class_accuracy"]}
   if groups is not None:
-    metrics.update(zip(mr2_jax.GROUP_NAMES,
-                       mr2_jax.group_accuracy(accuracy, groups).tolist()))
+    metrics.update(zip(perclass_metrics.GROUP_NAMES,
+                       perclass_metrics.group_accuracy(accuracy, groups).tolist()))
   for split, value in summary.get("many_medium_few", {}).items():
     if value is not None:
       metrics[f"{split}_shot"] = value  # 'medium_shot' apart from the Medium difficulty group
@@ -134,7 +134,7 @@ def _images_of(summary: dict, groups) -> dict[str, float] | None:
              * np.asarray(summary["test_class_counts"], np.float64))
   images = {"overall": float(np.nansum(correct))}
   if groups is not None:
-    for g, name in enumerate(mr2_jax.GROUP_NAMES):
+    for g, name in enumerate(perclass_metrics.GROUP_NAMES):
       images[name] = float(np.nansum(correct[np.asarray(groups) == g]))
   if "many_medium_few" in summary:
     shots = long_tail.many_medium_few(np.asarray(summary["train_class_counts"]))
@@ -253,7 +253,7 @@ def markdown_tables(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   for k, count in enumerate(class_counts):
     cells = [str(k), str(count)]
     if groups:
-      cells.append(mr2_jax.GROUP_NAMES[groups[k]])
+      cells.append(perclass_metrics.GROUP_NAMES[groups[k]])
     cells += [_pct((table[m]["per_class_mean"][k], table[m]["per_class_std"][k])) for m in methods]
     rows.append(cells)
   lines += seed_stats.markdown_table(header, rows)

@@ -1,6 +1,6 @@
 """The one definition of "mean ± std over seeds" and of the paired per-seed Δ, and the cells and
 Markdown tables that show them, for every table and plot of experiments/ (`report.run_tables`,
-`report.sweep_table`, `compare`, and the probe studies through `probe.summary`).
+`report.sweep_table`, `compare`, and the probe studies through `studies.probe_tables`).
 
 The spread over seeds is the *sample* standard deviation (ddof = 1, Bessel's correction):
 
@@ -13,8 +13,9 @@ value alone and the table's header says "one seed" once. Every table header stat
 A paired Δ (`PairedDelta`) carries its per-seed values, a 95 % Student-t interval of its mean and the
 exact two-sided sign-test p; `experiments.report.claims` reads a verdict from the interval alone.
 
-Not to be confused with `mr2_jax.class_accuracy_std`, the spread *across classes* of one run's
-per-class accuracy (population std over the K classes), a metric of its own ("std of classes").
+Not to be confused with `mr2_reweight_core.metrics.class_accuracy_std`, the spread *across classes*
+of one run's per-class accuracy (population std over the K classes), a metric of its own ("std of
+classes").
 """
 
 from __future__ import annotations

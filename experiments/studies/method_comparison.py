@@ -10,7 +10,7 @@ import time
 
 from experiments.train import checkpoints
 from experiments.report import run_tables
-from experiments import losses
+from experiments.methods import registry
 from experiments.train import loop
 from experiments.train import seed_axis
 from experiments.common import overrides
@@ -44,9 +44,9 @@ def shares_reference(config, reference_config: dict, reference_loss: str) -> boo
   """Whether `config`'s run equals the reference run until its start epoch: a deferred loss whose
   `before` entry is the reference's loss, starting after epoch 0, in a config that differs from the
   reference's (JSON dict) only in the loss and its sub-trees — then it may start there."""
-  entry = losses.get(config.loss)
+  entry = registry.get(config.loss)
   return (entry.start is not None and entry.before == reference_loss
-          and losses.start_epoch(config) > 0
+          and registry.start_epoch(config) > 0
           and not checkpoints.init_from_differences(reference_config,
                                                     json.loads(config.to_json_best_effort())))
 
@@ -125,7 +125,7 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
       for i, summary in zip(group, summaries):
         counter.finished()
         source = configs[i].init_from
-        shared = (f", epochs 0-{losses.start_epoch(configs[i])} from "
+        shared = (f", epochs 0-{registry.start_epoch(configs[i])} from "
                   f"{pathlib.Path(source.rsplit(':', 1)[0]).parent.name}" if source else "")
         print(f"{method:>22s} seed {seeds[i]}: test accuracy "
               f"{100 * summary['overall_accuracy']:5.1f} %  ({time.perf_counter() - began:.0f} s"
@@ -145,6 +145,7 @@ def seed_configs(base, spec, seeds, workdir: pathlib.Path, earlier, start_deferr
     records[seed] = json.loads(config.to_json_best_effort())
     source = deferred_source(config, [(name, loss, before[seed]) for name, loss, before in earlier])
     if start_deferred and source is not None:
-      config.init_from = f"{run_dir(workdir, source, seed).resolve()}:{losses.start_epoch(config)}"
+      config.init_from = (f"{run_dir(workdir, source, seed).resolve()}:"
+                          f"{registry.start_epoch(config)}")
     configs.append(config)
   return configs, records

@@ -26,7 +26,7 @@ from absl import logging as absl_logging
 from experiments.common.errors import ConfigError
 from experiments.common.errors import field_value
 from experiments.common.errors import CheckpointError
-from experiments import losses
+from experiments.methods import registry
 from experiments.models.pretrained import weights
 from experiments.train import lineage
 from experiments.train import train_state
@@ -41,7 +41,7 @@ RESUMABLE_FIELDS = ("parallel", "progress_bar", "log_every_steps", "checkpoint_e
                     "test_every_epochs", "reference_summary", "data_dir", "input_on_device")
 # Fields in which a run may differ from the run it starts from (`init_from`): the loss, its
 # sub-trees and how a run is kept or reported.
-INIT_FROM_FREE = ("loss", "init_from", *losses.CONFIG_TREES, *RESUMABLE_FIELDS)
+INIT_FROM_FREE = ("loss", "init_from", *registry.CONFIG_TREES, *RESUMABLE_FIELDS)
 
 
 def to_checkpoint(state):
@@ -63,7 +63,7 @@ def start_epochs(config) -> tuple[int, ...]:
   """The start epochs of every deferred loss in `config` (reweight.start_epoch, ldam.drw_epoch,
   ib.start_epoch, > 0): the run checkpoints and keeps the end of each, so that a deferred sibling
   can start there from this run (`config.init_from`) instead of training its first epochs again."""
-  fields = losses.start_fields()
+  fields = registry.start_fields()
   epochs = {int(field_value(config, field)) for field in fields}
   return tuple(sorted(e for e in epochs if 0 < e < config.num_epochs))
 
@@ -327,13 +327,13 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
   source, epoch = init_from_source(config)
   before = lineage.check_same_config(source, config, label="config.init_from", free=INIT_FROM_FREE,
                                      why="only the loss and its start may differ")
-  entry = losses.get(config.loss)
+  entry = registry.get(config.loss)
   if before["loss"] not in (config.loss, entry.before if entry.start else config.loss):
     raise ConfigError(f"config.init_from: {source} trained loss {before['loss']!r}, but "
                       f"{config.loss!r} trains as {entry.before!r} before its start")
-  if epoch > losses.start_epoch(config) and before["loss"] != config.loss:
+  if epoch > registry.start_epoch(config) and before["loss"] != config.loss:
     raise ConfigError(f"config.init_from: epoch {epoch} is after the start of {config.loss!r} "
-                      f"(epoch {losses.start_epoch(config)}): the runs differ from there on")
+                      f"(epoch {registry.start_epoch(config)}): the runs differ from there on")
   source_manager = ocp.CheckpointManager(source / "checkpoints")
   step = epoch * steps_per_epoch
   if step not in source_manager.all_steps():
@@ -342,7 +342,7 @@ def init_from(config, template, steps_per_epoch: int, num_classes: int):
     raise ConfigError(f"config.init_from: {source} has no checkpoint at the end of epoch {epoch} "
                       f"(step {step}); it kept epochs {kept}")
   source_template = template.replace(
-      loss_state=losses.init_loss_state(_config_with_loss(config, before["loss"]), num_classes))
+      loss_state=registry.init_loss_state(_config_with_loss(config, before["loss"]), num_classes))
   restored = restore_step(source_manager, step, source_template)
   loss_state = {**template.loss_state, **{k: v for k, v in restored.loss_state.items()
                                           if k in template.loss_state}}

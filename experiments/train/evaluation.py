@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import mr2_jax
-import reweight_jax
-from experiments import losses
+from mr2_reweight_core import metrics as perclass_metrics
+from experiments.methods import registry
 from experiments.data import batches
 from experiments.data import long_tail
 from experiments.train import steps
@@ -81,7 +81,7 @@ def training_class_loss(sums: steps.EvalSums) -> tuple[list[float], float]:
   """(L_c [K] as a list, NaN for absent classes; ρ = std_c L_c / mean_c L_c over present classes)."""
   class_loss = sums.class_loss()
   present = sums.counts > 0
-  return class_loss.tolist(), float(reweight_jax.rho(np.nan_to_num(class_loss), present))
+  return class_loss.tolist(), float(perclass_metrics.rho(np.nan_to_num(class_loss), present))
 
 
 def neural_collapse_metrics(sums: steps.EvalSums, head_kind: str, params,
@@ -97,10 +97,11 @@ def neural_collapse_metrics(sums: steps.EvalSums, head_kind: str, params,
 
 def shot_accuracy(class_accuracy, shot_groups) -> dict[str, float | None]:
   """Many / Medium / Few accuracy: acc_g = mean_{k ∈ g} acc_k over the classes of group g that have
-  test examples (`mr2_jax.group_accuracy` of the `long_tail.many_medium_few` groups; Liu et al.,
-  CVPR 2019, arXiv 1904.05160). A group without such a class (Few on CIFAR-10-LT at IF 100, whose
-  smallest class has 50 examples) is None, the JSON null of a run's summary: the one meaning of an
-  empty group (statistics over seeds read it as NaN, and tables print "n/a").
+  test examples (`mr2_reweight_core.metrics.group_accuracy` of the `long_tail.many_medium_few`
+  groups; Liu et al., CVPR 2019, arXiv 1904.05160). A group without such a class (Few on
+  CIFAR-10-LT at IF 100, whose smallest class has 50 examples) is None, the JSON null of a run's
+  summary: the one meaning of an empty group (statistics over seeds read it as NaN, and tables
+  print "n/a").
 
   Args:
     class_accuracy: [K] per-class test accuracy (NaN for a class without test examples).
@@ -109,7 +110,7 @@ def shot_accuracy(class_accuracy, shot_groups) -> dict[str, float | None]:
   Returns:
     {"many", "medium", "few"}: a float or None each.
   """
-  accuracy = mr2_jax.group_accuracy(class_accuracy, shot_groups)
+  accuracy = perclass_metrics.group_accuracy(class_accuracy, shot_groups)
   return {name: None if np.isnan(value) else float(value)
           for name, value in zip(long_tail.SHOT_NAMES, accuracy)}
 
@@ -121,8 +122,8 @@ def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str
   summary = {
       "overall_accuracy": overall,
       "per_class_accuracy": per_class,
-      "worst_class_accuracy": mr2_jax.worst_class_accuracy(accuracy),
-      "class_accuracy_std": mr2_jax.class_accuracy_std(accuracy),
+      "worst_class_accuracy": perclass_metrics.worst_class_accuracy(accuracy),
+      "class_accuracy_std": perclass_metrics.class_accuracy_std(accuracy),
       "train_class_counts": train.class_counts.tolist(),
       # The test images per class: a paired Δ in whole images (experiments.report.claims).
       "test_class_counts": np.asarray(test.counts).astype(int).tolist(),
@@ -131,8 +132,8 @@ def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str
     summary["many_medium_few"] = shot_accuracy(accuracy,
                                                long_tail.many_medium_few(train.class_counts))
   if reference_groups is not None:
-    groups = mr2_jax.group_accuracy(accuracy, reference_groups)
-    summary["easy_medium_hard"] = dict(zip(mr2_jax.GROUP_NAMES, groups.tolist()))
+    groups = perclass_metrics.group_accuracy(accuracy, reference_groups)
+    summary["easy_medium_hard"] = dict(zip(perclass_metrics.GROUP_NAMES, groups.tolist()))
   return summary
 
 
@@ -140,7 +141,7 @@ def loss_state_summary(config, loss_state: dict[str, Any]) -> dict[str, list[flo
   """What the method reports of the state a run ends with (`Method.state_summary`: MR2's margins
   γ_k, the reweighting's batch counts B_c, Group DRO's and FairDRO's q), nothing for the others."""
   out = {}
-  for method in losses.phases(config.loss):  # a deferred method carries its before method's state
+  for method in registry.phases(config.loss):  # a deferred method carries its before's state
     if method.state_summary is not None:
       out.update(method.state_summary(config, loss_state))
   return out
@@ -156,7 +157,7 @@ def final_evaluation(config, runner, state, train, validation, test, num_classes
   reference_groups = None
   if config.reference_summary:
     reference = json.loads(pathlib.Path(config.reference_summary).read_text())
-    reference_groups = mr2_jax.difficulty_tertiles(reference["per_class_accuracy"])
+    reference_groups = perclass_metrics.difficulty_tertiles(reference["per_class_accuracy"])
   summary = summarize(config, train, evaluate(test), reference_groups)
   if validation is not None:
     v = evaluate(validation)

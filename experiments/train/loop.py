@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from experiments import losses
+from experiments.methods import registry
 from experiments.common.errors import ConfigError
 from experiments.common.errors import DataError
 from experiments.configs import default
@@ -189,7 +189,7 @@ def train(run: Plan, manager, state, input_state):
   """The steps from the state's step to `run.total_steps`, with the loop's events after each
   (`loop_events.Events`); returns (runner, state, step)."""
   config = run.config
-  runner = runners.make_runner(config.parallel, losses.make_loss_fn(config), run.task,
+  runner = runners.make_runner(config.parallel, registry.make_loss_fn(config), run.task,
                                run.learning_rate_fn)
   state = runner.place_state(state)
   # With the split in device memory the images are cut on the devices (same pixels).

@@ -11,7 +11,7 @@ import time
 import jax
 import numpy as np
 
-from experiments import losses
+from experiments.methods.method import EpochPass
 from experiments.train import checkpoints
 from experiments.train import evaluation
 from experiments.train import metric_writer
@@ -137,7 +137,7 @@ class Events:
     sums = self.evaluate_train(state)
     host = runner.to_host(state)
     return runner.place_state(host.replace(loss_state=self.run.recipe.epoch_end(
-        config, host.loss_state, losses.EpochPass(sums.loss_sums, sums.correct, sums.counts),
+        config, host.loss_state, EpochPass(sums.loss_sums, sums.correct, sums.counts),
         epoch - 1, config.num_epochs)))
 
   def training_set_pass(self, step: int, state) -> None:

@@ -1,6 +1,6 @@
 """The recipe a run trains on: its method's (`experiments.methods.method.Recipe`, declared in the
 method's module and read from the registry), with mixup's paired batches added when
-`config.mixup_alpha` > 0 for a method that takes them (`losses.takes_mixup`, checked by
+`config.mixup_alpha` > 0 for a method that takes them (`registry.takes_mixup`, checked by
 `configs.default.validate`). The trainer (`loop`, `steps`, `train_state`) reads only `Recipe`
 fields, so it names no method."""
 
@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 
 import reweight_jax
-from experiments import losses
+from experiments.methods import registry
 from experiments.data.batches import PairDraw
 from experiments.methods.method import Mix
 from experiments.methods.method import Recipe
@@ -47,7 +47,7 @@ def of(config) -> Recipe:
   """The recipe a run of `config` trains on: its method's, with mixup's paired batches when
   `config.mixup_alpha` > 0 (a deferred method trains on its own recipe throughout, which is its
   before method's: the recipe cannot change at the start epoch)."""
-  recipe = losses.get(config.loss).recipe
+  recipe = registry.get(config.loss).recipe
   if config.get("mixup_alpha", 0) > 0:
     return dataclasses.replace(recipe, pair=mixup_pair, mix=mixup_mix)
   return recipe

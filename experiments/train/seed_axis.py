@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import losses
+from experiments.methods import registry
 from experiments.common.errors import ConfigError
 from experiments.common.errors import DataError
 from experiments.data import input_pipeline
@@ -280,7 +280,7 @@ def train_seeds(runs, managers, states, input_states, step: int, by: str = "vmap
   layout, step)."""
   run = runs[0]
   config = run.config
-  loss_fn = losses.make_loss_fn(config)
+  loss_fn = registry.make_loss_fn(config)
   solo = runners.make_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn)
   stacked_runner = make_stacked_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn,
                                        by=by)

@@ -14,7 +14,9 @@ import jax.numpy as jnp
 
 import reweight_jax
 from mr2_reweight_core import metrics as perclass_metrics
-from experiments import losses
+from experiments.methods.method import Mix
+from experiments.methods.method import RecipeInputs
+from experiments.methods.method import StepInfo
 from experiments import models
 from experiments.data import normalization
 
@@ -27,7 +29,7 @@ class Task:
   loss_views: int = 0  # views (of a multi-view batch) the loss sees, the first ones; 0: all
   # From the method's recipe (`experiments.methods.method.Recipe`): how a paired batch is mixed on
   # the device, and whether the loss reads the rows' dataset positions.
-  mix: Callable[[dict], tuple[Any, losses.Mix]] | None = None
+  mix: Callable[[dict], tuple[Any, Mix]] | None = None
   indices: bool = False
   # The channel (mean, std) that uint8 images (the grain pipeline's, input_on_device's crops) are
   # normalised with here.
@@ -77,17 +79,17 @@ def device_mean(tree, *, axis_name: str):
 
 def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
                axis_name: str | None = None):
-  """One SGD step of `loss_fn` (`losses.make_loss_fn`). Under `axis_name`, BatchNorm, the loss's
-  per-class state and gradients are reduced across devices: the update equals one device on the
-  global batch. Returns (state, metrics) with the loss's metrics, 'loss', 'train_correct',
-  'learning_rate', 'step' and 'finite' (loss, loss state and parameters).
+  """One SGD step of `loss_fn` (`experiments.methods.registry.make_loss_fn`). Under `axis_name`,
+  BatchNorm, the loss's per-class state and gradients are reduced across devices: the update equals
+  one device on the global batch. Returns (state, metrics) with the loss's metrics, 'loss',
+  'train_correct', 'learning_rate', 'step' and 'finite' (loss, loss state and parameters).
 
   The batch as the pipeline gives it, made into the model's input as the method's recipe says
   (`experiments.train.recipes.of`, through `task`): a paired batch (GLMC's partners, mixup's) is
   mixed first (`task.mix`); views [B, V, ...] run as one view-major batch of V·B rows, the loss seeing
   the first `task.loss_views` views (all by default; the others shape BatchNorm only). The loss
   reads what the recipe gives it — the model wrapper's extra outputs, the rows' dataset positions,
-  the mix — from `StepInfo.recipe` (`losses.RecipeInputs`)."""
+  the mix — from `StepInfo.recipe` (`RecipeInputs`)."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   batch = {**batch, "image": device_images(batch["image"], task)}
   if "image_b" in batch:
@@ -104,11 +106,11 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     labels = jnp.tile(labels, num_views)[:loss_rows]
     indices = None if indices is None else jnp.tile(indices, num_views)[:loss_rows]
     if mix is not None:
-      mix = losses.Mix(jnp.tile(mix.labels_b, num_views)[:loss_rows], mix.lam)
-  info = losses.StepInfo(epoch=state.step // task.steps_per_epoch,
-                         step_in_epoch=state.step % task.steps_per_epoch,
-                         class_counts=jnp.asarray(task.class_counts, jnp.float32),
-                         axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1))
+      mix = Mix(jnp.tile(mix.labels_b, num_views)[:loss_rows], mix.lam)
+  info = StepInfo(epoch=state.step // task.steps_per_epoch,
+                  step_in_epoch=state.step % task.steps_per_epoch,
+                  class_counts=jnp.asarray(task.class_counts, jnp.float32),
+                  axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1))
 
   def objective(params):
     outputs, new_model_state = state.apply_fn(
@@ -117,7 +119,7 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
     # Views past the loss's (the released recipe's v1, v2) shape the BatchNorm statistics only.
     outputs = models.split_outputs(outputs)
     logits, features = outputs.logits[:loss_rows], outputs.features[:loss_rows]
-    given = losses.RecipeInputs(
+    given = RecipeInputs(
         outputs={**{k: v[:loss_rows] for k, v in outputs.rows.items()}, **outputs.shared},
         mix=mix, indices=indices if task.indices else None)
     loss, loss_state, loss_metrics = loss_fn(logits, features, labels, state.loss_state,

@@ -12,14 +12,14 @@ import optax
 import reweight_jax
 from flax.training import train_state
 
-from experiments import losses
+from experiments.methods import registry
 from experiments import models
 
 
 class TrainState(train_state.TrainState):
   """Params and optimizer state, plus everything else a resumed run needs to continue exactly.
 
-  `loss_state` is the per-class state of the configured loss (`losses.init_loss_state`): MR2's class
+  `loss_state` is the per-class state of the configured loss (`registry.init_loss_state`): MR2's class
   statistics under 'class_stats', the reweighting counters under 'reweight', nothing for CE. It is
   reduced across devices inside the step and checkpointed like the parameters. `step` fixes the data
   position: epoch = step // steps_per_epoch, batch = step % steps_per_epoch.
@@ -69,7 +69,7 @@ def build_model(config, num_classes: int, axis_name: str | None = None):
   (`config.frozen_encoder_from`), by `models.FrozenEncoder`. The body computes in
   `config.compute_dtype` (float32 for the config.json of a run made before the field existed)."""
   model = base_model(config, num_classes, axis_name)
-  wrap = losses.get(config.loss).recipe.model
+  wrap = registry.get(config.loss).recipe.model
   if wrap is not None:
     model = wrap(config, model)
   if config.get("frozen_encoder_from"):
@@ -107,4 +107,4 @@ def create_train_state(config, model, image_shape, num_classes: int, learning_ra
   return TrainState.create(
       apply_fn=model.apply, params=variables["params"], tx=tx,
       batch_stats=variables.get("batch_stats", {}),
-      loss_state=losses.init_loss_state(config, num_classes, train_labels), rng=state_rng)
+      loss_state=registry.init_loss_state(config, num_classes, train_labels), rng=state_rng)

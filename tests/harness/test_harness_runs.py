@@ -92,6 +92,6 @@ def test_the_refactor_comparison_and_the_spread_see_any_difference(tmp_path):
 def test_every_registry_entry_has_a_run_for_the_refactor_comparison(tmp_path):
   """`--against` trains every entry of the loss registry (the runs past the default nine, and the
   reweighting around every method with a per-example loss, in the one command)."""
-  from experiments import losses
+  from experiments.methods import registry
   trained = {harness_runs.config_of(name, tmp_path).loss for name in harness_runs.ALL}
-  assert trained == set(losses.REGISTRY)
+  assert trained == set(registry.REGISTRY)

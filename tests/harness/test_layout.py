@@ -13,7 +13,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "experiments"
 # Bottom to top: a module may import its own package and the ones before it.
-LAYERS = ("common", "data", "models", "methods", "losses", "configs", "train", "report", "probe",
+LAYERS = ("common", "data", "models", "methods", "configs", "train", "report", "probe",
           "studies", "benchmarks")
 ENTRY_POINTS = ("main", "compare", "demo", "launch", "diagnose")  # `python -m experiments.<name>`
 # Commands that belong to one package keep their `main` in their module (`python -m
@@ -191,6 +191,19 @@ def test_no_function_of_the_trainer_over_80_lines():
         if lines > MAX_TRAIN_FUNCTION_LINES:
           long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
   assert not long, long
+
+
+def test_the_harness_takes_the_per_class_metrics_from_one_place():
+  """Both libraries re-export the per-class metrics of `mr2_reweight_core.metrics`; the harness
+  reads them there, never as `mr2_jax.<metric>` beside `reweight_jax.<metric>`."""
+  from mr2_reweight_core import metrics
+  found = []
+  for name, path in MODULES.items():
+    for node in ast.walk(ast.parse(path.read_text())):
+      if (isinstance(node, ast.Attribute) and node.attr in metrics.__all__
+          and isinstance(node.value, ast.Name) and node.value.id in ("mr2_jax", "reweight_jax")):
+        found.append(f"{name}:{node.lineno} {node.value.id}.{node.attr}")
+  assert not found, found
 
 
 def test_the_harness_holds_code_only():

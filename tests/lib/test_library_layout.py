@@ -1,8 +1,10 @@
-"""The libraries' layout: no module over 450 lines (the harness's limit, tests/harness/test_layout.py);
-`reweight_jax`'s top level is the paper and the per-class metrics, the comparison methods are
-`reweight_jax.baselines`; the spellings of before 0.2.0 (never published) are gone, with no alias
-(the CHANGELOG's table of moves is the migration guide)."""
+"""The libraries' layout: mr2_jax → mr2_reweight_core ← reweight_jax (neither method package imports
+the other, nor the harness), no module over 450 lines (the harness's limit,
+tests/harness/test_layout.py); `reweight_jax`'s top level is the paper and the per-class metrics,
+the comparison methods are `reweight_jax.baselines`; the spellings of before 0.2.0 (never
+published) are gone, with no alias (the CHANGELOG's table of moves is the migration guide)."""
 
+import ast
 import importlib
 import pathlib
 import warnings
@@ -15,6 +17,31 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("mr2_jax", "reweight_jax", "mr2_reweight_core")
 MAX_LINES = 450
 MODULES = sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def imported_packages(package):
+  found = set()
+  for path in (ROOT / package).rglob("*.py"):
+    name = path.relative_to(ROOT / package).as_posix()
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Import):
+        found |= {(name, alias.name.split(".")[0]) for alias in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        found.add((name, node.module.split(".")[0]))
+  return found
+
+
+@pytest.mark.skipif(not MODULES, reason="the libraries are installed, not checked out, here")
+@pytest.mark.parametrize("package, forbidden", [
+    ("mr2_jax", {"reweight_jax", "experiments"}),
+    ("reweight_jax", {"mr2_jax", "experiments"}),
+    ("mr2_reweight_core", {"mr2_jax", "reweight_jax", "experiments"}),
+])
+def test_dependency_direction(package, forbidden):
+  """mr2_jax → mr2_reweight_core ← reweight_jax; neither method package imports the other, in any of
+  their modules (sub-packages included)."""
+  offending = sorted((f, m) for f, m in imported_packages(package) if m in forbidden)
+  assert not offending, offending
 
 
 @pytest.mark.skipif(not MODULES, reason="the libraries are installed, not checked out, here")

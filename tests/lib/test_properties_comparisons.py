@@ -690,7 +690,7 @@ def softmax_terms(z, y):
 
   −log softmax(z)_y = log Σ exp(s) − s_y, s = z − max: the shift rounds s (ε|s_k|), the exponent
   turns that into relative errors of the terms, the sum and the log add a few ε and ε·|log Σ|, the
-  difference ε·|CE| — the `ce_terms` model of tests/harness/losses/test_properties_registry.py plus the last two.
+  difference ε·|CE| — the `ce_terms` model of tests/harness/methods/test_properties_registry.py plus the last two.
   """
   s = z - z.max(axis=1, keepdims=True)
   e = np.exp(s)

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import jax
 import jax.numpy as jnp
-from experiments import losses
+from experiments.methods import registry
 from experiments import models
 from experiments.train import steps
 from experiments.train import train_state
@@ -34,7 +34,7 @@ labels = jnp.asarray(rng.integers(0, 10, 64), jnp.int32)
 lr = train_state.create_learning_rate_fn(config, steps_per_epoch=10)
 state = train_state.create_train_state(config, model, (32, 32, 3), 10, lr, jax.random.key(0))
 task = steps.Task(class_counts=(10.0,) * 10, steps_per_epoch=10)
-step = jax.jit(lambda s, b: steps.train_step(s, b, loss_fn=losses.make_loss_fn(config), task=task,
+step = jax.jit(lambda s, b: steps.train_step(s, b, loss_fn=registry.make_loss_fn(config), task=task,
                                              learning_rate_fn=lr))
 new_state, metrics = step(state, {"image": images, "label": labels})
 leaves = jax.tree.leaves(jax.tree.map(lambda new, old: new - old, new_state.params, state.params))

@@ -69,7 +69,7 @@ def tiny(config, model):
 
 
 # The released recipe and GLMC with the reweighting in the default run (the deferred loss starts at
-# epoch 1: both phases train); ETF-DR's (its step: tests/harness/train/test_loop.py, tests/harness/losses/test_registry.py), the cosine
+# epoch 1: both phases train); ETF-DR's (its step: tests/harness/train/test_loop.py, tests/harness/methods/test_registry.py), the cosine
 # alternative and the pipelines without the reweighting in the slow run.
 RECIPES = [("cifar10_lt", "inverse_reweight"),
            ("cifar10_lt_glmc_reweight", "glmc+inverse_reweight"),

@@ -15,21 +15,23 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import losses
+from experiments.methods import registry
+from experiments.methods.method import Mix
+from experiments.methods.method import RecipeInputs
+from experiments.methods.method import StepInfo
 from experiments import methods
 from experiments.common.errors import ConfigError
 from experiments.configs import default
 from experiments.configs import digits_lt
 from experiments.data import batches as batches_lib
 from experiments.data import loading
-from experiments.losses import registry
 from experiments.train import loop
 from experiments.train import recipes
 from experiments.train import steps
 from experiments.train import train_state
 
 HARNESS = pathlib.Path(__file__).resolve().parents[3] / "experiments"
-KIT = ("method", "batch_means")  # the modules of experiments.methods that declare no method
+KIT = ("method", "batch_means", "registry")  # the modules of experiments.methods that declare no method
 PER_EXAMPLE = ("balanced_softmax", "ce", "eql", "etf_dr", "focal", "glmc", "jtt", "ldam",
                "logit_adjust", "mr2")
 
@@ -41,27 +43,27 @@ def test_the_registry_is_the_methods_of_the_method_modules_and_their_reweighted_
   declared = [m for module in modules for m in getattr(module, "METHODS", ())]
   wrapped = [f"{m.name}+inverse_reweight" if m.name != "ce" else "inverse_reweight"
              for m in declared if m.per_example is not None]
-  assert sorted(losses.REGISTRY) == sorted([m.name for m in declared] + wrapped)
+  assert sorted(registry.REGISTRY) == sorted([m.name for m in declared] + wrapped)
   assert sorted(m.name for m in declared if m.per_example is not None) == sorted(PER_EXAMPLE)
   trees = {key for m in declared for key in m.trees} | {"reweight"}
-  assert set(losses.CONFIG_TREES) == trees == {
+  assert set(registry.CONFIG_TREES) == trees == {
       key for key, value in default.get_config().items() if hasattr(value, "items")}
 
 
 def test_a_deferred_entry_trains_on_its_before_entrys_recipe_and_pairs_are_mixed_on_the_device():
-  for name, entry in losses.REGISTRY.items():
+  for name, entry in registry.REGISTRY.items():
     if entry.start is not None:  # one model and one batch layout for both phases
-      assert entry.recipe == losses.get(entry.before).recipe, name
+      assert entry.recipe == registry.get(entry.before).recipe, name
     assert (entry.recipe.pair is None) == (entry.recipe.mix is None), name
-  assert losses.get("focal").recipe == losses.get("ce").recipe
+  assert registry.get("focal").recipe == registry.get("ce").recipe
 
 
 def test_what_a_loss_reads_besides_the_batch_is_one_typed_structure():
-  assert losses.StepInfo._fields == ("epoch", "step_in_epoch", "class_counts", "axis_name", "rng",
-                                     "recipe")
-  assert losses.RecipeInputs._fields == ("outputs", "mix", "indices")
-  assert losses.Mix._fields == ("labels_b", "lam")
-  assert isinstance(losses.StepInfo(0, 0, None).recipe, losses.RecipeInputs)
+  assert StepInfo._fields == ("epoch", "step_in_epoch", "class_counts", "axis_name", "rng",
+                              "recipe")
+  assert RecipeInputs._fields == ("outputs", "mix", "indices")
+  assert Mix._fields == ("labels_b", "lam")
+  assert isinstance(StepInfo(0, 0, None).recipe, RecipeInputs)
 
 
 def _imports(path: pathlib.Path) -> set[str]:
@@ -76,9 +78,9 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 
 def test_no_package_below_the_studies_imports_a_methods_code():
-  """Only the registry reaches the method modules (by discovery); the trainer, the configs, the
-  losses and the report see what a method declares through it (the kit types excepted)."""
-  for package in ("common", "data", "models", "losses", "configs", "train", "report"):
+  """Only the registry reaches the method modules (by discovery); the trainer, the configs and the
+  report see what a method declares through it (the kit types excepted)."""
+  for package in ("common", "data", "models", "configs", "train", "report"):
     for path in (HARNESS / package).rglob("*.py"):
       reached = {".".join(n.split(".")[:3]) for n in _imports(path)
                  if n.startswith("experiments.methods.")} - {f"experiments.methods.{k}" for k in KIT}
@@ -87,26 +89,26 @@ def test_no_package_below_the_studies_imports_a_methods_code():
 
 def test_mixup_is_added_to_the_methods_recipe_where_the_method_takes_it():
   config = digits_lt.get_config()
-  assert recipes.of(config) == losses.get("ce").recipe
+  assert recipes.of(config) == registry.get("ce").recipe
   config.mixup_alpha = 0.4
   recipe = recipes.of(config)
   assert (recipe.pair, recipe.mix) == (recipes.mixup_pair, recipes.mixup_mix)
   config.loss, config.head = "etf_dr", "etf"
-  assert recipes.of(config).model is losses.get("etf_dr").recipe.model
+  assert recipes.of(config).model is registry.get("etf_dr").recipe.model
   assert recipes.of(config).mix is recipes.mixup_mix
   config.loss = "supcon"
   with pytest.raises(ConfigError, match="does not take mixup batches"):
     default.validate_method(config)
-  # From the losses' reads_mix (tests/harness/losses/test_registry.py checks each flag against its loss): the
+  # From the losses' reads_mix (tests/harness/methods/test_registry.py checks each flag against its loss): the
   # cross-entropy family and ETF-DR; GLMC reads its own pairs' mix, not mixup's.
-  assert sorted(n for n in losses.REGISTRY if losses.takes_mixup(n)) == sorted([
+  assert sorted(n for n in registry.REGISTRY if registry.takes_mixup(n)) == sorted([
       "ce", "inverse_reweight", "jtt", "jtt+inverse_reweight", "etf_dr",
       "etf_dr+inverse_reweight"])
 
 
 def test_lookup_of_an_unknown_method_names_it():
   with pytest.raises(ConfigError, match="unknown loss 'nope'"):
-    losses.get("nope")
+    registry.get("nope")
 
 
 def _traced_step(config):
@@ -124,7 +126,7 @@ def _traced_step(config):
       split, config.batch_size, seed=0, epoch=0, augment=False, views=recipe.views,
       pair=None if recipe.pair is None else recipe.pair(config, split)))
   return jax.eval_shape(lambda s, b: steps.train_step(
-      s, b, loss_fn=losses.make_loss_fn(config), task=task, learning_rate_fn=lr_fn), state, batch)
+      s, b, loss_fn=registry.make_loss_fn(config), task=task, learning_rate_fn=lr_fn), state, batch)
 
 
 @pytest.mark.parametrize("method", PER_EXAMPLE)
@@ -137,11 +139,11 @@ def test_every_method_with_a_per_example_loss_runs_with_the_reweighting_from_the
   config.head = "etf" if method == "etf_dr" else config.head
   config.jtt.stage1 = "<stage-1 workdir>"
   default.validate(config)
-  assert losses.get(config.loss).before == method
+  assert registry.get(config.loss).before == method
   state, metrics = _traced_step(config)
   assert "reweight" in state.loss_state and "class_weight" in metrics
-  assert set(losses.init_loss_state(config, 10, np.zeros(4, np.int32))) == {
-      *losses.get(method).state, *losses.get(method).example_state, "reweight"}
+  assert set(registry.init_loss_state(config, 10, np.zeros(4, np.int32))) == {
+      *registry.get(method).state, *registry.get(method).example_state, "reweight"}
 
 
 # A method the trainer does not know, in a module of its own: CE plus a penalty on a projection
@@ -203,7 +205,7 @@ def toy_module(tmp_path, monkeypatch):
 def test_a_new_method_is_one_module_and_trains_through_the_unchanged_trainer(toy_module, tmp_path):
   """One run of `toy+inverse_reweight` from epoch 1: the new method alone in epoch 0, wrapped by
   the reweighting after (one step per epoch: the sampled half of a small training set)."""
-  with losses.registered(toy_module) as added:
+  with registry.registered(toy_module) as added:
     assert added == ["toy", "toy+inverse_reweight"]
     config = digits_lt.get_config()  # the schema now has the method's sub-tree
     assert config.toy.penalty == 1e-3
@@ -216,7 +218,7 @@ def test_a_new_method_is_one_module_and_trains_through_the_unchanged_trainer(toy
       loop.train_and_evaluate(config, tmp_path / "refused")
     config.toy.penalty = 1e-3
     summary = loop.train_and_evaluate(config, tmp_path / "toy")
-  assert "toy" not in losses.REGISTRY and "toy" not in losses.CONFIG_TREES
+  assert "toy" not in registry.REGISTRY and "toy" not in registry.CONFIG_TREES
   rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()
           if '"max_index"' in line]
   assert [r["step"] for r in rows] == [1, 2, 3]

@@ -16,7 +16,7 @@ from experiments.data import batches
 from experiments.data import loading
 from experiments.data import long_tail
 from experiments.data import normalization
-from experiments import losses
+from experiments.methods import registry
 from experiments import models
 from experiments.train import evaluation
 from experiments.train import loop
@@ -38,7 +38,7 @@ def setup(head):
                                          jax.random.key(3))
   # A few SGD steps, so that BatchNorm statistics and the head are not at their initial values.
   task = steps.Task(tuple(float(c) for c in train_split.class_counts), 10)
-  runner = runners.make_runner("none", losses.make_loss_fn(config), task, lr)
+  runner = runners.make_runner("none", registry.make_loss_fn(config), task, lr)
   for batch in list(batches.train_batches(train_split, 64, seed=0, epoch=0, augment=False))[:3]:
     state, _ = runner.step(state, batch)
   return config, jax.device_get(state), train_split
@@ -75,7 +75,7 @@ def test_one_pass_evaluation_equals_numpy(head, parallel, num_devices):
                               axis_name=runners.axis_name(parallel))
   state = state.replace(apply_fn=model.apply)
   task = steps.Task(tuple(float(c) for c in split.class_counts), 10)
-  runner = runners.make_runner(parallel, losses.make_loss_fn(config), task, lambda s: 0.0,
+  runner = runners.make_runner(parallel, registry.make_loss_fn(config), task, lambda s: 0.0,
                                devices=jax.devices()[:num_devices])
   # 1,000-odd examples in batches of 128: the padded tail is masked.
   sums = evaluation.evaluate_split(runner, runner.place_state(state), split, 128, 10,
@@ -97,7 +97,7 @@ def test_one_pass_evaluation_equals_numpy(head, parallel, num_devices):
 def test_absent_class_has_nan_loss_and_accuracy_everywhere():
   config, state, split = setup("linear")
   keep = np.flatnonzero(split.labels != 4)
-  runner = runners.make_runner("none", losses.make_loss_fn(config),
+  runner = runners.make_runner("none", registry.make_loss_fn(config),
                                steps.Task((1.0,) * 10, 10), lambda s: 0.0)
   sums = evaluation.evaluate_split(runner, state, split.subset(keep), 128, 10)
   assert np.isnan(sums.class_loss()[4]) and np.isnan(sums.class_accuracy()[4])

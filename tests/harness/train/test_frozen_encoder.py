@@ -14,7 +14,7 @@ from experiments.common.errors import ConfigError
 from experiments.data import batches
 from experiments.data import loading
 from experiments.data import long_tail
-from experiments import losses
+from experiments.methods import registry
 from experiments.train import checkpoints
 from experiments.train import loop
 from experiments.train import runners
@@ -127,7 +127,7 @@ def test_linear_stage_steps_do_not_update_encoder_or_batch_stats(runs):
   state, _ = checkpoints.load_frozen_encoder(config, template, IMAGE_SHAPE)
   chex.assert_trees_all_equal(state.params["head"], template.params["head"])  # fresh head
   task = steps.Task(tuple(float(c) for c in split.class_counts), steps_per_epoch)
-  runner = runners.make_runner("none", losses.make_loss_fn(config), task, lr_fn)
+  runner = runners.make_runner("none", registry.make_loss_fn(config), task, lr_fn)
   # Two steps: the optimizer's own count sets the learning rate, 0 at the first warm-up step.
   after = runner.place_state(state)
   for batch in itertools.islice(batches.train_batches(split, config.batch_size, seed=0, epoch=0,

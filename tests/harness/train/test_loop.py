@@ -24,7 +24,7 @@ from experiments.configs import digits_lt
 from experiments.data import batches as batches_lib
 from experiments.data import loading
 from experiments.data import long_tail
-from experiments import losses
+from experiments.methods import registry
 from experiments import models
 from experiments.train import loop
 from experiments.methods import glmc
@@ -77,7 +77,7 @@ def run_steps(config, num_steps, modes):
                                     axis_name=runners.axis_name(parallel))
     state = train_state.create_train_state(config, model, train_split.images.shape[1:], 10, lr_fn,
                                            jax.random.key(0), train_labels=train_split.labels)
-    runner = runners.make_runner(parallel, losses.make_loss_fn(config), task, lr_fn,
+    runner = runners.make_runner(parallel, registry.make_loss_fn(config), task, lr_fn,
                                  devices=jax.devices()[:num_devices])
     state = runner.place_state(state)
     for batch in batches:
@@ -106,7 +106,7 @@ def assert_same_training(result, reference):
 
 
 # CE and the two methods' combination in the default run; the other registry entries are slow here
-# (≈ 15 s each) — their numerics, before and after their start, are in tests/harness/losses/test_registry.py and their
+# (≈ 15 s each) — their numerics, before and after their start, are in tests/harness/methods/test_registry.py and their
 # batch split over 2/4/8 devices in the property tests.
 # CE in the default run (mr2+inverse_reweight moved to the slow run by tests/conftest.py's
 # MOVED_TO_SLOW); the rest slow.
@@ -115,7 +115,7 @@ DEFAULT_LOSSES = ("ce", "mr2+inverse_reweight")
 
 @pytest.mark.parametrize("loss", [
     loss if loss in DEFAULT_LOSSES else pytest.param(loss, marks=pytest.mark.slow)
-    for loss in losses.REGISTRY])
+    for loss in registry.REGISTRY])
 def test_every_loss_trains_under_jit_pmap_and_shard_map_with_the_same_result(loss):
   assert jax.local_device_count() == NUM_DEVICES
   modes = [("none", 1), ("jit", NUM_DEVICES), ("pmap", NUM_DEVICES), ("shard_map", NUM_DEVICES)]

@@ -167,10 +167,11 @@ class DataParallelTest(parameterized.TestCase):
 
 
 def _slow_run_collapsed_example():
-  """The falsifying example of the slow property run tests/fixtures/property_runs/2026-12-01/
-  test_registry_entry_slow_mr2_.log (shape B = 24, K = 2, d = 8, float32; 'uniform, collapsed
-  classes, offset 3.0, gaussian logits, feature scale 1e+04, logit scale 0.001, seed 4'; fresh
-  statistics), rebuilt as tests/strategies.batches builds it (same generator calls, same order)."""
+  """The falsifying example that the slow property run of the MR2 registry entry found on
+  2026-12-01 (`test_registry_entry_slow[mr2]`: shape B = 24, K = 2, d = 8, float32; 'uniform,
+  collapsed classes, offset 3.0, gaussian logits, feature scale 1e+04, logit scale 0.001, seed 4';
+  fresh statistics), rebuilt as tests/strategies.batches builds it (same generator calls, same
+  order)."""
   rng = np.random.default_rng(4)
   labels = rng.permutation(rng.integers(0, 2, 24).astype(np.int32))
   centres = rng.normal(size=(2, 8))

@@ -1,6 +1,7 @@
 """mr2_reweight_core.metrics.per_class_loss_sums (re-exported by reweight_jax) against a float64
 NumPy reference: padding rows of any value, labels out of range (an error eagerly, not counted under
-jit, as `per_class_correct`), bfloat16 losses summed in float32, and the psum over devices."""
+jit, as `per_class_correct`), bfloat16 losses summed in float32, and the psum over devices; `class_mean` (NaN for a class
+without examples)."""
 
 import functools
 
@@ -117,3 +118,12 @@ def test_sharded_sums_are_the_global_sums():
 def test_bad_input_names_the_argument(call, error, message):
   with pytest.raises(error, match=message):
     call()
+
+
+def test_class_mean_is_nan_for_absent_classes():
+  sums = np.array([3.0, 0.0, 5.0])
+  counts = np.array([2.0, 0.0, 4.0])
+  out = metrics.class_mean(sums, counts)
+  np.testing.assert_allclose(out[[0, 2]], [1.5, 1.25])
+  assert np.isnan(out[1])
+  np.testing.assert_allclose(metrics.class_mean(np.ones((3, 2)), counts)[2], [0.25, 0.25])

@@ -1,0 +1,245 @@
+"""The loss registry (`config.loss` → its `Method`), built from the other modules of this package
+and nothing else.
+
+Every module of `experiments.methods` that declares `METHODS` (a tuple of `Method`) adds those
+methods; one that declares `WRAPPER` (the inverse reweighting) adds the wrapper around every method
+with a per-example loss (`<method>+<wrapper>`; plain `<wrapper>` over the method it stands for).
+Adding a method is one new module here and its test: the trainer, the config schema, the linear
+probe and the benchmarks take it by name.
+
+Every entry has one signature once built from a config (`make_loss_fn`):
+
+    loss_fn(logits, features, labels, loss_state, step_info) → (loss, new_loss_state, metrics)
+
+`loss` is this device's share of the global-batch loss (`lax.pmean` of the shares, and of their
+gradients, is the global value), `loss_state` a dict of the state the entry carries and `metrics`
+a dict of arrays to log. A deferred entry (`start` names the config field of its start epoch)
+trains as its `before` entry until that epoch — the before entry's state updates only, its own
+state untouched — and the two are a `lax.cond`, so a step computes one of them, never both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments import methods as methods_package
+from experiments.common.errors import ConfigError
+from experiments.common.errors import field_value
+from experiments.methods.method import ConfigTree
+from experiments.methods.method import Method
+from experiments.methods.method import RecipeInputs
+from experiments.methods.method import StepInfo
+from experiments.methods.method import Wrapper
+
+
+def method_modules() -> list[ModuleType]:
+  """The modules of `experiments.methods` that declare methods or a wrapper, by name."""
+  found = []
+  for info in sorted(pkgutil.iter_modules(methods_package.__path__), key=lambda m: m.name):
+    module = importlib.import_module(f"{methods_package.__name__}.{info.name}")
+    if hasattr(module, "METHODS") or hasattr(module, "WRAPPER"):
+      found.append(module)
+  return found
+
+
+REGISTRY: dict[str, Method] = {}
+CONFIG_TREES: dict[str, ConfigTree] = {}
+WRAPPERS: dict[str, Wrapper] = {}
+
+
+def _add_trees(owner: str, trees) -> list[str]:
+  for key in trees:
+    if key in CONFIG_TREES:
+      raise ValueError(f"{owner}: the config sub-tree {key!r} is registered already")
+  CONFIG_TREES.update(trees)
+  return list(trees)
+
+
+def _add(method: Method) -> list[str]:
+  """Adds `method`, and each wrapper around it where it has a per-example loss."""
+  if method.name in REGISTRY:
+    raise ValueError(f"the method {method.name!r} is registered already")
+  REGISTRY[method.name] = method
+  added = [method.name]
+  if method.per_example is not None:
+    for wrapper in WRAPPERS.values():
+      added += _add(wrapper.around(method))
+  return added
+
+
+def register(module: ModuleType) -> tuple[list[str], list[str]]:
+  """Registers the methods (or the wrapper) a module declares; returns (entries, sub-trees) added."""
+  names, trees = [], []
+  if hasattr(module, "WRAPPER"):
+    wrapper = module.WRAPPER
+    WRAPPERS[wrapper.name] = wrapper
+    trees += _add_trees(wrapper.name, wrapper.trees)
+    for base in [m for m in REGISTRY.values() if m.per_example is not None]:
+      names += _add(wrapper.around(base))
+  for method in getattr(module, "METHODS", ()):
+    trees += _add_trees(method.name, method.trees)
+    names += _add(method)
+  return names, trees
+
+
+@contextlib.contextmanager
+def registered(module: ModuleType) -> Iterator[list[str]]:
+  """The registry with `module`'s methods for the `with` block (a method defined outside the
+  package, in a test), the entries added yielded."""
+  names, trees = register(module)
+  try:
+    yield names
+  finally:
+    for name in names:
+      REGISTRY.pop(name)
+    for key in trees:
+      CONFIG_TREES.pop(key)
+    if hasattr(module, "WRAPPER"):
+      WRAPPERS.pop(module.WRAPPER.name)
+
+
+def _build(modules: Iterable[ModuleType]) -> None:
+  """Wrappers first, so that each method is followed by its wrapped forms."""
+  modules = list(modules)
+  for module in modules:
+    if hasattr(module, "WRAPPER"):
+      WRAPPERS[module.WRAPPER.name] = module.WRAPPER
+      _add_trees(module.WRAPPER.name, module.WRAPPER.trees)
+  for module in modules:
+    for method in getattr(module, "METHODS", ()):
+      _add_trees(method.name, method.trees)
+      _add(method)
+
+
+_build(method_modules())
+
+
+# ------------------------------------------------------------------------------------------------
+# Using an entry
+# ------------------------------------------------------------------------------------------------
+
+def get(name: str) -> Method:
+  if name not in REGISTRY:
+    raise ConfigError(f"config.loss: unknown loss {name!r}; expected one of {tuple(REGISTRY)}")
+  return REGISTRY[name]
+
+
+def start_epoch(config) -> int:
+  """The epoch from which `config.loss` itself trains (0 when it is not deferred)."""
+  entry = get(config.loss)
+  return 0 if entry.start is None else int(field_value(config, entry.start))
+
+
+def phases(name: str) -> list[Method]:
+  """The entry and, when deferred, the entry it trains as before its start."""
+  entry = get(name)
+  return [entry] if entry.start is None else [entry, get(entry.before)]
+
+
+def start_fields() -> set[str]:
+  """The config fields of every deferred entry's start epoch."""
+  return {entry.start for entry in REGISTRY.values() if entry.start is not None}
+
+
+def takes_mixup(name: str) -> bool:
+  """Whether method `name` trains on mixup batches: its loss reads the mix (`Method.reads_mix`, in
+  both phases of a deferred entry) and its recipe has no paired batches of its own (GLMC's) and one
+  view."""
+  recipe = get(name).recipe
+  return (all(e.reads_mix for e in phases(name)) and recipe.pair is None and recipe.views == 1)
+
+
+def init_loss_state(config, num_classes: int, train_labels=None) -> dict[str, Any]:
+  """The loss state of `config.loss` (its own and its before entry's fields) for K classes;
+  per-example fields (LfF's) need the training labels int [N]."""
+  inits, example_inits = {}, {}
+  for entry in phases(config.loss):
+    inits.update(entry.state)
+    example_inits.update(entry.example_state)
+  state = {}
+  for field in sorted({*inits, *example_inits}):
+    if field in example_inits:
+      if train_labels is None:
+        raise ValueError(f"loss {config.loss!r} carries per-example state ({field!r}): pass the "
+                         f"training labels (train_labels)")
+      state[field] = example_inits[field](np.asarray(train_labels))
+    else:
+      state[field] = inits[field](num_classes)
+  return state
+
+
+def _with_metrics_of(branch, other_shapes: dict) -> Callable[[], tuple]:
+  """`branch` with the metrics only the other branch of a cond has, as NaN (not computed)."""
+  def padded():
+    loss, state, metrics = branch()
+    for key, shape in other_shapes.items():
+      if key not in metrics:
+        metrics[key] = jnp.full(shape.shape, jnp.nan if jnp.issubdtype(shape.dtype, jnp.floating)
+                                else 0, shape.dtype)
+    return loss, state, metrics
+  return padded
+
+
+class _MixReads(RecipeInputs):
+  """`RecipeInputs` that records whether a loss read its `mix` (`make_loss_fn`'s check of
+  `Method.reads_mix`)."""
+
+  @property
+  def mix(self):
+    self.__dict__["mix_read"] = True
+    return tuple.__getitem__(self, RecipeInputs._fields.index("mix"))
+
+
+def _applied(name: str, config) -> Callable[..., tuple]:
+  """Entry `name`'s loss bound to `config`, its value at least float32: entries differ in the dtype
+  they compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32), and
+  the two branches of a deferred entry's `lax.cond` must agree. Each trace checks
+  `Method.reads_mix` against what the loss read of `StepInfo.recipe` (ValueError naming the
+  entry)."""
+  entry = get(name)
+
+  def apply(logits, features, labels, loss_state, info: StepInfo):
+    given = _MixReads(*info.recipe)
+    loss, state, metrics = entry.loss(config, logits, features, labels, loss_state,
+                                      info._replace(recipe=given))
+    reads = given.__dict__.get("mix_read", False)
+    if reads != entry.reads_mix:
+      consequence = ("mixed batches would train against their plain labels" if entry.reads_mix
+                     else "declare reads_mix=True")
+      raise ValueError(f"the {name!r} loss entry says reads_mix={entry.reads_mix}, but its loss "
+                       f"{'reads' if reads else 'does not read'} StepInfo.recipe.mix: "
+                       f"{consequence}")
+    return loss.astype(jnp.promote_types(loss.dtype, jnp.float32)), state, metrics
+  return apply
+
+
+def make_loss_fn(config) -> Callable[..., tuple[jax.Array, dict, dict]]:
+  """loss_fn(logits, features, labels, loss_state, step_info) → (loss, loss_state, metrics) of
+  `config.loss` (the loss at least float32); a deferred entry switches from its before entry at
+  its start epoch in a `lax.cond` (one branch runs per step) — or not at all when it starts at
+  epoch 0."""
+  entry = get(config.loss)
+  start = start_epoch(config)
+  if start == 0:
+    return _applied(config.loss, config)
+
+  def loss_fn(logits, features, labels, loss_state, info: StepInfo):
+    after_branch, before_branch = (
+        functools.partial(_applied(e, config), logits, features, labels, loss_state, info)
+        for e in (config.loss, entry.before))
+    after_shapes, before_shapes = jax.eval_shape(after_branch), jax.eval_shape(before_branch)
+    return jax.lax.cond(info.epoch >= start,
+                        _with_metrics_of(after_branch, before_shapes[2]),
+                        _with_metrics_of(before_branch, after_shapes[2]))
+
+  return loss_fn

@@ -1,0 +1,483 @@
+"""experiments.methods.registry: every registry entry before and after its start epoch, against
+the float64 NumPy references (what is computed, which state changes), under jit and without;
+deferred entries compile to a conditional (one branch per step); config validation names the
+field. The inverse reweighting around every method with a per-example loss
+(`<method>+inverse_reweight`) is an entry like the others and is checked the same way."""
+
+import dataclasses
+
+import chex
+import jax
+import reweight_jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from experiments.methods import registry
+from experiments.methods.method import EpochPass
+from experiments.methods.method import Mix
+from experiments.methods.method import RecipeInputs
+from experiments.methods.method import StepInfo
+from experiments.common.errors import ConfigError
+from experiments.configs import default
+from tests.reference import numpy_comparisons as ref_cmp
+from tests.reference import numpy_etf_dr as ref_etf
+from tests.reference import numpy_fairdro as ref_fairdro
+from tests.reference import numpy_glmc as ref_glmc
+from tests.reference import numpy_jtt_lff as ref_lff
+from tests.reference import numpy_mixed_labels as ref_mixed
+from tests.reference import numpy_mr2 as ref_mr2
+from tests.reference import numpy_reweight as ref_rw
+from tests.reference import numpy_supcon as ref_supcon
+
+K, B, D = 6, 24, 5
+START = 3  # start epoch of every deferred entry here
+COUNTS = np.array([60.0, 30.0, 15.0, 8.0, 4.0, 2.0])
+RNG = jax.random.key(7)  # StepInfo.rng of every call here (EQL draws from it)
+# The model outputs and dataset positions the wrapped entries read (SupCon's projection, LfF's
+# biased logits and per-example EMAs over N training examples), fixed for every batch here.
+N_TRAIN = 40
+_extra = np.random.default_rng(11)
+INDICES = _extra.permutation(N_TRAIN)[:B].astype(np.int32)
+DATASET_LABELS = _extra.integers(0, K, N_TRAIN).astype(np.int32)
+_z = _extra.normal(size=(B, 8))
+PROJECTION = (_z / np.linalg.norm(_z, axis=1, keepdims=True)).astype(np.float32)
+BIASED_LOGITS = _extra.normal(size=(B, K)).astype(np.float32)
+_m = _extra.normal(size=(D, K))
+ETF = (_m / np.linalg.norm(_m, axis=0)).astype(np.float32)  # unit columns (d = 5 < K: any M here)
+# GLMC's paired batch: the rows are the two passes [x_g; x_l] (B/2 each), its extra heads' outputs,
+# the partner labels and the step's λ.
+LOGITS_FC = _extra.normal(size=(B, K)).astype(np.float32)
+PREDICTION = _extra.normal(size=(B, 8)).astype(np.float32)
+LABELS_B = _extra.integers(0, K, B).astype(np.int32)
+LAM = 0.35
+PAIRED = {"glmc", "glmc+inverse_reweight"}
+LOSSES = tuple(registry.REGISTRY)
+REWEIGHTED = "+inverse_reweight"
+
+
+def step_info(epoch, step_in_epoch, rows=B, name=None):
+  mix = (Mix(jnp.asarray(LABELS_B[:rows]), jnp.float32(LAM)) if name in PAIRED else None)
+  return StepInfo(
+      epoch=jnp.asarray(epoch), step_in_epoch=jnp.asarray(step_in_epoch),
+      class_counts=jnp.asarray(COUNTS, jnp.float32), rng=RNG,
+      recipe=RecipeInputs(
+          outputs={"projection": jnp.asarray(PROJECTION[:rows]),
+                   "biased_logits": jnp.asarray(BIASED_LOGITS[:rows]),
+                   "etf_classifier": jnp.asarray(ETF), "logits_fc": jnp.asarray(LOGITS_FC[:rows]),
+                   "prediction": jnp.asarray(PREDICTION[:rows])},
+          indices=jnp.asarray(INDICES[:rows]), mix=mix))
+
+
+def init_state(config):
+  return registry.init_loss_state(config, K, DATASET_LABELS)
+
+
+def config_for(loss: str) -> ml_collections.ConfigDict:
+  config = default.get_config()
+  config.loss = loss
+  config.reweight.start_epoch = START
+  config.ldam.drw_epoch = START
+  config.ib.start_epoch = START
+  config.reweight.refresh = "step"
+  config.eql.lam = 0.05  # classes 4 and 5 (f = 4/119, 2/119) are rare: some logits are dropped
+  config.jtt.stage1 = "<stage-1 workdir: not read by the step>"
+  if loss.startswith("etf_dr"):
+    config.head = "etf"
+  return config
+
+
+def batch(seed=0, labels=None):
+  rng = np.random.default_rng(seed)
+  logits = rng.normal(size=(B, K)).astype(np.float32)
+  features = np.abs(rng.normal(size=(B, D))).astype(np.float32)
+  if labels is None:
+    labels = rng.integers(0, K - 1, size=B)  # class K−1 absent from the batch
+  return logits, features, np.asarray(labels, np.int32)
+
+
+def run(loss: str, epoch: int, jit: bool, seed=0, config=None):
+  config = config or config_for(loss)
+  loss_fn = registry.make_loss_fn(config)
+  state = init_state(config)
+  logits, features, labels = batch(seed)
+
+  def call(logits, features, labels, state, epoch):
+    return loss_fn(logits, features, labels, state, step_info(epoch, 1, name=loss))
+
+  fn = jax.jit(call) if jit else call
+  out = fn(logits, features, labels, state, jnp.asarray(epoch))
+  return state, out, (logits, features, labels)
+
+
+def per_example_reference(name: str, logits, features, labels):
+  """float64 per-example losses of the methods whose entry is a plain mean of them."""
+  del features
+  if name in ("ce", "jtt"):
+    return ref_rw._per_example_ce(logits, labels)
+  if name == "focal":
+    return ref_rw.focal_loss(logits, labels, gamma=1.0)
+  if name == "ldam":
+    return ref_rw.ldam_loss(logits, labels, COUNTS, max_margin=0.5, scale=30.0)
+  if name == "logit_adjust":
+    return ref_rw.logit_adjusted_loss(logits, labels, COUNTS, tau=1.0)
+  if name == "balanced_softmax":
+    return ref_rw.balanced_softmax_loss(logits, labels, COUNTS)
+  if name == "eql":
+    # The draws are an input of the loss: β from the library's per-row draw, the loss from NumPy.
+    rare = COUNTS / COUNTS.sum() < 0.05
+    dropped = np.asarray(reweight_jax.baselines.eql_dropped_at(RNG, np.arange(len(labels)), K, 0.9))
+    return ref_cmp.eql_loss(logits, labels, rare, dropped)[0]
+  return None
+
+
+def reference_loss(name: str, logits, features, labels, state, epoch=0):
+  """float64 NumPy value of entry `name` once active, from the spec formulas (tests/reference)."""
+  base = name[:-len(REWEIGHTED)] if name.endswith(REWEIGHTED) else None
+  if base is not None and per_example_reference(base, logits, features, labels) is not None:
+    # The reweighting of the method's per-example losses (the batch's classes, first refresh).
+    beta = ref_rw.macro_factor((np.bincount(labels, minlength=K) > 0).astype(float))
+    return ref_rw.inverse_reweighted_loss_value(
+        per_example_reference(base, logits, features, labels), labels, K, beta, np.ones(K))[0]
+  if name == "ce":
+    return np.mean(ref_rw._per_example_ce(logits, labels))
+  if name == "mr2":
+    cs = state["class_stats"]
+    return ref_mr2.mr2_objective_paper(logits, features, labels, np.asarray(cs.sq_mean_norm),
+                                       np.asarray(cs.mean_sq_deviation), np.asarray(cs.seen))[0]
+  if name == "inverse_reweight":
+    counts_after = np.bincount(labels, minlength=K) > 0
+    beta = ref_rw.macro_factor(counts_after.astype(float))
+    return ref_rw.inverse_reweighted_loss_value(ref_rw._per_example_ce(logits, labels), labels, K,
+                                                beta, np.ones(K))[0]
+  if name == "mr2+inverse_reweight":
+    cs = state["class_stats"]
+    a, v, seen = ref_mr2.update_class_stats(np.asarray(cs.sq_mean_norm),
+                                            np.asarray(cs.mean_sq_deviation), np.asarray(cs.seen),
+                                            features, labels, 0.9, 2.0)
+    gamma = ref_mr2.class_margins(a, v, seen, 1.0)
+    per_example = (ref_mr2.margin_cross_entropy(logits, labels, gamma) + 0.1 *
+                   ref_mr2.representation_margin_loss(features, labels, ref_mr2.s_bar(v, seen)))
+    beta = ref_rw.macro_factor((np.bincount(labels, minlength=K) > 0).astype(float))
+    return ref_rw.inverse_reweighted_loss_value(per_example, labels, K, beta, np.ones(K))[0]
+  if name in ("inv_freq", "class_balanced"):
+    w = (ref_rw.inverse_frequency_weights(COUNTS) if name == "inv_freq"
+         else ref_rw.class_balanced_weights(COUNTS, 0.9999))
+    ce = ref_rw._per_example_ce(logits, labels)
+    return np.sum(w[labels] * ce) / np.sum(w[labels])
+  if name == "focal":
+    return np.mean(ref_rw.focal_loss(logits, labels, gamma=1.0))
+  if name in ("ldam", "ldam_drw"):
+    per_example = ref_rw.ldam_loss(logits, labels, COUNTS, max_margin=0.5, scale=30.0)
+    if name == "ldam":
+      return np.mean(per_example)
+    w = ref_rw.class_balanced_weights(COUNTS, 0.9999)[labels]
+    return np.sum(w * per_example) / np.sum(w)
+  if name == "logit_adjust":
+    return np.mean(ref_rw.logit_adjusted_loss(logits, labels, COUNTS, tau=1.0))
+  if name == "balanced_softmax":
+    return np.mean(ref_rw.balanced_softmax_loss(logits, labels, COUNTS))
+  if name == "ib":
+    return np.mean(ref_rw.ib_loss(logits, labels, features, COUNTS, alpha=1000.0))
+  if name == "group_dro":
+    q = np.asarray(state["group_dro_q"], np.float64)
+    return ref_cmp.group_dro_step(ref_rw._per_example_ce(logits, labels), labels, q, 0.01)[0]
+  if name == "fairdro":
+    q = np.asarray(state["fairdro_q"], np.float64)
+    return ref_fairdro.step_loss(ref_rw._per_example_ce(logits, labels), labels, q)[0]
+  if name == "eql":
+    return np.mean(per_example_reference(name, logits, features, labels))
+  if name == "jtt":  # JTT's step is ERM; its method is the sampler (tests/harness/methods/test_jtt.py)
+    return np.mean(ref_rw._per_example_ce(logits, labels))
+  if name == "supcon":  # joint: CE + λ·SupCon (λ = 1, τ = 0.1, τ_b = 0.07)
+    return (np.mean(ref_rw._per_example_ce(logits, labels))
+            + ref_supcon.supcon_mean(PROJECTION.astype(np.float64), labels, 0.1, 0.07))
+  if name == "lff":  # from the fresh state: every row's first visit
+    assert not np.any(np.asarray(state["lff"].seen))
+    reference = ref_lff.LfFReference(DATASET_LABELS, K, q=0.7, alpha=0.7)
+    return reference.step(BIASED_LOGITS.astype(np.float64), logits.astype(np.float64), labels,
+                          INDICES)[0]
+  if name == "etf_dr":  # DR onto M with GivenEw of the batch (features taken as the head's h)
+    scale = ref_etf.given_ew(labels, K)
+    return ref_etf.dot_regression(features, labels, ETF, scale)[0]
+  if name in ("glmc", "glmc+inverse_reweight"):
+    # The passes are rows [:B/2] (x_g) and [B/2:] (x_l), with the labels of the first.
+    h = B // 2
+    v = ref_glmc.class_weights(COUNTS, 1.2)
+    alpha = ref_glmc.alpha(epoch, 200)
+    loss, balanced, _, consistency = ref_glmc.glmc_loss(
+        LOGITS_FC[:h], LOGITS_FC[h:], logits[:h], logits[h:], PREDICTION[:h], PROJECTION[:h],
+        PREDICTION[h:], PROJECTION[h:], labels[:h], LABELS_B[:h], LAM, v, alpha, 1.0)[:4]
+    if name == "glmc":
+      return loss
+    # L_reb ← 2 × the mixed-label reweighted CE of fc_cb pooled over both passes (PIPELINES §4).
+    mass = (LAM * np.bincount(labels, minlength=K) + (1 - LAM) * np.bincount(LABELS_B, minlength=K))
+    beta = ref_rw.macro_factor((mass > 0).astype(float))
+    reweighted = ref_mixed.mixed_reweighted_loss_value(
+        ref_rw._per_example_ce(logits, labels), ref_rw._per_example_ce(logits, LABELS_B), labels,
+        LABELS_B, LAM, K, beta, np.ones(K))[0]
+    return alpha * balanced + (1 - alpha) * 2 * reweighted + consistency
+  if name == "etf_dr+inverse_reweight":  # ŵ on the per-label DR losses with E ≡ 1
+    beta = ref_rw.macro_factor((np.bincount(labels, minlength=K) > 0).astype(float))
+    return ref_rw.inverse_reweighted_loss_value(ref_etf.dot_regression(features, labels, ETF)[1],
+                                                labels, K, beta, np.ones(K))[0]
+  raise AssertionError(f"no reference for {name}")
+
+
+def test_every_loss_has_a_reference_here():
+  for name in LOSSES:
+    logits, features, labels = batch()
+    config = config_for(name)
+    assert np.isfinite(reference_loss(name, logits, features, labels,
+                                      init_state(config)))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("name", LOSSES)
+def test_entry_before_and_after_its_start(name, jit):
+  entry = registry.get(name)
+  before_epoch, after_epoch = START - 1, START
+  for epoch, expected_entry in ((before_epoch, entry.before if entry.start else name),
+                                (after_epoch, name)):
+    state, (loss, new_state, metrics), (logits, features, labels) = run(name, epoch, jit)
+    expected = reference_loss(expected_entry, logits, features, labels, state, epoch)
+    np.testing.assert_allclose(float(loss), expected, rtol=2e-5, atol=1e-6,
+                               err_msg=f"{name} at epoch {epoch} should compute {expected_entry}")
+    assert set(new_state) == set(state)
+    present = np.bincount(labels, minlength=K) > 0
+    if name in PAIRED:  # a mixed batch: classes with mass λ·n_a + (1 − λ)·n_b > 0
+      present = present | (np.bincount(LABELS_B, minlength=K) > 0)
+    for field in state:
+      new, old = new_state[field], state[field]
+      trained = registry.get(expected_entry)
+      updates = field in {**trained.state, **trained.example_state}
+      if field == "class_stats":
+        changed = np.asarray(new.seen) != np.asarray(old.seen)
+        np.testing.assert_array_equal(changed, present if updates else np.zeros(K, bool))
+      if field == "reweight":
+        counts = np.asarray(new.batch_counts) - np.asarray(old.batch_counts)
+        np.testing.assert_array_equal(counts, present.astype(float) if updates else np.zeros(K))
+      if field == "lff":  # the EMAs are written at the batch's dataset positions only
+        seen = np.zeros(N_TRAIN, bool)
+        seen[INDICES] = updates
+        np.testing.assert_array_equal(np.asarray(new.seen), seen)
+      if field == "group_dro_q":  # absent classes keep their relative mass (exp(0), renormalised)
+        ratio = np.asarray(new, np.float64) / np.asarray(old, np.float64)
+        np.testing.assert_allclose(ratio[~present], ratio[~present][0], rtol=1e-6)
+        assert np.all(ratio[present] > ratio[~present][0])  # positive losses gain mass
+        np.testing.assert_allclose(np.sum(new), 1.0, rtol=1e-6)
+    if "class_weight" in metrics:
+      weights = np.asarray(metrics["class_weight"])
+      # Not computed before the start: NaN, never a made-up weight.
+      assert np.all(np.isnan(weights)) == (epoch < START and name != expected_entry)
+
+
+def _deferral_conditionals(config, logits, features, labels, state, info) -> int:
+  """Conditionals at the loss function's top level: the deferral's switch. Those nested inside the
+  losses (the label log-softmax's overflow fallback, ℓ_s̄'s branch choice) are not counted."""
+  jaxpr = jax.make_jaxpr(registry.make_loss_fn(config))(logits, features, labels, state, info)
+  return sum(eqn.primitive.name == "cond" for eqn in jaxpr.jaxpr.eqns)
+
+
+def test_deferred_entries_compile_one_conditional_and_others_none():
+  logits, features, labels = batch()
+  for name in LOSSES:
+    config = config_for(name)
+    state = init_state(config)
+    info = step_info(0, 0, name=name)
+    deferred = registry.get(name).start is not None
+    assert _deferral_conditionals(config, logits, features, labels, state, info) == deferred, name
+    if deferred:  # started at epoch 0: no conditional at all
+      config = config_for(name)
+      config[registry.get(name).start.split(".")[0]][registry.get(name).start.split(".")[1]] = 0
+      assert _deferral_conditionals(config, logits, features, labels, state, info) == 0, name
+
+
+def test_deferred_gradient_is_the_before_entrys_gradient():
+  config = config_for("mr2+inverse_reweight")
+  state = init_state(config)
+  logits, features, labels = batch()
+  info = step_info(START - 1, 0)
+  grad = jax.grad(lambda z: registry.make_loss_fn(config)(z, features, labels, state, info)[0])
+  mr2_config = config_for("mr2")
+  mr2_grad = jax.grad(lambda z: registry.make_loss_fn(mr2_config)(z, features, labels, state,
+                                                                 info)[0])
+  chex.assert_trees_all_close(grad(logits), mr2_grad(logits), rtol=1e-6, atol=1e-7)
+
+
+def test_registry_entries_are_well_formed():
+  for name, entry in registry.REGISTRY.items():
+    assert entry.name == name
+    assert set(entry.reads) <= set(registry.CONFIG_TREES), name
+    assert set(entry.trees) <= set(entry.reads), name
+    if entry.start is not None:
+      assert entry.start.split(".")[0] in entry.reads, name
+      assert entry.before in registry.REGISTRY and registry.get(entry.before).start is None, name
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("loss", "nope", "config.loss: unknown loss 'nope'"),
+    ("mr2.decay", 1.0, "config.mr2.decay"),
+    ("mr2.form", "other", "config.mr2.form"),
+    ("reweight.prior", "zipf", "config.reweight.prior"),
+    ("reweight.start_epoch", -1, "config.reweight.start_epoch"),
+    ("ldam.drw_beta", 1.0, "config.ldam.drw_beta"),
+    ("focal.gamma", -1.0, "config.focal.gamma"),
+])
+def test_validation_names_the_field(field, value, message):
+  loss = {"mr2": "mr2", "reweight": "inverse_reweight", "ldam": "ldam_drw",
+          "focal": "focal"}.get(field.split(".")[0], "ce")
+  config = config_for(loss)
+  head, *rest = field.split(".")
+  if rest:
+    config[head][rest[0]] = value
+  else:
+    config[head] = value
+  with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+    default.validate_method(config)
+
+
+def test_combination_refuses_the_released_form_and_ldam_the_double_cosine_scale():
+  config = config_for("mr2+inverse_reweight")
+  config.mr2.form = "released"
+  with pytest.raises(ConfigError, match="paper form only"):
+    default.validate_method(config)
+  config = config_for("ldam")
+  config.head = "cosine"
+  with pytest.raises(ConfigError, match="ldam.scale"):
+    default.validate_method(config)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_out_of_range_label_is_nan_and_counted_in_no_class_under_jit(name):
+  """The one label guard (`mr2_reweight_core.checks.index_labels` / `take_class_values`) in every entry:
+  a label outside [0, K) under jit makes the batch loss NaN — never the loss of a clipped class —
+  and changes no per-class state: the state equals the update without that row."""
+  config = config_for(name)
+  for field in ("reweight.start_epoch", "ldam.drw_epoch", "ib.start_epoch"):
+    head, tail = field.split(".")
+    config[head][tail] = 0
+  loss_fn = jax.jit(registry.make_loss_fn(config))
+  state = init_state(config)
+  logits, features, labels = batch(seed=3)
+  info = step_info(0, 0, name=name)
+  bad = labels.copy()
+  # JAX indexing would clip this to class K − 1. GLMC's loss reads the labels of its first pass
+  # (the rows of the second are the same examples): the bad label goes there.
+  bad[0 if name in PAIRED else -1] = K
+  loss, new_state, _ = loss_fn(logits, features, bad, state, info)
+  assert np.isnan(float(loss)), name
+  if name in PAIRED:  # its rows are two passes of one batch (no odd row count to compare with):
+    # the bad label part counts in no class; its partner label and the other rows do.
+    if "reweight" in state:
+      good = np.bincount(np.delete(labels, 0), minlength=K) + np.bincount(LABELS_B, minlength=K)
+      np.testing.assert_array_equal(np.asarray(new_state["reweight"].batch_counts),
+                                    (good > 0).astype(np.float32))
+    return
+  _, clean_state, _ = loss_fn(logits[:-1], features[:-1], labels[:-1], state,
+                              step_info(0, 0, rows=B - 1, name=name))
+  # Every carried state counts the bad row in its `skipped_rows` and is otherwise the clean one.
+  skipped = {jax.tree_util.keystr(path): int(leaf) for path, leaf
+             in jax.tree_util.tree_leaves_with_path(new_state) if "skipped_rows" in str(path)}
+  assert set(skipped.values()) <= {1}, skipped
+  assert bool(skipped) == any(key in state for key in ("class_stats", "reweight", "lff")), skipped
+  counted = jax.tree_util.tree_map_with_path(
+      lambda path, leaf: 0 if "skipped_rows" in str(path) else leaf, new_state)
+  uncounted = jax.tree_util.tree_map_with_path(
+      lambda path, leaf: 0 if "skipped_rows" in str(path) else leaf, clean_state)
+  chex.assert_trees_all_close(counted, uncounted, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("schedule, clip", [("linear", False), ("cos", True)])
+def test_epoch_end_hook_sets_fairdro_q_from_the_training_pass(schedule, clip):
+  """FairDRO's q after three epochs of hook calls against the float64 loop reference (classes
+  without training examples left out), and the step loss reads the new q; entries without the
+  hook have none."""
+  assert [n for n in LOSSES if registry.get(n).recipe.epoch_end is not None] == ["fairdro"]
+  config = config_for("fairdro")
+  config.fairdro.schedule, config.fairdro.clip, config.fairdro.rho = schedule, clip, 0.3
+  entry = registry.get("fairdro").recipe
+  state = init_state(config)
+  rng = np.random.default_rng(0)
+  q_ref = np.full(K, 1.0 / K)
+  for epoch in range(3):
+    counts = rng.integers(1, 50, K).astype(np.float32)
+    counts[-1] = 0.0  # a class without training examples
+    loss_sums = (counts * rng.uniform(0.2, 2.0, K)).astype(np.float32)
+    epoch_pass = EpochPass(loss_sums=jnp.asarray(loss_sums), correct=jnp.zeros(K),
+                                  counts=jnp.asarray(counts))
+    state = entry.epoch_end(config, state, epoch_pass, epoch, 5)
+    means = np.where(counts > 0, loss_sums.astype(np.float64) / np.maximum(counts, 1), np.nan)
+    q_star = ref_fairdro.best_response(means, 0.3, present=counts > 0, clip=clip)
+    q_ref = ref_fairdro.update(q_ref, q_star, epoch, 5, schedule)
+    np.testing.assert_allclose(np.asarray(state["fairdro_q"]), q_ref, rtol=1e-5, atol=1e-6)
+  logits, features, labels = batch()
+  loss, new_state, _ = registry.make_loss_fn(config)(logits, features, labels, state,
+                                                   step_info(0, 0))
+  expected = ref_fairdro.step_loss(ref_rw._per_example_ce(logits, labels), labels, q_ref)[0]
+  np.testing.assert_allclose(float(loss), expected, rtol=2e-5)
+  chex.assert_trees_all_equal(new_state, state)  # the step does not move q
+
+
+@pytest.mark.parametrize("loss, field, value, message", [
+    ("focal", "mixup_alpha", 1.0, "does not take mixup batches"),
+    ("ce", "views", 3, "mixup batches are single-view"),
+    ("etf_dr", "head", "linear", "set config.head='etf'"),
+])
+def test_mixup_and_etf_head_are_refused_where_they_do_not_apply(loss, field, value, message):
+  config = config_for(loss)
+  if field == "views":
+    config.mixup_alpha = 1.0
+  config[field] = value
+  with pytest.raises(ConfigError, match=message):
+    default.validate_method(config)
+
+
+def _with_mix(info, labels_b, lam):
+  return info._replace(recipe=info.recipe._replace(
+      mix=Mix(jnp.asarray(labels_b), jnp.float32(lam))))
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_an_entry_reads_the_mix_exactly_when_it_says_so_and_then_uses_it(name):
+  """`Method.reads_mix` is the one statement of whether a method trains on mixed batches
+  (`registry.takes_mixup` derives from it). Each phase of every entry is traced given a mix: the
+  registry raises when the apply's reads disagree with the flag (an LfF marked reads_mix=True
+  fails here). A mixup method's loss uses the mix: with partner labels y_b it is its plain loss on
+  y at λ = 1 and on y_b at λ = 0."""
+  entry = registry.get(name)
+  logits, features, labels = batch(seed=5)
+  labels_b = np.roll(labels, 3)
+  for epoch in ((START - 1, START) if entry.start else (0,)):
+    config = config_for(name)
+    loss_fn = registry.make_loss_fn(config)
+    state = init_state(config)
+    info = step_info(epoch, 1, name=name)
+    mixed, *_ = loss_fn(logits, features, labels, state, _with_mix(info, LABELS_B, LAM))
+    assert np.isfinite(float(mixed)), (name, epoch)
+    if not registry.takes_mixup(name):
+      continue
+    plain = info._replace(recipe=info.recipe._replace(mix=None))
+    for lam, expected_labels in ((1.0, labels), (0.0, labels_b)):
+      got, *_ = loss_fn(logits, features, labels, state, _with_mix(info, labels_b, lam))
+      want, *_ = loss_fn(logits, features, expected_labels, state, plain)
+      np.testing.assert_allclose(float(got), float(want), rtol=1e-5, atol=1e-6,
+                                 err_msg=f"{name} at epoch {epoch}, λ = {lam}")
+
+
+def test_a_flag_that_disagrees_with_the_loss_is_an_error_naming_the_entry(monkeypatch):
+  monkeypatch.setitem(registry.REGISTRY, "lff",
+                      dataclasses.replace(registry.get("lff"), reads_mix=True))
+  assert registry.takes_mixup("lff")  # what the flag alone would let through
+  config = config_for("lff")
+  logits, features, labels = batch()
+  with pytest.raises(ValueError, match="'lff' loss entry says reads_mix=True, but its loss does "
+                                       "not read"):
+    registry.make_loss_fn(config)(logits, features, labels, init_state(config),
+                                _with_mix(step_info(0, 1), LABELS_B, LAM))
+  monkeypatch.setitem(registry.REGISTRY, "ce",
+                      dataclasses.replace(registry.get("ce"), reads_mix=False))
+  with pytest.raises(ValueError, match="'ce' loss entry says reads_mix=False, but its loss reads"):
+    registry.make_loss_fn(config_for("ce"))(logits, features, labels, init_state(config_for("ce")),
+                                          step_info(0, 1))
