@@ -6,7 +6,8 @@ The page needs no network either: the theme (sphinx-book-theme) ships its fonts 
 MathJax is bundled (sphinx-mathjax-offline copies it into `_static/mathjax`).
 
 Small extensions in docs/_ext run at build time: `api_coverage` fails the build when a public
-symbol has no page, `example_pages` runs each script in examples/ and shows its code and output,
+symbol has no page, `example_pages` writes each script in examples/ as a notebook that myst-nb
+executes (code, output and figures interleaved),
 `external_links` links JAX / optax / Flax / chex / NumPy names to their projects' pages without
 fetching anything, `loss_registry` writes one page per entry of the harness's loss registry (from
 `experiments.methods.registry` itself), `study_pages` copies the results and benchmark reports with
@@ -54,7 +55,7 @@ extensions = [
     "sphinx-mathjax-offline",  # the package's name: MathJax 3 copied into _static, no CDN
     "sphinx_copybutton",
     "sphinx_design",
-    "myst_parser",
+    "myst_nb",  # MyST Markdown (it sets myst_parser up) and the executed example notebooks
     "docstring_blocks",
     "api_coverage",
     "example_pages",
@@ -64,7 +65,7 @@ extensions = [
 if HARNESS_PAGES:
   extensions += ["loss_registry", "study_pages"]
 
-source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb"}
 root_doc = "index"
 exclude_patterns = ["_build", "**/runs/**"]
 if not HARNESS_PAGES:
@@ -96,6 +97,15 @@ suppress_warnings = ["myst.header"]
 # $...$ and $$...$$ are maths (rendered by the bundled MathJax, as are `:math:` and `.. math::` in
 # docstrings); amsmath takes \begin{aligned} and the like as a block of its own.
 myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath"]
+
+# The example notebooks (docs/_ext/example_pages.py): run when the page is read, their outputs kept
+# in <outdir>/../.jupyter_cache and reused while the notebook and the key of the sources it runs
+# are unchanged; a fresh build (CI's) runs each once, about 15 s on a CPU. A cell that raises is a
+# warning, so `-W` fails the build, with its traceback in the log.
+nb_execution_mode = "cache"
+nb_execution_timeout = 600  # seconds per cell: `main()` trains five runs
+nb_execution_show_tb = True
+nb_merge_streams = True  # one block per cell for what it printed
 
 # MathJax from the build's own _static (sphinx-mathjax-offline puts it there): nothing is fetched
 # when a page is viewed.

@@ -18,6 +18,7 @@ MR2's class statistics and the reweighting counters are extra fields of the `Tra
 stores the losses' new states with `replace`.
 """
 
+# %%
 import functools
 
 import flax.linen as nn
@@ -38,6 +39,14 @@ ALPHA, GAMMA = 0.0, 1.0
 PRIOR = reweight_jax.class_prior(np.asarray(toy.LONG_TAILED_COUNTS), "uniform")
 
 
+# %% [markdown]
+# ## The model and the train state
+#
+# The model returns the penultimate features beside the logits, because MR2's class statistics
+# are computed on them. The `TrainState` carries the statistics and the counters as two extra
+# fields.
+
+# %%
 class Model(nn.Module):
   """Dense–ReLU features and a linear head: (logits [B, K], features [B, HIDDEN_DIM])."""
 
@@ -52,6 +61,13 @@ class TrainState(train_state.TrainState):
   reweight_state: reweight_jax.ReweightState
 
 
+# %% [markdown]
+# ## One step
+#
+# The loss returns the statistics' and the counters' new values through `has_aux`;
+# `apply_gradients` updates the parameters only, and `replace` stores the new values.
+
+# %%
 # `method` and `lam` are static: one compiled step per loss.
 @functools.partial(jax.jit, static_argnames=("method", "lam"))
 def train_step(state: TrainState, inputs, labels, method: str, lam: float):
@@ -75,6 +91,13 @@ def train_step(state: TrainState, inputs, labels, method: str, lam: float):
   return state.replace(class_stats=class_stats, reweight_state=reweight_state), loss
 
 
+# %% [markdown]
+# ## Training, on the same batches for every method
+#
+# `train` runs one method; the reweighting is the CE run, step for step, until `REWEIGHT_START`.
+# `main` trains every run of both settings and builds the tables (`toy_comparison.compare`).
+
+# %%
 def train(split: toy.Split, method: str, *, lam: float = 0.0, num_steps: int = NUM_STEPS,
           reweight_start: int = REWEIGHT_START, seed: int = 0) -> dict:
   """Trains on `split` with `method`; the reweighting is CE (the same steps as the CE run) until
@@ -116,6 +139,7 @@ def main(num_steps: int = NUM_STEPS, reweight_start: int = REWEIGHT_START, seed:
   return toy.compare(fit, predict, seed)
 
 
+# %%
 if __name__ == "__main__":
   for table in main()["tables"].values():
     print(table.text, end="\n\n")

@@ -19,6 +19,7 @@ updates only those, and the step stores the losses' new states (returned through
 `set_value`.
 """
 
+# %%
 import functools
 
 import jax.numpy as jnp
@@ -38,6 +39,14 @@ ALPHA, GAMMA = 0.0, 1.0
 PRIOR = reweight_jax.class_prior(np.asarray(toy.LONG_TAILED_COUNTS), "uniform")
 
 
+# %% [markdown]
+# ## The model, with the losses' state
+#
+# The model returns the penultimate features beside the logits, because MR2's class statistics
+# are computed on them; the statistics and the counters are `ClassStatistics` variables of the
+# model, so `nnx.state(model)` checkpoints them with the parameters.
+
+# %%
 class Model(nnx.Module):
   """Linear–ReLU features and a linear head, with the losses' per-class state."""
 
@@ -53,6 +62,13 @@ class Model(nnx.Module):
     return self.head(features), features
 
 
+# %% [markdown]
+# ## One step
+#
+# `nnx.value_and_grad` differentiates the `nnx.Param` variables only; the loss returns the
+# statistics' and the counters' new values through `has_aux`, and `set_value` stores them.
+
+# %%
 # `method` and `lam` are static: one compiled step per loss.
 @nnx.jit(static_argnames=("method", "lam"))
 def train_step(model: Model, optimizer: nnx.Optimizer, inputs, labels, method: str, lam: float):
@@ -78,6 +94,13 @@ def train_step(model: Model, optimizer: nnx.Optimizer, inputs, labels, method: s
   return loss
 
 
+# %% [markdown]
+# ## Training, on the same batches for every method
+#
+# `train` runs one method; the reweighting is the CE run, step for step, until `REWEIGHT_START`.
+# `main` trains every run of both settings and builds the tables (`toy_comparison.compare`).
+
+# %%
 def train(split: toy.Split, method: str, *, lam: float = 0.0, num_steps: int = NUM_STEPS,
           reweight_start: int = REWEIGHT_START, seed: int = 0) -> dict:
   """Trains on `split` with `method`; the reweighting is CE (the same steps as the CE run) until
@@ -115,6 +138,7 @@ def main(num_steps: int = NUM_STEPS, reweight_start: int = REWEIGHT_START, seed:
   return toy.compare(fit, predict, seed)
 
 
+# %%
 if __name__ == "__main__":
   for table in main()["tables"].values():
     print(table.text, end="\n\n")

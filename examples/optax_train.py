@@ -17,6 +17,7 @@ The train state is three pytrees: the parameters (updated by optax), MR2's class
 reweighting counters (updated by the losses, never seen by the optimiser).
 """
 
+# %%
 import functools
 
 import jax
@@ -36,6 +37,13 @@ ALPHA, GAMMA = 0.0, 1.0
 PRIOR = reweight_jax.class_prior(np.asarray(toy.LONG_TAILED_COUNTS), "uniform")
 
 
+# %% [markdown]
+# ## The model
+#
+# A one-hidden-layer MLP whose parameters are a plain dict; `apply` returns the penultimate
+# features beside the logits, because MR2's class statistics are computed on them.
+
+# %%
 def init_params(key: jax.Array) -> dict:
   def dense(key, fan_in, fan_out):
     return {"kernel": jax.random.normal(key, (fan_in, fan_out)) / np.sqrt(fan_in),
@@ -51,6 +59,14 @@ def apply(params: dict, inputs) -> tuple[jax.Array, jax.Array]:
   return features @ params["output"]["kernel"] + params["output"]["bias"], features
 
 
+# %% [markdown]
+# ## The loss of each method, and one step
+#
+# `loss_fn` hands MR2's class statistics and the reweighting counters to the loss and gets their
+# new values back through `has_aux`; `train_step` returns them beside the parameters and the
+# optimiser's state, so the optimiser never sees them.
+
+# %%
 def loss_fn(params, class_stats, reweight_state, inputs, labels, method: str, lam: float):
   """The batch loss of `method` ('ce', 'mr2' or 'reweighting') and the losses' new states."""
   logits, features = apply(params, inputs)
@@ -74,6 +90,13 @@ def train_step(params, opt_state, class_stats, reweight_state, inputs, labels, m
   return optax.apply_updates(params, updates), opt_state, class_stats, reweight_state, loss
 
 
+# %% [markdown]
+# ## Training, on the same batches for every method
+#
+# `train` runs one method; the reweighting is the CE run, step for step, until `REWEIGHT_START`.
+# `main` trains every run of both settings and builds the tables (`toy_comparison.compare`).
+
+# %%
 def train(split: toy.Split, method: str, *, lam: float = 0.0, num_steps: int = NUM_STEPS,
           reweight_start: int = REWEIGHT_START, seed: int = 0) -> dict:
   """Trains on `split` with `method`; the reweighting is CE (the same steps as the CE run) until
@@ -114,6 +137,7 @@ def main(num_steps: int = NUM_STEPS, reweight_start: int = REWEIGHT_START, seed:
   return toy.compare(fit, predict, seed)
 
 
+# %%
 if __name__ == "__main__":
   for table in main()["tables"].values():
     print(table.text, end="\n\n")

@@ -10,7 +10,8 @@ set of `TEST_COUNT` examples per class:
   setting (Wang et al., ICML 2026, arXiv 2605.10047).
 
 `difficulty_table` and `shot_table` compare each method's held-out accuracy with a CE baseline
-trained the same way: overall, the worst class, three groups of classes, and each class.
+trained the same way: overall, the worst class, three groups of classes, and each class;
+`plot_table` draws such a table (it needs matplotlib, which the libraries do not).
 """
 
 from typing import NamedTuple
@@ -142,6 +143,52 @@ def _format(title, columns, rows, groups, group_names, gains, gained) -> str:
                  f"({gained[method]:+d} held-out examples), one seed: no interval, so no effect "
                  "is shown either way.")
   return "\n".join(lines)
+
+
+def plot_table(table: Table):
+  """The table as a figure: each class's held-out accuracy per method, the class's group under its
+  number (left), and each method's difference from the baseline on overall, worst and the three
+  groups, in points (right). One seed: no error bars, and the differences carry no interval.
+
+  Returns a `matplotlib.figure.Figure`, made without pyplot (a notebook shows it; a script writes
+  it with `figure.savefig(path)`).
+  """
+  from matplotlib.figure import Figure  # plots only: not a dependency of the libraries
+
+  methods = list(table.rows)
+  summary = table.columns[:len(table.columns) - NUM_CLASSES]  # overall, worst, the three groups
+  group_names = summary[2:]
+  colors = {m: f"C{i}" for i, m in enumerate(methods)}
+  figure = Figure(figsize=(10, 3.8), layout="constrained")
+  per_class, differences = figure.subplots(1, 2, width_ratios=(3, 2))
+
+  width = 0.8 / len(methods)
+  for i, method in enumerate(methods):
+    offsets = np.arange(NUM_CLASSES) + (i - (len(methods) - 1) / 2) * width
+    per_class.bar(offsets, table.rows[method][len(summary):], width, label=method,
+                  color=colors[method])
+  per_class.set_xticks(np.arange(NUM_CLASSES),
+                       [f"class {k}\n{group_names[g]}" for k, g in enumerate(table.groups)])
+  per_class.set_ylim(0, 100)
+  per_class.set_ylabel("held-out accuracy (%)")
+  per_class.set_title("Each class")
+  figure.legend(loc="outside upper center", ncols=len(methods), frameon=False)
+
+  others = methods[1:]
+  width = 0.8 / len(others)
+  for i, method in enumerate(others):
+    offsets = np.arange(len(summary)) + (i - (len(others) - 1) / 2) * width
+    gains = table.rows[method][:len(summary)] - table.rows[BASELINE][:len(summary)]
+    bars = differences.bar(offsets, gains, width, color=colors[method])
+    # A difference that rounds to zero reads 0.0, not -0.0.
+    differences.bar_label(bars, [f"{g:+.1f}" if round(g, 1) else "0.0" for g in gains],
+                          fontsize="x-small", padding=2)
+  differences.axhline(0, color="black", linewidth=0.8)
+  differences.set_xticks(np.arange(len(summary)), summary)
+  differences.margins(y=0.15)
+  differences.set_ylabel(f"minus {BASELINE} (points)")
+  differences.set_title(f"Difference from {BASELINE} (one seed: no interval)")
+  return figure
 
 
 def compare(fit, predict, seed: int = 0) -> dict:

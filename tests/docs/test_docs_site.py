@@ -50,12 +50,52 @@ def test_docstring_maths_is_passed_on_as_written():
 def test_every_training_example_gets_an_executed_page():
   example_pages = _load("example_pages")
   root = DOCS_EXT.parents[1]
-  scripts = [p.stem for p in example_pages._scripts(root) if example_pages._runs(p)]
-  assert scripts == ["linen_train", "nnx_train", "optax_train"]
+  scripts = [p for p in example_pages._scripts(root) if example_pages._runs(p)]
+  assert [p.stem for p in scripts] == ["linen_train", "nnx_train", "optax_train"]
   # The page's code starts after the module docstring.
   optax_train = root / "examples" / "optax_train.py"
   first = optax_train.read_text().splitlines()[example_pages._code_start(optax_train) - 1]
-  assert first.startswith("import ")
+  assert first.startswith("# %%")
+  for script in scripts:
+    cells = example_pages.cells(script)
+    kinds = [kind for kind, _ in cells]
+    assert kinds[0] == "code" and "markdown" in kinds
+    # The cells are the script after its docstring, up to the mark of its `__main__` block (which
+    # the results' cells replace): put back together, they leave nothing out.
+    rebuilt = []
+    for kind, text in cells:
+      rebuilt.append("# %% [markdown]" if kind == "markdown" else "# %%")
+      rebuilt += [(f"# {line}" if line else "#") if kind == "markdown" else line
+                  for line in text.splitlines()]
+    source = script.read_text()
+    lines = source[:source.index('\nif __name__ == "__main__":')].splitlines()
+    lines = lines[example_pages._code_start(script) - 1:]
+    assert [line for line in rebuilt + ["# %%"] if line.strip()] == [
+        line for line in lines if line.strip()]
+    code = "\n".join(text for kind, text in cells if kind == "code")
+    assert "__main__" not in code
+    page = example_pages.notebook(script, root, "KEY")
+    assert page.startswith("---\nfile_format: mystnb\n")
+    assert ":sources_key: KEY" in page  # the cache's key, in the first cell's metadata
+    assert page.count("```{code-cell}") == kinds.count("code") + 4
+    assert page.count('toy.plot_table(table)') == 2 and "result = main()" in page
+
+
+def test_the_notebooks_key_follows_the_sources(tmp_path):
+  """A change to an example or to a library's source changes the key, so the cached outputs are
+  not reused."""
+  example_pages = _load("example_pages")
+  for folder in ("examples", "mr2_jax", "reweight_jax", "mr2_reweight_core"):
+    (tmp_path / folder).mkdir()
+  (tmp_path / "examples" / "a.py").write_text("x = 1\n")
+  (tmp_path / "mr2_jax" / "m.py").write_text("y = 1\n")
+  key = example_pages._key(tmp_path)
+  assert example_pages._key(tmp_path) == key
+  (tmp_path / "mr2_jax" / "m.py").write_text("y = 2\n")
+  assert example_pages._key(tmp_path) != key
+  key = example_pages._key(tmp_path)
+  (tmp_path / "examples" / "a.py").write_text("x = 2\n")
+  assert example_pages._key(tmp_path) != key
 
 
 def test_compact_math_lists_and_marked_blocks_keep_their_shape():

@@ -1,7 +1,7 @@
 """examples/: each training example trains its runs (CE, MR2, the reweighting) on the toy data and
 their states change as its docstring says; each ends with per-class tables on held-out data whose
-columns, values and sentences are checked here, as is what each method moved on that data; the NNX
-heads (mr2_jax.nnx) compute what the linen heads compute.
+columns, values and sentences are checked here, as is what each method moved on that data, and
+the figure drawn from a table; the NNX heads (mr2_jax.nnx) compute what the linen heads compute.
 
 The Flax tests skip without Flax (`pytest.importorskip`), so the library-only run (tests/lib, on a
 plain `pip install .`) runs the optax example.
@@ -282,6 +282,35 @@ def test_reweighting_on_long_tailed_data(example):
   assert verdict(table, "reweighting")
   assert table.rows["reweighting"][few] - table.rows["CE"][few] > 0
   assert table.rows["reweighting"][many] - table.rows["CE"][many] > -1.5
+
+
+@pytest.mark.parametrize("setting", ["balanced", "long_tailed"])
+def test_the_figure_draws_the_table(setting):
+  """`toy_comparison.plot_table`, the figure on the example pages: its bars are the table's
+  numbers (each class's accuracy per method; each method's difference from CE on overall, worst
+  and the three groups, labelled as the table rounds them), each class is named with its group, and
+  the title says that one seed gives no interval."""
+  pytest.importorskip("matplotlib")
+  module, result = run_example("optax_train")
+  table = result["tables"][setting]
+  figure = module.toy.plot_table(table)
+  per_class, differences = figure.axes
+  methods, num_classes = list(table.rows), module.NUM_CLASSES
+  summary = len(table.columns) - num_classes
+  heights = [bar.get_height() for bar in per_class.patches]
+  np.testing.assert_allclose(np.reshape(heights, (len(methods), num_classes)),
+                             [table.rows[m][summary:] for m in methods])
+  group_names = table.columns[2:summary]
+  assert [t.get_text() for t in per_class.get_xticklabels()] == [
+      f"class {k}\n{group_names[g]}" for k, g in enumerate(table.groups)]
+  assert [t.get_text() for t in figure.legends[0].get_texts()] == methods
+  gains = np.array([table.rows[m][:summary] - table.rows["CE"][:summary] for m in methods[1:]])
+  bars = [bar.get_height() for bar in differences.patches]
+  np.testing.assert_allclose(np.reshape(bars, gains.shape), gains)
+  labels = [t.get_text() for t in differences.texts]
+  assert labels == [f"{g:+.1f}" if round(g, 1) else "0.0" for g in gains.ravel()]
+  assert [t.get_text() for t in differences.get_xticklabels()] == list(table.columns[:summary])
+  assert differences.get_title().endswith("(one seed: no interval)")
 
 
 def test_nnx_optimizer_never_updates_float_only_class_statistics():
