@@ -237,7 +237,7 @@ def write_pages(app, config):
            "```{toctree}", ":maxdepth: 1", "", *scripts, *modules, "```", ""]
   _write(out / "index.md", "\n".join(index))
   for stale in out.iterdir():
-    if stale.is_file() and stale.stem not in pages and stale.name != "index.md":
+    if stale.is_file() and stale.name not in {f"{page}.md" for page in [*pages, "index"]}:
       stale.unlink()  # a removed script's page, the output files of an earlier version
 
 

@@ -1,8 +1,9 @@
 """The documentation site's own extensions (docs/_ext), without building the site: docstrings keep
-their written maths, and the example pages find the scripts to run."""
+their written maths, and the example pages are notebooks made from the scripts, cell for cell."""
 
 import importlib.util
 import pathlib
+import types
 
 import pytest
 
@@ -96,6 +97,33 @@ def test_the_notebooks_key_follows_the_sources(tmp_path):
   key = example_pages._key(tmp_path)
   (tmp_path / "examples" / "a.py").write_text("x = 2\n")
   assert example_pages._key(tmp_path) != key
+
+
+def test_the_example_pages_are_written_and_stale_files_removed(tmp_path, monkeypatch):
+  """A script becomes a notebook page, a module a page of its code; the index lists the scripts
+  first; a removed script's page and the output files of an earlier version are deleted."""
+  example_pages = _load("example_pages")
+  monkeypatch.setenv("PYTHONPATH", "")
+  monkeypatch.setenv("IPYTHONDIR", "")  # the build sets both for its kernels
+  (tmp_path / "docs").mkdir()
+  (tmp_path / "examples").mkdir()
+  (tmp_path / "examples" / "run_me.py").write_text(
+      '"""Runs."""\n\n# %%\nimport helper\n\n\n# %%\nif __name__ == "__main__":\n  print(1)\n')
+  (tmp_path / "examples" / "helper.py").write_text('"""Helps."""\n\nX = 1\n')
+  out = tmp_path / "docs" / "_generated" / "examples"
+  out.mkdir(parents=True)
+  for stale in ("run_me.out", "run_me.key", "removed.md"):
+    (out / stale).write_text("old")
+  app = types.SimpleNamespace(confdir=str(tmp_path / "docs"),
+                              outdir=str(tmp_path / "docs" / "_build" / "html"))
+  example_pages.write_pages(app, None)
+  assert sorted(p.name for p in out.iterdir()) == ["helper.md", "index.md", "run_me.md"]
+  assert (out / "run_me.md").read_text().startswith("---\nfile_format: mystnb\n")
+  assert "```{literalinclude} ../../../examples/helper.py" in (out / "helper.md").read_text()
+  index = (out / "index.md").read_text()
+  assert index.index("run_me") < index.index("helper")
+  kernel_config = tmp_path / "docs" / "_build" / ".ipython" / "profile_default"
+  assert (kernel_config / "ipython_kernel_config.py").exists()
 
 
 def test_compact_math_lists_and_marked_blocks_keep_their_shape():
