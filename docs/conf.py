@@ -100,7 +100,7 @@ myst_enable_extensions = ["colon_fence", "dollarmath", "amsmath"]
 
 # The example notebooks (docs/_ext/example_pages.py): run when the page is read, their outputs kept
 # in <outdir>/../.jupyter_cache and reused while the notebook and the key of the sources it runs
-# are unchanged; a fresh build (CI's) runs each once, about 15 s on a CPU. A cell that raises is a
+# are unchanged; a fresh build (CI's) runs each once, 12–25 s on a CPU. A cell that raises is a
 # warning, so `-W` fails the build, with its traceback in the log.
 nb_execution_mode = "cache"
 nb_execution_timeout = 600  # seconds per cell: `main()` trains five runs
