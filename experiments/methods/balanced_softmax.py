@@ -12,13 +12,13 @@ def _rows(logits, labels, info):
   return reweight_jax.baselines.balanced_softmax_loss(logits, labels, info.class_counts)
 
 
-def balanced_softmax(config, logits, features, labels, state, info):
-  del config, features
+def balanced_softmax(settings, logits, features, labels, state, info):
+  del settings, features
   return mean_share(_rows(logits, labels, info), info.axis_name), state, {}
 
 
-def per_example_balanced_softmax(config, logits, features, labels, state, info):
-  del config, features
+def per_example_balanced_softmax(settings, logits, features, labels, state, info):
+  del settings, features
   return PerExample(_rows(logits, labels, info), None, state, {})
 
 

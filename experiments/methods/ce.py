@@ -9,9 +9,9 @@ from experiments.methods.method import Method
 from experiments.methods.method import PerExample
 
 
-def cross_entropy(config, logits, features, labels, state, info):
+def cross_entropy(settings, logits, features, labels, state, info):
   """Mean CE; of a mixup batch λ·CE(z, y) + (1 − λ)·CE(z, y_π)."""
-  del config, features
+  del settings, features
   per_example = reweight_jax.cross_entropy_loss(logits, labels)
   if info.recipe.mix is not None:
     labels_b, lam = info.recipe.mix
@@ -19,9 +19,9 @@ def cross_entropy(config, logits, features, labels, state, info):
   return mean_share(per_example, info.axis_name), state, {}
 
 
-def per_example_cross_entropy(config, logits, features, labels, state, info):
+def per_example_cross_entropy(settings, logits, features, labels, state, info):
   """CE_i against the labels and, of a mixup batch, against the partner labels."""
-  del config, features
+  del settings, features
   mix = info.recipe.mix
   losses_b = None if mix is None else reweight_jax.cross_entropy_loss(logits, mix.labels_b)
   return PerExample(reweight_jax.cross_entropy_loss(logits, labels), losses_b, state, {})

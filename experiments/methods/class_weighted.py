@@ -19,22 +19,22 @@ TREE = ConfigTree(lambda: dict(beta=0.9999), ranges=(("beta", (0, True), (1, Fal
 
 
 def weighted_cross_entropy(weights_of: Callable[[Any, jax.Array], jax.Array]) -> LossApply:
-  """The mean of w_{y_i}·CE_i over the rows, weights_of(config, class counts) → w [K]."""
-  def apply(config, logits, features, labels, state, info):
+  """The mean of w_{y_i}·CE_i over the rows, weights_of(settings, class counts) → w [K]."""
+  def apply(settings, logits, features, labels, state, info):
     del features
-    weights = label_weights(weights_of(config, info.class_counts), labels)
+    weights = label_weights(weights_of(settings, info.class_counts), labels)
     return (mean_share(reweight_jax.cross_entropy_loss(logits, labels), info.axis_name, weights),
             state, {})
   return apply
 
 
-def _inverse_frequency(config, counts):
-  del config
+def _inverse_frequency(settings, counts):
+  del settings
   return reweight_jax.baselines.inverse_frequency_weights(counts)
 
 
-def _class_balanced(config, counts):
-  return reweight_jax.baselines.class_balanced_weights(counts, config.class_balanced.beta)
+def _class_balanced(class_balanced, counts):
+  return reweight_jax.baselines.class_balanced_weights(counts, class_balanced.beta)
 
 
 METHODS = (

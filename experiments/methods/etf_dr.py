@@ -37,19 +37,19 @@ class WithETFClassifier(nn.Module):
                    shared={"etf_classifier": self.variables["params"]["head"]["etf"]})
 
 
-def etf_model(config, base):
+def etf_model(etf, base):
   """The fixed ETF classifier M as an output (`WithETFClassifier`)."""
-  del config
+  del etf
   return WithETFClassifier(base)
 
 
-def etf_dr(config, logits, features, labels, state, info):
+def etf_dr(etf, logits, features, labels, state, info):
   """Dot regression on the head's normalised features h against the fixed ETF M, E from GivenEw
   (of the unmixed labels), and of a mixup batch λ·DR(h, y) + (1 − λ)·DR(h, y_π)."""
   del logits
   classifier = info.recipe.output("etf_classifier", "etf_dr")
   scale = (reweight_jax.baselines.given_ew(labels, classifier.shape[1], axis_name=info.axis_name)
-           if config.etf_dr.given_ew else None)
+           if etf.given_ew else None)
   mix = info.recipe.mix
   if mix is None:
     loss, _ = reweight_jax.baselines.dot_regression_loss(features, labels, classifier,
@@ -62,9 +62,9 @@ def etf_dr(config, logits, features, labels, state, info):
   return loss, state, {}
 
 
-def per_example_etf_dr(config, logits, features, labels, state, info):
+def per_example_etf_dr(etf, logits, features, labels, state, info):
   """The per-label DR losses with E ≡ 1, against (y, y_π) of a mixup batch."""
-  del config, logits
+  del etf, logits
   classifier = info.recipe.output("etf_classifier", "etf_dr")
   mix = info.recipe.mix
   per_label = [reweight_jax.baselines.dot_regression_loss(features, y, classifier,

@@ -12,19 +12,19 @@ from experiments.methods.method import PerExample
 TREE = ConfigTree(lambda: dict(gamma=1.0), ranges=(("gamma", *NON_NEGATIVE),))
 
 
-def _rows(config, logits, labels):
-  return reweight_jax.baselines.focal_loss(logits, labels, gamma=config.focal.gamma)
+def _rows(focal, logits, labels):
+  return reweight_jax.baselines.focal_loss(logits, labels, gamma=focal.gamma)
 
 
-def focal(config, logits, features, labels, state, info):
+def focal_loss(focal, logits, features, labels, state, info):
   del features
-  return mean_share(_rows(config, logits, labels), info.axis_name), state, {}
+  return mean_share(_rows(focal, logits, labels), info.axis_name), state, {}
 
 
-def per_example_focal(config, logits, features, labels, state, info):
+def per_example_focal(focal, logits, features, labels, state, info):
   del features, info
-  return PerExample(_rows(config, logits, labels), None, state, {})
+  return PerExample(_rows(focal, logits, labels), None, state, {})
 
 
-METHODS = (Method("focal", focal, trees={"focal": TREE}, reads=("focal",),
+METHODS = (Method("focal", focal_loss, trees={"focal": TREE}, reads=("focal",),
                   per_example=per_example_focal),)

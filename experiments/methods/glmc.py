@@ -59,15 +59,15 @@ class GLMCModel(nn.Module):
     return Outputs(logits, features, extras) if train else (logits, features)
 
 
-def glmc_model(config, base):
+def glmc_model(gl, base):
   """GLMC's fc head, projection and prediction MLPs beside the class-balanced head fc_cb."""
-  return GLMCModel(base, base.num_classes, projection_dim=config.glmc.projection_dim)
+  return GLMCModel(base, base.num_classes, projection_dim=gl.projection_dim)
 
 
-def glmc_pair(config, train):
+def glmc_pair(gl, train):
   """GLMC's re-balanced partners: each row's partner drawn with probability ∝ n_c^(−r) per class,
   λ ~ Beta(1, 1) (the release's --beta is dead) and one CutMix box per step."""
-  r = config.glmc.r
+  r = gl.r
 
   def draw(rng, global_rows, height, width):
     rows = reweight_jax.baselines.glmc_rebalanced_indices(train.labels, train.class_counts, r,
@@ -89,19 +89,18 @@ def glmc_mix(batch):
   return jnp.stack([mixed_global, mixed_local], axis=1), Mix(batch["label_b"], lam)
 
 
-def glmc_terms(config, logits, labels, info):
+def glmc_terms(gl, logits, labels, info):
   """(GLMCAux of this device's shares, α_e) of a paired batch's two passes [x_g; x_l]: fc_cb is
   the model's head (logits); fc, the projections and predictions come from `GLMCModel`;
   v_c ∝ n_c^(−ℓw) from the training counts, α_e = 1 − (e/E)²."""
   if info.recipe.mix is None:
     raise ValueError("the 'glmc' losses need paired batches (StepInfo.recipe.mix): train them "
                      "with the trainer, which draws them as GLMC's recipe says")
-  gl = config.glmc
   labels_b, lam = info.recipe.mix
   half = labels.shape[0] // 2
   fc, projection, prediction = (info.recipe.output(key, "glmc")
                                 for key in ("logits_fc", "projection", "prediction"))
-  alpha = reweight_jax.baselines.glmc_alpha(info.epoch, config.num_epochs)
+  alpha = reweight_jax.baselines.glmc_alpha(info.epoch, gl.num_epochs)
   _, aux = reweight_jax.baselines.glmc_loss(
       fc[:half], fc[half:], logits[:half], logits[half:], prediction[:half], projection[:half],
       prediction[half:], projection[half:], labels[:half], labels_b[:half], lam=lam,
@@ -115,23 +114,22 @@ def _metrics(aux, axis_name, terms=("balanced", "rebalanced", "consistency")):
   return {f"glmc_{t}": global_mean(getattr(aux, t), axis_name) for t in terms}
 
 
-def glmc(config, logits, features, labels, state, info):
+def glmc(gl, logits, features, labels, state, info):
   """L = α_e L_bal + (1 − α_e) L_reb + w_con L_con."""
   del features
-  aux, alpha = glmc_terms(config, logits, labels, info)
-  loss = (alpha * aux.balanced + (1 - alpha) * aux.rebalanced
-          + config.glmc.w_con * aux.consistency)
+  aux, alpha = glmc_terms(gl, logits, labels, info)
+  loss = (alpha * aux.balanced + (1 - alpha) * aux.rebalanced + gl.w_con * aux.consistency)
   return loss, state, _metrics(aux, info.axis_name)
 
 
-def per_example_glmc(config, logits, features, labels, state, info):
+def per_example_glmc(gl, logits, features, labels, state, info):
   """fc_cb's unweighted per-label CE pooled over both passes (the rows L_reb weighs), the loss
   α_e L_bal + (1 − α_e)·2·(their weighted mean) + w_con L_con: L_reb, the sum of the two passes'
   means, is 2× the mixed-label loss of the 2B rows. L_bal and L_con are unchanged."""
   del features
-  aux, alpha = glmc_terms(config, logits, labels, info)
+  aux, alpha = glmc_terms(gl, logits, labels, info)
   mix = info.recipe.mix
-  w_con = config.glmc.w_con
+  w_con = gl.w_con
   return PerExample(
       reweight_jax.cross_entropy_loss(logits, labels),
       reweight_jax.cross_entropy_loss(logits, mix.labels_b), state,
@@ -139,6 +137,8 @@ def per_example_glmc(config, logits, features, labels, state, info):
       total=lambda mean: alpha * aux.balanced + (1 - alpha) * 2 * mean + w_con * aux.consistency)
 
 
-METHODS = (Method("glmc", glmc, trees={"glmc": TREE}, reads=("glmc",), reads_mix=True,
+# α_e = 1 − (e/E)² reads the run's epochs E.
+METHODS = (Method("glmc", glmc, trees={"glmc": TREE}, reads=("glmc",), shared=("num_epochs",),
+                  reads_mix=True,
                   recipe=Recipe(model=glmc_model, views=2, pair=glmc_pair, mix=glmc_mix),
                   per_example=per_example_glmc),)

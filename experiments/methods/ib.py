@@ -14,9 +14,9 @@ TREE = ConfigTree(lambda: dict(alpha=1000.0, start_epoch=100),
                   ranges=(("alpha", *POSITIVE), ("start_epoch", *NON_NEGATIVE)))
 
 
-def influence_balanced(config, logits, features, labels, state, info):
+def influence_balanced(ib, logits, features, labels, state, info):
   per_example = reweight_jax.baselines.ib_loss(
-      logits, labels, features, alpha=config.ib.alpha,
+      logits, labels, features, alpha=ib.alpha,
       class_weights=reweight_jax.baselines.inverse_frequency_weights(info.class_counts))
   return mean_share(per_example, info.axis_name), state, {}
 

@@ -11,6 +11,8 @@ method alone.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -30,10 +32,14 @@ TREE = ConfigTree(
     choices=(("prior", reweight_jax.PRIOR_KINDS), ("refresh", ("epoch", "step"))))
 
 
-def reweighted_mean(config, rows, labels, state, info):
-  """ŵ-weighted mean of the rows' losses from `config.reweight`, the counters updated; of a mixed
-  batch (the method gave losses against the partner labels) the mixed-label form."""
-  rw = config.reweight
+class ReweightLossState(NamedTuple):
+  """The reweighting's loss state: its counters (`reweight_jax.ReweightState`)."""
+  reweight: reweight_jax.ReweightState
+
+
+def reweighted_mean(rw, rows, labels, state: ReweightLossState, info):
+  """ŵ-weighted mean of the rows' losses from the reweighting's settings, the counters updated; of
+  a mixed batch (the method gave losses against the partner labels) the mixed-label form."""
   kwargs = dict(alpha=rw.alpha, prior=reweight_jax.class_prior(info.class_counts, rw.prior),
                 gamma=rw.gamma, max_weight=rw.max_weight, macro=rw.macro,
                 stop_gradient=rw.stop_gradient,
@@ -41,23 +47,24 @@ def reweighted_mean(config, rows, labels, state, info):
                 axis_name=info.axis_name)
   if rows.losses_b is None:
     loss, reweight_state, aux = reweight_jax.inverse_reweighted_loss(rows.losses, labels,
-                                                                     state["reweight"], **kwargs)
+                                                                     state.reweight, **kwargs)
   else:
     labels_b, lam = info.recipe.mix
     loss, reweight_state, aux = reweight_jax.mixed_inverse_reweighted_loss(
-        rows.losses, rows.losses_b, labels, labels_b, lam, state["reweight"], **kwargs)
+        rows.losses, rows.losses_b, labels, labels_b, lam, state.reweight, **kwargs)
   # L_c of a class absent from the batch is NaN (not measured), as everywhere in the project.
   metrics = {"class_loss": jnp.where(aux.present, aux.class_losses, jnp.nan),
              "class_present": aux.present, "class_weight": aux.class_weights}
-  return loss, {**state, "reweight": reweight_state}, metrics
+  return loss, ReweightLossState(reweight_state), metrics
 
 
-def batch_counts(config, loss_state):
+def batch_counts(rw, state: ReweightLossState):
   """The counters' batch counts B_c at the end."""
-  del config
-  return {"reweight_batch_counts": np.asarray(loss_state["reweight"].batch_counts).tolist()}
+  del rw
+  return {"reweight_batch_counts": np.asarray(state.reweight.batch_counts).tolist()}
 
 
 WRAPPER = Wrapper("inverse_reweight", over="ce", loss=reweighted_mean, trees={"reweight": TREE},
                   state={"reweight": reweight_jax.init_reweight_state},
+                  state_type=ReweightLossState,
                   start="reweight.start_epoch", state_summary=batch_counts)

@@ -44,18 +44,20 @@ def upsampled_sample(errors: np.ndarray, labels: np.ndarray, upweight: int, seed
                   "jtt_error_set_per_class": per_class.tolist(), "jtt_epoch_length": len(sample)}
 
 
-def upsampled_epoch(config, train, read_run):
+def upsampled_epoch(jtt, train, read_run):
   """Each example of the stage-1 model's error set E repeated 1 + λ_up times (COMPARISONS, JTT)."""
-  stage1 = read_run(config.jtt.stage1, "config.jtt.stage1")
+  stage1 = read_run(jtt.stage1, "config.jtt.stage1")
   errors = np.asarray(reweight_jax.baselines.jtt_error_set(stage1.logits.astype(np.float32),
                                                            stage1.labels))
   # Each epoch permutes this list again (`data.train_batches`); its order here does not matter.
-  sample, record = upsampled_sample(errors, train.labels, config.jtt.upweight, config.seed,
+  sample, record = upsampled_sample(errors, train.labels, jtt.upweight, jtt.seed,
                                     train.num_classes)
-  return sample, {"jtt_stage1": str(pathlib.Path(config.jtt.stage1).resolve()),
+  return sample, {"jtt_stage1": str(pathlib.Path(jtt.stage1).resolve()),
                   "jtt_stage1_step": stage1.step, **record}
 
 
-METHODS = (Method("jtt", cross_entropy, trees={"jtt": TREE}, reads=("jtt",), check=check_jtt,
+# The sampler shuffles the up-sampled list with the run's seed.
+METHODS = (Method("jtt", cross_entropy, trees={"jtt": TREE}, reads=("jtt",), shared=("seed",),
+                  check=check_jtt,
                   reads_mix=True, recipe=Recipe(sampler=upsampled_epoch),
                   per_example=per_example_cross_entropy),)

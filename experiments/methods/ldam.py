@@ -20,26 +20,25 @@ TREE = ConfigTree(lambda: dict(max_margin=0.5, scale=30.0, drw_epoch=160, drw_be
                           ("drw_epoch", *NON_NEGATIVE), ("drw_beta", (0, True), (1, False))))
 
 
-def _rows(config, logits, labels, info):
-  ldam = config.ldam
+def _rows(ldam, logits, labels, info):
   return reweight_jax.baselines.ldam_loss(logits, labels, info.class_counts,
                                           max_margin=ldam.max_margin, scale=ldam.scale)
 
 
 def ldam_loss(drw: bool) -> LossApply:
   """LDAM's mean over the rows; with `drw` class-balanced weighted."""
-  def apply(config, logits, features, labels, state, info):
+  def apply(ldam, logits, features, labels, state, info):
     del features
-    per_example = _rows(config, logits, labels, info)
+    per_example = _rows(ldam, logits, labels, info)
     weights = (label_weights(reweight_jax.baselines.class_balanced_weights(
-        info.class_counts, config.ldam.drw_beta), labels) if drw else None)
+        info.class_counts, ldam.drw_beta), labels) if drw else None)
     return mean_share(per_example, info.axis_name, weights), state, {}
   return apply
 
 
-def per_example_ldam(config, logits, features, labels, state, info):
+def per_example_ldam(ldam, logits, features, labels, state, info):
   del features
-  return PerExample(_rows(config, logits, labels, info), None, state, {})
+  return PerExample(_rows(ldam, logits, labels, info), None, state, {})
 
 
 def check_ldam_head(config):

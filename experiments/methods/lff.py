@@ -5,6 +5,8 @@ position."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -39,13 +41,20 @@ class WithBiasedTwin(nn.Module):
             else (logits, features))
 
 
-def lff_model(config, base):
+def lff_model(lff, base):
   """LfF's biased twin f_B beside the debiased model f_D (`WithBiasedTwin`)."""
-  del config
+  del lff
   return WithBiasedTwin(base)
 
 
-def lff(config, logits, features, labels, state, info):
+class LfFLossState(NamedTuple):
+  """LfF's loss state, per training example: the two models' loss EMAs
+  (`reweight_jax.baselines.LfFState`) and the labels int [N] their class maxima run over."""
+  lff: reweight_jax.baselines.LfFState
+  lff_labels: jax.Array
+
+
+def learning_from_failure(lff, logits, features, labels, state: LfFLossState, info):
   """f_D's logits are the model's; f_B's come from the twin (`WithBiasedTwin`)."""
   del features
   indices = info.recipe.indices
@@ -53,16 +62,17 @@ def lff(config, logits, features, labels, state, info):
     raise ValueError("the 'lff' loss indexes its EMAs by dataset position: "
                      "StepInfo.recipe.indices is not given")
   loss, lff_state, aux = reweight_jax.baselines.lff_loss(
-      info.recipe.output("biased_logits", "lff"), logits, labels, indices, state["lff"],
-      state["lff_labels"], q=config.lff.q, alpha=config.lff.alpha, axis_name=info.axis_name)
-  return loss, {**state, "lff": lff_state}, {
+      info.recipe.output("biased_logits", "lff"), logits, labels, indices, state.lff,
+      state.lff_labels, q=lff.q, alpha=lff.alpha, axis_name=info.axis_name)
+  return loss, state._replace(lff=lff_state), {
       "lff_weight": global_mean(jnp.mean(aux.weights), info.axis_name)}
 
 
 METHODS = (Method(
-    "lff", lff, trees={"lff": TREE}, reads=("lff",),
+    "lff", learning_from_failure, trees={"lff": TREE}, reads=("lff",),
     # Per-example state from the training labels int [N]: the EMAs, and the labels its class
     # maxima run over.
     example_state={"lff": lambda labels: reweight_jax.baselines.init_lff_state(len(labels)),
                    "lff_labels": lambda labels: jnp.asarray(labels, jnp.int32)},
+    state_type=LfFLossState,
     recipe=Recipe(model=lff_model, indices=True)),)

@@ -12,20 +12,20 @@ from experiments.methods.method import PerExample
 TREE = ConfigTree(lambda: dict(tau=1.0), ranges=(("tau", *NON_NEGATIVE),))
 
 
-def _rows(config, logits, labels, info):
+def _rows(logit_adjust, logits, labels, info):
   return reweight_jax.baselines.logit_adjusted_loss(logits, labels, info.class_counts,
-                                                    tau=config.logit_adjust.tau)
+                                                    tau=logit_adjust.tau)
 
 
-def logit_adjust(config, logits, features, labels, state, info):
+def logit_adjusted(logit_adjust, logits, features, labels, state, info):
   del features
-  return mean_share(_rows(config, logits, labels, info), info.axis_name), state, {}
+  return mean_share(_rows(logit_adjust, logits, labels, info), info.axis_name), state, {}
 
 
-def per_example_logit_adjust(config, logits, features, labels, state, info):
+def per_example_logit_adjust(logit_adjust, logits, features, labels, state, info):
   del features
-  return PerExample(_rows(config, logits, labels, info), None, state, {})
+  return PerExample(_rows(logit_adjust, logits, labels, info), None, state, {})
 
 
-METHODS = (Method("logit_adjust", logit_adjust, trees={"logit_adjust": TREE},
+METHODS = (Method("logit_adjust", logit_adjusted, trees={"logit_adjust": TREE},
                   reads=("logit_adjust",), per_example=per_example_logit_adjust),)

@@ -4,7 +4,7 @@ form's ℓ_γ,ce + λ·ℓ_s̄ per row, for the inverse reweighting."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import ml_collections
 import numpy as np
@@ -29,30 +29,34 @@ TREE = ConfigTree(
              ("stats_reduction", mr2_jax.class_stats.REDUCTIONS)))
 
 
-def mr2_kwargs(mr2: ml_collections.ConfigDict) -> dict[str, Any]:
-  """`mr2_jax.mr2_loss` keyword arguments of the config's MR2 sub-tree."""
+class MR2LossState(NamedTuple):
+  """MR2's loss state: the EMA class statistics A_k, V_k of the features."""
+  class_stats: mr2_jax.ClassStats
+
+
+def mr2_kwargs(mr2: ml_collections.FrozenConfigDict) -> dict[str, Any]:
+  """`mr2_jax.mr2_loss` keyword arguments of MR2's settings (its sub-tree)."""
   return dict(lam=mr2.lam, c_bar=mr2.c_bar, decay=mr2.decay, form=mr2.form,
               uniform_margin=mr2.uniform_margin, p=mr2.p, temperature=mr2.temperature,
               stats_reduction=mr2.stats_reduction)
 
 
-def mr2_loss(config, logits, features, labels, state, info):
-  loss, class_stats, aux = mr2_jax.mr2_loss(logits, features, labels, state["class_stats"],
-                                            **mr2_kwargs(config.mr2), axis_name=info.axis_name)
-  return loss, {**state, "class_stats": class_stats}, aux._asdict()
+def mr2_loss(mr2, logits, features, labels, state: MR2LossState, info):
+  loss, class_stats, aux = mr2_jax.mr2_loss(logits, features, labels, state.class_stats,
+                                            **mr2_kwargs(mr2), axis_name=info.axis_name)
+  return loss, MR2LossState(class_stats), aux._asdict()
 
 
-def per_example_mr2(config, logits, features, labels, state, info):
+def per_example_mr2(mr2, logits, features, labels, state: MR2LossState, info):
   """The paper form's terms per row, ℓ_γ,ce + λ·ℓ_s̄ (`mr2_jax.mr2_terms`)."""
-  mr2 = config.mr2
   p, temperature = mr2_jax.objective.form_defaults(mr2.form, features.shape[1], p=mr2.p,
                                                    temperature=mr2.temperature)
   margin_ce, representation, class_stats, aux = mr2_jax.mr2_terms(
-      logits, features, labels, state["class_stats"], lam=mr2.lam, c_bar=mr2.c_bar,
+      logits, features, labels, state.class_stats, lam=mr2.lam, c_bar=mr2.c_bar,
       decay=mr2.decay, p=p, temperature=temperature, uniform_margin=mr2.uniform_margin,
       stats_reduction=mr2.stats_reduction, axis_name=info.axis_name)
-  return PerExample(margin_ce + mr2.lam * representation, None,
-                    {**state, "class_stats": class_stats}, aux._asdict())
+  return PerExample(margin_ce + mr2.lam * representation, None, MR2LossState(class_stats),
+                    aux._asdict())
 
 
 def check_paper_form(config):
@@ -61,13 +65,13 @@ def check_paper_form(config):
                       "terms, which exist in the paper form only")
 
 
-def margins(config, loss_state):
+def margins(mr2, state: MR2LossState):
   """The margins γ_k of the final class statistics."""
-  return {"class_margins": np.asarray(
-      mr2_jax.class_margins(loss_state["class_stats"], config.mr2.c_bar)).tolist()}
+  return {"class_margins": np.asarray(mr2_jax.class_margins(state.class_stats,
+                                                            mr2.c_bar)).tolist()}
 
 
 METHODS = (Method("mr2", mr2_loss, trees={"mr2": TREE}, reads=("mr2",),
-                  state={"class_stats": mr2_jax.init_class_stats},
+                  state={"class_stats": mr2_jax.init_class_stats}, state_type=MR2LossState,
                   per_example=per_example_mr2, per_example_check=check_paper_form,
                   state_summary=margins),)

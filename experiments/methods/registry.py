@@ -12,8 +12,10 @@ Every entry has one signature once built from a config (`make_loss_fn`):
     loss_fn(logits, features, labels, loss_state, step_info) → (loss, new_loss_state, metrics)
 
 `loss` is this device's share of the global-batch loss (`lax.pmean` of the shares, and of their
-gradients, is the global value), `loss_state` a dict of the state the entry carries and `metrics`
-a dict of arrays to log. A deferred entry (`start` names the config field of its start epoch)
+gradients, is the global value), `loss_state` the train state's dict of the state the entry
+carries (the checkpoint's layout) and `metrics` a dict of arrays to log. The registry is the one
+place that hands a method what it reads: its settings (`Method.settings`, not the config), its
+typed state out of that dict (`Method.state_of`) and, where it declares `reads_mix`, the mix. A deferred entry (`start` names the config field of its start epoch)
 trains as its `before` entry until that epoch — the before entry's state updates only, its own
 state untouched — and the two are a `lax.cond`, so a step computes one of them, never both.
 """
@@ -37,7 +39,6 @@ from experiments.common.errors import ConfigError
 from experiments.common.errors import field_value
 from experiments.methods.method import ConfigTree
 from experiments.methods.method import Method
-from experiments.methods.method import RecipeInputs
 from experiments.methods.method import StepInfo
 from experiments.methods.method import Wrapper
 
@@ -65,6 +66,22 @@ def _add_trees(owner: str, trees) -> list[str]:
   return list(trees)
 
 
+def _check_declaration(method: Method) -> None:
+  """What `Method` says of a declared method's settings and state, checked once at registration."""
+  if len(method.reads) > 1:
+    raise ValueError(f"{method.name}: a method reads one config sub-tree (its settings), got "
+                     f"{method.reads}")
+  fields = set(method.state) | set(method.example_state)
+  declared = set() if method.state_type is None else set(method.state_type._fields)
+  if fields != declared:
+    raise ValueError(f"{method.name}: state_type's fields {sorted(declared)} are not its state's "
+                     f"keys {sorted(fields)}")
+  clash = [f for key in method.reads if key in CONFIG_TREES
+           for f in method.shared if f in CONFIG_TREES[key].defaults()]
+  if clash:
+    raise ValueError(f"{method.name}: shared fields {clash} are also fields of its sub-tree")
+
+
 def _add(method: Method) -> list[str]:
   """Adds `method`, and each wrapper around it where it has a per-example loss."""
   if method.name in REGISTRY:
@@ -82,12 +99,14 @@ def register(module: ModuleType) -> tuple[list[str], list[str]]:
   names, trees = [], []
   if hasattr(module, "WRAPPER"):
     wrapper = module.WRAPPER
+    _check_declaration(wrapper.own())
     WRAPPERS[wrapper.name] = wrapper
     trees += _add_trees(wrapper.name, wrapper.trees)
     for base in [m for m in REGISTRY.values() if m.per_example is not None]:
       names += _add(wrapper.around(base))
   for method in getattr(module, "METHODS", ()):
     trees += _add_trees(method.name, method.trees)
+    _check_declaration(method)
     names += _add(method)
   return names, trees
 
@@ -113,11 +132,13 @@ def _build(modules: Iterable[ModuleType]) -> None:
   modules = list(modules)
   for module in modules:
     if hasattr(module, "WRAPPER"):
+      _check_declaration(module.WRAPPER.own())
       WRAPPERS[module.WRAPPER.name] = module.WRAPPER
       _add_trees(module.WRAPPER.name, module.WRAPPER.trees)
   for module in modules:
     for method in getattr(module, "METHODS", ()):
       _add_trees(method.name, method.trees)
+      _check_declaration(method)
       _add(method)
 
 
@@ -190,36 +211,32 @@ def _with_metrics_of(branch, other_shapes: dict) -> Callable[[], tuple]:
   return padded
 
 
-class _MixReads(RecipeInputs):
-  """`RecipeInputs` that records whether a loss read its `mix` (`make_loss_fn`'s check of
-  `Method.reads_mix`)."""
-
-  @property
-  def mix(self):
-    self.__dict__["mix_read"] = True
-    return tuple.__getitem__(self, RecipeInputs._fields.index("mix"))
+def state_summary(config, loss_state: dict[str, Any]) -> dict[str, list]:
+  """What `config.loss` reports of the state a run ends with (`Method.state_summary`: MR2's
+  margins γ_k, the reweighting's batch counts B_c, Group DRO's and FairDRO's q), nothing for the
+  others; a deferred entry reports its before entry's state too."""
+  out = {}
+  for entry in phases(config.loss):
+    out.update(entry.summarize(entry.settings(config), entry.state_of(loss_state)))
+  return out
 
 
 def _applied(name: str, config) -> Callable[..., tuple]:
-  """Entry `name`'s loss bound to `config`, its value at least float32: entries differ in the dtype
-  they compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32), and
-  the two branches of a deferred entry's `lax.cond` must agree. Each trace checks
-  `Method.reads_mix` against what the loss read of `StepInfo.recipe` (ValueError naming the
-  entry)."""
+  """Entry `name`'s loss on the train state's `loss_state` dict: its settings bound, its typed
+  state taken out of the dict and put back, the mix given only where it declares `reads_mix`
+  (a loss that does not is given none), its value at least float32: entries differ in the dtype
+  they compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32),
+  and the two branches of a deferred entry's `lax.cond` must agree."""
   entry = get(name)
+  settings = entry.settings(config)
 
   def apply(logits, features, labels, loss_state, info: StepInfo):
-    given = _MixReads(*info.recipe)
-    loss, state, metrics = entry.loss(config, logits, features, labels, loss_state,
-                                      info._replace(recipe=given))
-    reads = given.__dict__.get("mix_read", False)
-    if reads != entry.reads_mix:
-      consequence = ("mixed batches would train against their plain labels" if entry.reads_mix
-                     else "declare reads_mix=True")
-      raise ValueError(f"the {name!r} loss entry says reads_mix={entry.reads_mix}, but its loss "
-                       f"{'reads' if reads else 'does not read'} StepInfo.recipe.mix: "
-                       f"{consequence}")
-    return loss.astype(jnp.promote_types(loss.dtype, jnp.float32)), state, metrics
+    if not entry.reads_mix:
+      info = info._replace(recipe=info.recipe._replace(mix=None))
+    loss, state, metrics = entry.loss(settings, logits, features, labels,
+                                      entry.state_of(loss_state), info)
+    return (loss.astype(jnp.promote_types(loss.dtype, jnp.float32)),
+            {**loss_state, **entry.state_fields(state)}, metrics)
   return apply
 
 

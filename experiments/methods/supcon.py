@@ -45,15 +45,14 @@ class WithProjection(nn.Module):
     return Outputs(logits, features, {"projection": projection}) if train else (logits, features)
 
 
-def supcon_model(config, base):
+def supcon_model(sc, base):
   """SupCon's projection head g on the features (`WithProjection`)."""
-  return WithProjection(base, features=config.supcon.projection_dim)
+  return WithProjection(base, features=sc.projection_dim)
 
 
-def supcon(config, logits, features, labels, state, info):
+def supcon(sc, logits, features, labels, state, info):
   """CE + λ·SupCon on the V·B views (joint), or λ·SupCon alone (`supcon.ce=False`, pre-training)."""
   del features
-  sc = config.supcon
   contrastive, _ = reweight_jax.baselines.supcon_loss(
       info.recipe.output("projection", "supcon"), labels, temperature=sc.temperature,
       base_temperature=sc.base_temperature, axis_name=info.axis_name, num_classes=logits.shape[1])

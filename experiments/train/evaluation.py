@@ -137,16 +137,6 @@ def summarize(config, train, test: steps.EvalSums, reference_groups) -> dict[str
   return summary
 
 
-def loss_state_summary(config, loss_state: dict[str, Any]) -> dict[str, list[float]]:
-  """What the method reports of the state a run ends with (`Method.state_summary`: MR2's margins
-  γ_k, the reweighting's batch counts B_c, Group DRO's and FairDRO's q), nothing for the others."""
-  out = {}
-  for method in registry.phases(config.loss):  # a deferred method carries its before's state
-    if method.state_summary is not None:
-      out.update(method.state_summary(config, loss_state))
-  return out
-
-
 def final_evaluation(config, runner, state, train, validation, test, num_classes, *,
                      process_index: int = 0, process_count: int = 1) -> dict[str, Any]:
   """Test accuracy summary, validation accuracy, the training set's accuracy, L_c, ρ and NC1–NC4
@@ -166,7 +156,7 @@ def final_evaluation(config, runner, state, train, validation, test, num_classes
   summary["train_accuracy"] = float(t.correct.sum() / t.counts.sum())
   summary["train_class_loss"], summary["train_rho"] = training_class_loss(t)
   host_state = runner.to_host(state)
-  summary.update(loss_state_summary(config, host_state.loss_state))
+  summary.update(registry.state_summary(config, host_state.loss_state))
   if config.nc_metrics:
     summary["neural_collapse"] = neural_collapse_metrics(t, config.head, host_state.params)
     # Centred on the mean of the class means: an exact simplex scores 0 at any class counts.

@@ -33,7 +33,6 @@ from experiments.data import input_pipeline
 from experiments.data import loading
 from experiments.data import normalization
 from experiments.data.split import Split
-from experiments.methods.method import Recipe
 from experiments.models.pretrained import weights
 from experiments.train import checkpoints
 from experiments.train import device_input
@@ -64,7 +63,7 @@ class Plan:
   validation: Split | None
   test: Split
   process_batch: int
-  recipe: Recipe
+  recipe: recipes.RunRecipe
   sample: Any                 # the dataset positions an epoch draws from (a sampler's), or None
   sample_record: dict         # the sampler's record (sampler.json, the summary)
   pair: Any                   # the paired batches' draw (GLMC's, mixup's partners), or None
@@ -94,8 +93,8 @@ def plan(config, workdir, max_steps: int | None) -> Plan:
   recipe = recipes.of(config)  # what the method trains on besides its loss
   # A method that trains on an edited training set (JTT): the positions one epoch draws from.
   sample, sample_record = ((None, {}) if recipe.sampler is None else recipe.sampler(
-      config, train, run_features.read_run(config, train)))
-  pair = None if recipe.pair is None else recipe.pair(config, train)  # GLMC's, mixup's partners
+      train, run_features.read_run(config, train)))
+  pair = None if recipe.pair is None else recipe.pair(train)  # GLMC's, mixup's partners
   steps_per_epoch = batches_lib.steps_per_epoch(train, process_batch, process_count, sample)
   total_steps = int(config.num_epochs * steps_per_epoch)
   if max_steps is not None:

@@ -137,8 +137,8 @@ class Events:
     sums = self.evaluate_train(state)
     host = runner.to_host(state)
     return runner.place_state(host.replace(loss_state=self.run.recipe.epoch_end(
-        config, host.loss_state, EpochPass(sums.loss_sums, sums.correct, sums.counts),
-        epoch - 1, config.num_epochs)))
+        host.loss_state, EpochPass(sums.loss_sums, sums.correct, sums.counts), epoch - 1,
+        config.num_epochs)))
 
   def training_set_pass(self, step: int, state) -> None:
     """L_c and ρ on the training set, with `nc_metrics` NC1–NC4 (the terminal-phase claims)."""

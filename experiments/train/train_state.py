@@ -14,6 +14,7 @@ from flax.training import train_state
 
 from experiments.methods import registry
 from experiments import models
+from experiments.train import recipes
 
 
 class TrainState(train_state.TrainState):
@@ -69,9 +70,9 @@ def build_model(config, num_classes: int, axis_name: str | None = None):
   (`config.frozen_encoder_from`), by `models.FrozenEncoder`. The body computes in
   `config.compute_dtype` (float32 for the config.json of a run made before the field existed)."""
   model = base_model(config, num_classes, axis_name)
-  wrap = registry.get(config.loss).recipe.model
+  wrap = recipes.of(config).model
   if wrap is not None:
-    model = wrap(config, model)
+    model = wrap(model)
   if config.get("frozen_encoder_from"):
     model = models.FrozenEncoder(model)
   return model

@@ -14,8 +14,8 @@ from experiments.data import batches
 from experiments.data import loading
 from experiments.data import long_tail
 from experiments.configs import default
-from experiments.methods import jtt
 from experiments.train import loop
+from experiments.train import recipes
 from experiments.train import run_features
 
 UPWEIGHT = 3
@@ -85,7 +85,7 @@ def test_jtt_upsamples_the_stage1_error_set(stage1, tmp_path):
   saved = json.loads((tmp_path / "jtt" / "summary.json").read_text())
   assert saved["jtt_error_set_size"] == size and saved["jtt_epoch_length"] == n + UPWEIGHT * size
 
-  sample, record = jtt.upsampled_epoch(config, train_split, run_features.read_run(config, train_split))
+  sample, record = recipes.of(config).sampler(train_split, run_features.read_run(config, train_split))
   assert record["jtt_error_set_size"] == size
   np.testing.assert_array_equal(np.bincount(sample, minlength=n), 1 + UPWEIGHT * errors)
   assert len(sample) == n + UPWEIGHT * size
@@ -108,7 +108,7 @@ def test_jtt_with_upweight_0_is_one_permutation_of_the_training_set(stage1):
   workdir, train_split, errors = stage1
   config = jtt_config(workdir)
   config.jtt.upweight = 0
-  sample, record = jtt.upsampled_epoch(config, train_split, run_features.read_run(config, train_split))
+  sample, record = recipes.of(config).sampler(train_split, run_features.read_run(config, train_split))
   np.testing.assert_array_equal(np.sort(sample), np.arange(len(train_split)))
   assert record["jtt_error_set_size"] == int(errors.sum())
   assert record["jtt_epoch_length"] == len(train_split)
@@ -144,7 +144,7 @@ def test_jtt_refuses_a_stage1_run_on_another_training_set(stage1, tmp_path, fiel
   config = jtt_config(workdir, **{field: value})
   with pytest.raises(ConfigError, match=rf"config\.jtt\.stage1: .* config \(fields {field} \("):
     if field == "dataset":
-      jtt.upsampled_epoch(config, train_split, run_features.read_run(config, train_split))
+      recipes.of(config).sampler(train_split, run_features.read_run(config, train_split))
     else:
       loop.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()

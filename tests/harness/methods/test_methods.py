@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
@@ -89,12 +90,17 @@ def test_no_package_below_the_studies_imports_a_methods_code():
 
 def test_mixup_is_added_to_the_methods_recipe_where_the_method_takes_it():
   config = digits_lt.get_config()
-  assert recipes.of(config) == registry.get("ce").recipe
+  plain = recipes.of(config)
+  assert (plain.model, plain.pair, plain.mix, plain.sampler, plain.epoch_end) == (None,) * 5
   config.mixup_alpha = 0.4
   recipe = recipes.of(config)
-  assert (recipe.pair, recipe.mix) == (recipes.mixup_pair, recipes.mixup_mix)
+  assert (recipe.pair.func, recipe.pair.args, recipe.mix) == (recipes.mixup_pair, (0.4,),
+                                                               recipes.mixup_mix)
   config.loss, config.head = "etf_dr", "etf"
-  assert recipes.of(config).model is registry.get("etf_dr").recipe.model
+  # The method's hooks bound to its settings (its sub-tree), not the config.
+  model = recipes.of(config).model
+  assert model.func is registry.get("etf_dr").recipe.model
+  assert model.args == (ml_collections.FrozenConfigDict(config.etf_dr.to_dict()),)
   assert recipes.of(config).mix is recipes.mixup_mix
   config.loss = "supcon"
   with pytest.raises(ConfigError, match="does not take mixup batches"):
@@ -124,7 +130,7 @@ def _traced_step(config):
                                          jax.random.key(0), train_labels=split.labels)
   batch = next(batches_lib.train_batches(
       split, config.batch_size, seed=0, epoch=0, augment=False, views=recipe.views,
-      pair=None if recipe.pair is None else recipe.pair(config, split)))
+      pair=None if recipe.pair is None else recipe.pair(split)))
   return jax.eval_shape(lambda s, b: steps.train_step(
       s, b, loss_fn=registry.make_loss_fn(config), task=task, learning_rate_fn=lr_fn), state, batch)
 
@@ -167,28 +173,28 @@ TOY_MODULE = textwrap.dedent('''
     SAMPLED = {}
 
 
-    def rows(config, logits, features, labels, state, info):
+    def rows(toy, logits, features, labels, state, info):
       projection = info.recipe.output("projection", "toy")
       per_example = (reweight_jax.cross_entropy_loss(logits, labels)
-                     + config.toy.penalty * jnp.sum(projection ** 2, axis=-1))
+                     + toy.penalty * jnp.sum(projection ** 2, axis=-1))
       return PerExample(per_example, None, state, {
           "max_index": jnp.max(info.recipe.indices).astype(jnp.float32),
           "rows": jnp.asarray(labels.shape[0], jnp.float32)})
 
 
-    def toy(config, logits, features, labels, state, info):
-      out = rows(config, logits, features, labels, state, info)
+    def toy_loss(toy, logits, features, labels, state, info):
+      out = rows(toy, logits, features, labels, state, info)
       return jnp.mean(out.losses), state, out.metrics
 
 
-    def first_half(config, train, read_run):
+    def first_half(toy, train, read_run):
       positions = np.arange(len(train.labels) // 2)
       SAMPLED["size"] = len(positions)
       return positions, {"toy_sampler": {"examples": len(positions)}}
 
 
-    METHODS = (Method("toy", toy, trees={"toy": TREE}, reads=("toy",), per_example=rows,
-                      recipe=Recipe(model=lambda config, base: WithProjection(base, features=8),
+    METHODS = (Method("toy", toy_loss, trees={"toy": TREE}, reads=("toy",), per_example=rows,
+                      recipe=Recipe(model=lambda toy, base: WithProjection(base, features=8),
                                     views=2, indices=True, sampler=first_half)),)
     ''')
 

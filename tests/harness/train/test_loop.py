@@ -68,7 +68,7 @@ def run_steps(config, num_steps, modes):
   lr_fn = train_state.create_learning_rate_fn(config, steps_per_epoch)
   batches = list(batches_lib.train_batches(
       train_split, config.batch_size, seed=0, epoch=0, augment=False, views=recipe.views,
-      pair=None if recipe.pair is None else recipe.pair(config, train_split)))[:num_steps]
+      pair=None if recipe.pair is None else recipe.pair(train_split)))[:num_steps]
   results = {}
   for parallel, num_devices in modes:
     config = copy.deepcopy(config)
@@ -400,8 +400,8 @@ def test_glmc_paired_batches_are_one_global_draw_mixed_as_the_spec_says():
   config = tiny_config("glmc")
   config.glmc.r = 0.5
   recipe = recipes.of(config)
-  assert (recipe.pair, recipe.mix, recipe.views) == (glmc.glmc_pair, glmc.glmc_mix, 2)
-  draw = recipe.pair(config, split)
+  assert (recipe.pair.func, recipe.mix, recipe.views) == (glmc.glmc_pair, glmc.glmc_mix, 2)
+  draw = recipe.pair(split)
   kwargs = dict(seed=3, epoch=2, augment=True, views=2, pair=draw)
   whole = list(batches_lib.train_batches(split, 32, **kwargs))[:3]
   parts = [list(batches_lib.train_batches(split, 8, process_index=p, process_count=4, **kwargs))[:3]
@@ -450,7 +450,7 @@ def test_mixup_draws_one_lambda_and_one_global_permutation_on_the_host():
   π of the global batch, the same pairs whether the global batch is one process's or split over
   four (no image crosses devices); `recipes.mixup_mix` is x̃ = λx + (1 − λ)x_π."""
   split = digits_train()
-  draw = recipes.mixup_pair(ml_collections.ConfigDict({"mixup_alpha": 1.0}), split)
+  draw = recipes.mixup_pair(1.0, split)
   kwargs = dict(seed=2, epoch=1, augment=False, pair=draw)
   whole = list(batches_lib.train_batches(split, 32, **kwargs))[:3]
   parts = [list(batches_lib.train_batches(split, 8, process_index=p, process_count=4, **kwargs))[:3]
