@@ -8,8 +8,9 @@ below it (checked by tests/harness/test_layout.py):
              views, sampler, paired batches, epoch-end pass) and per-example loss; the loss
              registry built from them (`methods.registry`: the reweighting wraps every method
              with a per-example loss)
-    configs  the schema (default.py: defaults, ranges, the one check) and one self-contained file
-             per recipe over it, returning an ml_collections.ConfigDict
+    configs  the shared fields (default.py, ml_collections alone), the one check (schema.py:
+             ranges, the methods' sub-trees, a run's config) and a file per recipe, returning an
+             ml_collections.ConfigDict (a family's data block, cifar10_lt_data.py, shared)
     train    train state, the step, runners (jit / pmap / shard_map), checkpoints, the loop
     report   seed statistics, tables and plots over finished runs, the diagnosis
     probe    linear probes on frozen features

@@ -19,16 +19,16 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 from experiments.common import cli
+from experiments.configs import schema
 from experiments.studies import method_comparison
 from experiments.methods import registry
 from experiments.report import seed_stats
 from experiments.common import xla_cpu
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
-                                          "Base configuration; `loss` and `seed` are set per run.")
+_CONFIG = schema.define_config_flag("config", "experiments/configs/digits_lt.py",
+                                    "Base configuration; `loss` and `seed` are set per run.")
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/compare", "Output folder.")
 _METHODS = flags.DEFINE_list(
     "methods", ["ce", "mr2", "inverse_reweight"],

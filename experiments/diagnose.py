@@ -24,6 +24,7 @@ from absl import flags
 
 import mr2_jax
 from experiments.common import cli
+from experiments.methods import registry
 from experiments.report.diagnosis import diagnose, load_feature_file
 from experiments.report.diagnosis_report import format_percent, format_value, write_report
 from experiments.train.run_features import SplitFeatures, features_from_workdir
@@ -35,10 +36,16 @@ def _run_info(workdir: pathlib.Path, split: SplitFeatures) -> dict[str, Any]:
           "step": split.step, "finished": (workdir / "summary.json").is_file()}
 
 
+def _mr2(config):
+  """MR2's settings in this run's config, its defaults where the run trained no MR2 (its config
+  holds no `mr2` sub-tree)."""
+  return registry.method_tree("mr2", config.get("mr2"))
+
+
 def _mr2_p(config) -> float:
   """The norm order MR2 uses in this run's config (`mr2_jax.objective.form_defaults`)."""
-  mr2 = config.mr2
-  return float(mr2_jax.objective.form_defaults(mr2.get("form", "paper"), 1, p=mr2.get("p"))[0])
+  mr2 = _mr2(config)
+  return float(mr2_jax.objective.form_defaults(mr2.form, 1, p=mr2.p)[0])
 
 
 def summary_lines(result: dict[str, Any], report: pathlib.Path) -> list[str]:
@@ -91,7 +98,7 @@ def _diagnose_workdir(args: flags.FlagValues) -> tuple[dict[str, Any], pathlib.P
   workdir = pathlib.Path(args.workdir)
   data = features_from_workdir(workdir, ("train", "test"))
   train, test = data["train"], data["test"]
-  c_bar = args.c_bar if args.c_bar is not None else float(train.config.mr2.c_bar)
+  c_bar = args.c_bar if args.c_bar is not None else float(_mr2(train.config).c_bar)
   p = args.p if args.p is not None else _mr2_p(train.config)
   result = diagnose(train.features, train.labels, train.num_classes,
                     classifier=train.classifier, bias=train.bias, logits=train.logits,

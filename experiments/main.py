@@ -16,14 +16,14 @@ import jax
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 from experiments.common import cli
+from experiments.configs import schema
 from experiments.train import loop
 from experiments.common import xla_cpu
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/default.py",
-                                          "Training configuration (a Python file).")
+_CONFIG = schema.define_config_flag("config", "experiments/configs/default.py",
+                                    "Training configuration (a Python file).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder; resumes from its checkpoints.")
 _MAX_STEPS = flags.DEFINE_integer("max_steps", None, "Stop after this many steps (tests).")
 _RESUME_FROM_PREVIOUS = flags.DEFINE_bool(

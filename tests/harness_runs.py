@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 
+import ml_collections
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -69,6 +70,17 @@ ALL = (*NAMES, *ENTRY_RUNS, *NEW_RUNS)
 PACKAGES = ("experiments", "mr2_jax", "reweight_jax", "mr2_reweight_core")
 
 
+def _set(config, field: str, value) -> None:
+  """config.<field> = value; a method's field ('jtt.stage1') made with its sub-tree where the
+  config holds none (a config holds the sub-trees of the methods its runs train,
+  experiments/configs/schema.py; the trainer adds the rest of the fields). The same assignment at
+  a commit whose configs held every method's sub-tree."""
+  key, _, field = field.rpartition(".")
+  if key and key not in config:
+    config[key] = ml_collections.ConfigDict()
+  (config[key] if key else config)[field] = value
+
+
 def config_of(name: str, workdirs: pathlib.Path, short: bool = False):
   """Run `name`'s config: 2 epochs of the long-tailed digits (20 steps each), or with `short` 2
   epochs of 5 steps (at most 40 training images per class; JTT's up-sampled epochs 12), every
@@ -80,17 +92,17 @@ def config_of(name: str, workdirs: pathlib.Path, short: bool = False):
   config.log_every_steps = 5
   config.checkpoint_every_steps = 1000
   config.progress_bar = False
-  config.reweight.start_epoch = 1
+  _set(config, "reweight.start_epoch", 1)
   if short:
     config.max_train_per_class = 40
     config.log_every_steps = 1
-    config.jtt.upweight = 2  # the error set 3 times, not 21: 2 epochs of about 12 steps
+    _set(config, "jtt.upweight", 2)  # the error set 3 times, not 21: 2 epochs of about 12 steps
   if name == "glmc_inverse_reweight":
     config.loss = "glmc+inverse_reweight"
-    config.glmc.projection_dim = 16
+    _set(config, "glmc.projection_dim", 16)
   elif name == "jtt":
     config.loss = "jtt"
-    config.jtt.stage1 = str(workdirs / "ce")
+    _set(config, "jtt.stage1", str(workdirs / "ce"))
   elif name == "mixup":
     config.mixup_alpha = 1.0
   elif name in ("supcon", "lff", "fairdro"):
@@ -105,13 +117,14 @@ def config_of(name: str, workdirs: pathlib.Path, short: bool = False):
     config.augmentation = "released"
   elif name in ENTRY_RUNS or name in NEW_RUNS:
     config.loss = {**ENTRY_RUNS, **NEW_RUNS}[name]
-    config.ldam.drw_epoch = config.ib.start_epoch = 1  # both phases of a deferred entry train
+    _set(config, "ldam.drw_epoch", 1)  # both phases of a deferred entry train
+    _set(config, "ib.start_epoch", 1)
     if config.loss.startswith("etf_dr"):
       config.head = "etf"
     if config.loss.startswith("glmc"):
-      config.glmc.projection_dim = 16
+      _set(config, "glmc.projection_dim", 16)
     if config.loss.startswith("jtt"):
-      config.jtt.stage1 = str(workdirs / "ce")
+      _set(config, "jtt.stage1", str(workdirs / "ce"))
   return config
 
 

@@ -71,7 +71,6 @@ import time
 from typing import Sequence
 
 from absl import flags
-import ml_collections
 import numpy as np
 from PIL import Image
 
@@ -204,15 +203,18 @@ def chain_load(workdir: pathlib.Path, chain: Chain) -> tuple[float, float] | Non
     config, spe = now["config"], now["steps_per_epoch"]
     rate += now["images_per_sec"]
     left += (config["num_epochs"] * spe - now["step"]) * config["batch_size"]
-    left += sum(deferred_images(config, spe, spec) for spec in chain.methods[current + 1:])
+    left += sum(deferred_images(chain.config, config, spe, spec)
+                for spec in chain.methods[current + 1:])
   return rate, left
 
 
-def deferred_images(config: dict, steps_per_epoch: float, spec: str) -> float:
+def deferred_images(study_config: str, config: dict, steps_per_epoch: float, spec: str) -> float:
   """The images a chain's deferred method `spec` trains after its start epoch
-  (`registry.start_epoch`) at the recipe of `config` (a run's config.json)."""
-  method = ml_collections.ConfigDict(config)
-  method.loss = method_comparison.parse_method(spec)[1]
+  (`registry.start_epoch`, as `experiments.compare` sets it from the study's config file
+  `configs/<study_config>.py`; a run's config.json holds its own methods' sub-trees alone) at the
+  recipe of `config` (a run's config.json)."""
+  study = importlib.import_module(f"experiments.configs.{study_config}").get_config()
+  method = method_comparison.method_config(study, spec, seed=0)[1]
   epochs = config["num_epochs"] - registry.start_epoch(method)
   return epochs * steps_per_epoch * config["batch_size"]
 
@@ -272,7 +274,7 @@ def call_plan(workdir: pathlib.Path, running: Sequence[Chain], fill: Chain | Non
     return list(running[kept:]), None
   config, spe = now["config"], now["steps_per_epoch"]
   per_seed = config["num_epochs"] * spe * config["batch_size"] + sum(
-      deferred_images(config, spe, spec) for spec in fill.methods[1:])
+      deferred_images(fill.config, config, spe, spec) for spec in fill.methods[1:])
   seeds = seeds_that_fit(rate, left, per_seed, time_left, fill.seeds)
   log(f"plan: {per_seed / 1e6:.2f} M images per seed of {fill.name}: seeds {list(seeds)} of "
       f"{list(fill.seeds)} fit")

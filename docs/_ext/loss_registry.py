@@ -3,10 +3,10 @@
 Everything on a page is read from the code, so the pages cannot drift from it:
 `experiments.methods.registry.REGISTRY` (the entry, a `Method` declared in one module of
 `experiments/methods/`: its config sub-trees, state, start, before entry, recipe),
-`experiments.methods.registry.CONFIG_TREES` (ranges and choices), `experiments/configs/default.py`
-(defaults), the shipped configs (which select the entry), and the docstrings of the library
-functions the entry's step calls (found in the code objects of its `loss`), whose summary,
-equation and argument descriptions are quoted.
+`experiments.methods.registry.CONFIG_TREES` (defaults, ranges and choices), the shipped configs
+(which select the entry), and the docstrings of the library functions the entry's step calls
+(found in the code objects of its `loss`), whose summary, equation and argument descriptions are
+quoted.
 """
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def _shipped_configs(root: pathlib.Path) -> dict[str, object]:
     if path.stem == "__init__":
       continue
     module = importlib.import_module(f"experiments.configs.{path.stem}")
-    if inspect.signature(module.get_config).parameters:
-      continue
+    if not hasattr(module, "get_config") or inspect.signature(module.get_config).parameters:
+      continue  # the check (schema.py), or a config that takes an argument
     configs[path.stem] = module.get_config()
   return configs
 
@@ -224,8 +224,10 @@ def entry_page(name, entry, registry, defaults, configs, files) -> str:
       tree = registry.CONFIG_TREES[key]
       ranges = {field: _range_text(low, high) for field, low, high in tree.ranges}
       choices = {field: " / ".join(f"``{c!r}``" for c in values) for field, values in tree.choices}
-      out.append(f"Sub-tree ``config.{key}`` (defaults from ``experiments/configs/default.py``; "
-                 "ranges and choices checked before a run writes anything):\n")
+      out.append(f"Sub-tree ``config.{key}`` (defaults, ranges and choices declared with the "
+                 "method, checked before a run writes anything; a config sets the fields it "
+                 "changes, and a run's config.json holds the sub-trees of the methods it trains):"
+                 "\n")
       out.append(".. list-table::\n   :header-rows: 1\n   :widths: 22 14 20 44\n")
       out.append("   * - field\n     - default\n     - allowed\n     - library argument")
       comments = _field_comments(tree.defaults)
@@ -327,8 +329,7 @@ def entry_page(name, entry, registry, defaults, configs, files) -> str:
 def write_pages(app):
   root = pathlib.Path(app.confdir).parent
   registry = importlib.import_module("experiments.methods.registry")
-  default = importlib.import_module("experiments.configs.default").get_config()
-  defaults = {key: dict(default[key]) for key in registry.CONFIG_TREES}
+  defaults = {key: registry.method_tree(key).to_dict() for key in registry.CONFIG_TREES}
   configs = _shipped_configs(root)
   out_dir = pathlib.Path(app.confdir) / "_generated" / "losses"
   out_dir.mkdir(parents=True, exist_ok=True)
@@ -374,11 +375,12 @@ def write_pages(app):
 def write_configs_page(app, configs):
   """docs/_generated/configs.rst: every shipped config with what it sets, from the configs."""
   lines = [_title("Shipped configs"),
-           "Every file in ``experiments/configs/`` returns an ``ml_collections.ConfigDict`` from "
-           "``get_config()``: ``default.get_config()`` (the schema: every field with its default, "
-           "range and documentation, and every method's sub-tree) and the fields it sets, nothing "
-           "else; override any field with ``--config.<field>=...``. A config on ``cifar10_jpeg`` "
-           "or ``mnist`` reads ``--config.data_dir=DATA``, a folder holding ``train.npz`` and "
+           "Every file in ``experiments/configs/`` but the check (``schema.py``) returns an "
+           "``ml_collections.ConfigDict`` from ``get_config()``: ``default.get_config()`` (the "
+           "shared fields, each with its default and documentation), its family's data block or "
+           "the config it varies, and the fields it sets, with those of the sub-trees of the "
+           "methods its runs train; override any field with ``--config.<field>=...`` (a method's "
+           "too, ``--config.mr2.lam=0``). A config on ``cifar10_jpeg`` or ``mnist`` reads ``--config.data_dir=DATA``, a folder holding ``train.npz`` and "
            "``test.npz`` laid out as the :doc:`harness guide </guides/harness>` describes "
            "(\"Data\"). Generated from the configs at build time.\n",
            ".. list-table::\n   :header-rows: 1\n   :widths: 18 12 12 10 6 42\n",

@@ -1,6 +1,6 @@
 """The harness's error types (each reported by the command line as one line, exit status 2:
 `experiments.common.cli`), how a numeric field's interval is written (`Range`, `INF`) and a
-dotted field's value (`field_value`); the config check itself is `experiments.configs.default`."""
+dotted field's value (`field_value`); the config check itself is `experiments.configs.schema`."""
 
 from __future__ import annotations
 

@@ -10,32 +10,11 @@ Data: TFDS `cifar100` in ArrayRecord format (`tfds build cifar100 --file_format=
 --data_dir=<dir>` on a machine with network access, then `--config.data_dir=<dir>`).
 """
 
-from experiments.configs import default
+from experiments.configs import cifar10_lt
 
 
 def get_config():
-  config = default.get_config()
+  config = cifar10_lt.get_config()  # the released recipe, on CIFAR-100-LT
   config.dataset = "tfds:cifar100"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"
-  config.augment = True
-  config.model = "resnet32"
-  config.num_epochs = 200
-  config.reweight.start_epoch = 160
-  config.ldam.drw_epoch = 160
-  config.eval_batch_size = 500
-  config.head = "cosine"
-  config.cosine_scale = 30.0
-  config.batch_size = 256
   config.learning_rate = 0.35
-  config.warmup_epochs = 10
-  config.weight_decay = 5e-4
-  # LDAM on the cosine head: the head's ×30 is LDAM's s, and the 0.5 cosine margin is 15 in logits.
-  config.ldam.scale = 1.0
-  config.ldam.max_margin = 15.0
-  config.ib.start_epoch = 100
-  config.views = 3
-  config.augmentation = "released"
-  config.schedule = "milelr"
-  config.milelr_switch_epoch = 160
   return config

@@ -6,25 +6,11 @@ released form (`mr2.form=released`), the paper form. Needs `--config.data_dir=DA
 holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
 """
 
-from experiments.configs import default
+from experiments.configs import cifar10_balanced
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 1.0
-  config.max_train_per_class = 1000
-  config.augment = True
-  config.model = "resnet32"
-  config.head = "linear"
+  config = cifar10_balanced.get_config()
   config.num_epochs = 200
-  config.batch_size = 128
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 5e-4
-  config.warmup_epochs = 2
-  config.schedule = "cosine"
-  config.eval_batch_size = 500
-  config.checkpoint_every_steps = 500
   config.class_loss_every_epochs = 20
   return config

@@ -6,8 +6,9 @@ normalises over view 0 alone); ResNet-32 (option A, d = 64) with the normalised 
 s = 30, no bias); SGD momentum 0.9, weight decay 5e-4, batch 256, 200 epochs, base rate 0.3 under
 MiLeLR (warm-up 10 epochs, switch at 160, order a from the training counts); CE to epoch 159, the
 inverse reweighting from 160 (`--config.loss=inverse_reweight`). Needs `--config.data_dir=DATA`, a
-folder holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout). The
-cosine-schedule, crop + flip variant this config used to be is `cifar10_lt_cosine.py`.
+folder holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout). It is
+`cifar10_lt_cosine.py` (the network, optimiser and deferred starts) with the released views,
+augmentation and schedule.
 
 The long-tailed subset is the LDAM seed-0 selection (`lt_selection='ldam'`). Deviations: MiLeLR is
 laid on this trainer's epochs of ⌊N/B⌋ updates (the reference keeps the last partial batch: ⌈N/B⌉);
@@ -15,30 +16,11 @@ the normalisation std is the true CIFAR-10 one (0.247, 0.243, 0.261), not the re
 0.1994, 0.2010).
 """
 
-from experiments.configs import default
+from experiments.configs import cifar10_lt_cosine
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"
-  config.augment = True
-  config.model = "resnet32"
-  config.num_epochs = 200
-  config.reweight.start_epoch = 160
-  config.ldam.drw_epoch = 160
-  config.eval_batch_size = 500
-  config.head = "cosine"
-  config.cosine_scale = 30.0
-  config.batch_size = 256
-  config.learning_rate = 0.3
-  config.warmup_epochs = 10
-  config.weight_decay = 5e-4
-  # LDAM on the cosine head: the head's ×30 is LDAM's s, and the 0.5 cosine margin is 15 in logits.
-  config.ldam.scale = 1.0
-  config.ldam.max_margin = 15.0
-  config.ib.start_epoch = 100
+  config = cifar10_lt_cosine.get_config()
   config.views = 3
   config.augmentation = "released"
   config.schedule = "milelr"

@@ -13,15 +13,13 @@ lowers the rate once that count passes 160 / 180, i.e. from its 161st / 181st ep
 `cifar10_jpeg` layout).
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.augment = True
-  config.model = "resnet32"
+  config = cifar10_lt_data.get_config()
   config.head = "linear"
   config.num_epochs = 200
   config.batch_size = 128
@@ -32,13 +30,12 @@ def get_config():
   config.schedule = "step"
   config.step_epochs = (160, 180)
   config.step_factor = 0.01  # ×0.01 at epoch 160, ×0.0001 at 180
-  config.reweight.start_epoch = 160
-  config.ldam.drw_epoch = 160
-  config.ib.start_epoch = 160
+  # The deferred methods from epoch 160 (the reweighting, LDAM-DRW, IB).
+  config.reweight = ml_collections.ConfigDict(dict(start_epoch=160))
+  config.ldam = ml_collections.ConfigDict(dict(drw_epoch=160))
+  config.ib = ml_collections.ConfigDict(dict(start_epoch=160))
   config.class_loss_every_epochs = 20
-  config.eval_batch_size = 500
   config.checkpoint_every_steps = 500
-  config.lt_selection = "ldam"
   # The test set after every epoch, as the release evaluates it: the report's "best epoch (as the
   # LDAM-DRW release reports it)" column beside the final epoch (selects nothing). A reporting field:
   # runs started without it resume.

@@ -8,29 +8,19 @@ at 180. Needs `--config.data_dir=DATA`, a folder holding CIFAR-10 as JPEG files 
 Deviation: the warm-up is linear per step here; the reference's is per epoch, lr·(e + 1)/5.
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"
-  config.augment = True
-  config.model = "resnet32"
-  config.num_epochs = 200
-  config.reweight.start_epoch = 160
-  config.ldam.drw_epoch = 160
-  config.eval_batch_size = 500
+  config = cifar10_lt_data.get_config()
   config.head = "etf"
   config.loss = "etf_dr"
   config.mixup_alpha = 1.0
-  config.batch_size = 128
-  config.learning_rate = 0.1
-  config.momentum = 0.9
+  # SGD 0.1, momentum 0.9, batch 128, 5 warm-up epochs: the defaults; ×0.1 at 160 and again at 180.
   config.weight_decay = 2e-4
-  config.warmup_epochs = 5
   config.schedule = "step"
-  config.step_epochs = (160, 180)
   config.step_factor = 0.1
+  config.reweight = ml_collections.ConfigDict(dict(start_epoch=160))  # ETF-DR + reweighting
   return config

@@ -14,25 +14,17 @@ replacement: the duplicated split behind the paper's numbers). Deviation: the co
 decays per step (the reference per epoch).
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"
-  config.augment = True
+  config = cifar10_lt_data.get_config()
   config.model = "resnet32_w64"
-  config.num_epochs = 200
-  config.reweight.start_epoch = 160
-  config.ldam.drw_epoch = 160
-  config.eval_batch_size = 500
   config.head = "linear"
   config.loss = "glmc"
-  config.glmc.r = 0.0
-  config.glmc.weight_exponent = 1.2
-  config.glmc.w_con = 1.0
+  config.glmc = ml_collections.ConfigDict(dict(r=0.0, weight_exponent=1.2, w_con=1.0))
   config.batch_size = 64
   config.learning_rate = 0.01
   config.momentum = 0.9

@@ -6,29 +6,15 @@ and L_con unchanged; GLMC's v before the switch) and MiLeLR instead of the cosin
 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import cifar10_lt_glmc
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.lt_selection = "ldam"
-  config.augment = True
-  config.model = "resnet32_w64"
-  config.num_epochs = 200
-  config.reweight.start_epoch = 160
-  config.ldam.drw_epoch = 160
-  config.eval_batch_size = 500
-  config.head = "linear"
+  config = cifar10_lt_glmc.get_config()
   config.loss = "glmc+inverse_reweight"
-  config.glmc.r = 0.0
-  config.glmc.weight_exponent = 1.2
-  config.glmc.w_con = 1.0
-  config.batch_size = 64
-  config.learning_rate = 0.01
-  config.momentum = 0.9
-  config.weight_decay = 5e-3
+  config.reweight = ml_collections.ConfigDict(dict(start_epoch=160))
   config.warmup_epochs = 10
   config.schedule = "milelr"
   config.milelr_switch_epoch = 160

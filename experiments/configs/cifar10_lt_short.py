@@ -8,15 +8,14 @@ linear head its s = 30 would multiply unnormalised logits. Needs `--config.data_
 holding CIFAR-10 as JPEG files in `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
-  config.augment = True
-  config.model = "resnet32"
+  config = cifar10_lt_data.get_config()
+  config.lt_selection = "seeded"  # the study's subset: the seed's, not LDAM's
   config.head = "linear"
   config.num_epochs = 30
   config.batch_size = 128
@@ -27,10 +26,10 @@ def get_config():
   config.schedule = "step"
   config.step_epochs = (24, 27)
   config.step_factor = 0.1  # ×0.1 at epoch 24, ×0.01 at 27
-  config.reweight.start_epoch = 24
-  config.ldam.drw_epoch = 24
-  config.ib.start_epoch = 24
+  # The deferred methods from epoch 24 (the reweighting, LDAM-DRW, IB).
+  config.reweight = ml_collections.ConfigDict(dict(start_epoch=24))
+  config.ldam = ml_collections.ConfigDict(dict(drw_epoch=24))
+  config.ib = ml_collections.ConfigDict(dict(start_epoch=24))
   config.class_loss_every_epochs = 3
-  config.eval_batch_size = 500
   config.checkpoint_every_steps = 500
   return config

@@ -1,32 +1,18 @@
-"""The config schema, the one module every shipped config starts from: every field the trainer reads
-with its default (`get_config`: values of the REWEIGHT reference recipe where it has one; the
-reweighting start epoch is 0 here and deferred in the dataset configs), the ranges and choices of
-those fields (`RANGES`, `CHOICES`), every method's sub-tree (its defaults, ranges and choices
-registered by the method's module, `experiments.methods`, through the loss registry), and the one
-check of a config (`validate`).
+"""The shared fields of every config, with their defaults and documentation (`get_config`: values
+of the REWEIGHT reference recipe where it has one): what every shipped config starts from. It
+imports `ml_collections` alone, so a config file is read without the harness: the methods'
+sub-trees (their defaults, ranges and choices) are declared by each method's module and added to
+a run's config by the one check, `experiments.configs.schema` (`complete`, `validate`), with the
+shared fields' ranges and choices.
 
 Each shipped config (digits_lt.py, cifar10_lt.py, ...) is `get_config()` here with the fields it
-sets, and nothing else: one level of reuse, as big_vision's configs over their common module.
-CLI overrides: `--config=experiments/configs/cifar10_lt.py --config.loss=mr2 --config.imbalance_factor=100`.
+sets, and the fields of the sub-trees of the methods its runs train: one level of reuse, as
+big_vision's configs over their common module (a recipe family's data block is a function of its
+own, `cifar10_lt_data.py`). CLI overrides: `--config=experiments/configs/cifar10_lt.py
+--config.loss=mr2 --config.mr2.lam=0`.
 """
 
-import json
-import pathlib
-from collections.abc import Sequence
-
-import jax
 import ml_collections
-
-from experiments.methods import registry
-from experiments import models
-from experiments.common.errors import INF
-from experiments.common.errors import ConfigError
-from experiments.common.errors import Range
-from experiments.common.errors import field_value
-from experiments.data import augmentations
-from experiments.data import input_pipeline
-from experiments.data import long_tail
-from experiments.data import sources
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -78,15 +64,15 @@ def get_config() -> ml_collections.ConfigDict:
   # Compute dtype of the body, 'float32' or 'bfloat16' (parameters, features, head, losses: f32).
   config.compute_dtype = "float32"
 
-  # Loss: a method of the loss registry (`experiments.methods.registry`); each reads its own sub-tree
-  # (mr2, reweight, focal, class_balanced, ldam, logit_adjust, ib, ...: defaults, ranges and start
-  # epochs declared by the method's module in experiments/methods/, all added here). Deferred
-  # losses train as their `before` entry until their start epoch (reweight.start_epoch,
+  # Loss: a method of the loss registry (`experiments.methods.registry`). Each method reads its own
+  # sub-tree (mr2, reweight, focal, class_balanced, ldam, logit_adjust, ib, ...), whose defaults,
+  # ranges and start epochs its module in experiments/methods/ declares: a config sets the fields
+  # it changes (`config.mr2 = ml_collections.ConfigDict(dict(lam=0.0))`), and the run's config
+  # (`schema.complete`) holds the sub-trees of the methods it trains, the rest at their defaults.
+  # Deferred losses train as their `before` entry until their start epoch (reweight.start_epoch,
   # ldam.drw_epoch, ib.start_epoch). `<method>+inverse_reweight`: the inverse reweighting of any
   # method with a per-example loss.
   config.loss = "ce"
-  for key, tree in registry.CONFIG_TREES.items():
-    config[key] = ml_collections.ConfigDict(tree.defaults())
 
   # Optimisation: SGD + momentum + weight decay, linear warm-up then cosine or step decay.
   config.num_epochs = 200
@@ -139,128 +125,3 @@ def get_config() -> ml_collections.ConfigDict:
   # everything trains (fine-tuning). The head starts from the model's own initialisation.
   config.pretrained = ml_collections.config_dict.placeholder(str)
   return config
-
-
-# ------------------------------------------------------------------------------------------------
-# Ranges, choices and the check of a config
-# ------------------------------------------------------------------------------------------------
-
-PARALLEL = ("none", "jit", "pmap", "shard_map")
-SCHEDULES = ("cosine", "step", "milelr")
-
-RANGES = (
-    ("num_epochs", (1, True), (INF, False)), ("batch_size", (1, True), (INF, False)),
-    ("eval_batch_size", (1, True), (INF, False)), ("log_every_steps", (1, True), (INF, False)),
-    ("checkpoint_every_steps", (1, True), (INF, False)),
-    ("class_loss_every_epochs", (0, True), (INF, False)),
-    ("test_every_epochs", (0, True), (INF, False)),
-    ("keep_checkpoints", (1, True), (INF, False)), ("warmup_epochs", (0, True), (INF, False)),
-    ("learning_rate", (0, False), (INF, False)), ("momentum", (0, True), (1, False)),
-    ("weight_decay", (0, True), (INF, False)), ("cosine_scale", (0, False), (INF, False)),
-    ("validation_fraction", (0, True), (1, False)), ("max_train_per_class", (0, True), (INF, False)),
-    ("imbalance_factor", (1, True), (INF, False)), ("views", (1, True), (INF, False)),
-    ("mixup_alpha", (0, True), (INF, False)), ("milelr_switch_epoch", (0, True), (INF, False)),
-    ("data_workers", (0, True), (INF, False)), ("image_size", (1, True), (INF, False)),
-    ("resize", (1, True), (INF, False)),
-)
-CHOICES = (("parallel", PARALLEL), ("schedule", SCHEDULES), ("head", models.HEADS),
-           ("compute_dtype", models.COMPUTE_DTYPES),
-           ("augmentation", augmentations.AUGMENTATIONS),
-           ("lt_selection", long_tail.LT_SELECTIONS), ("input_pipeline", input_pipeline.PIPELINES))
-
-
-def validate(config) -> None:
-  """Raises ConfigError (one line, naming the field) before anything is written: the trainer's
-  fields, every method's sub-tree (a config records them all, so a bad value is refused even where
-  this loss does not read it), the method's own checks and its recipe's."""
-  registry.get(config.loss)  # an unknown loss is named first
-  for field, choices in CHOICES:
-    check_choice(config, field, choices)
-  if config.model not in models.MODELS:
-    raise ConfigError(f"config.model: unknown model {config.model!r}; expected one of "
-                      f"{sorted(models.MODELS)}")
-  check_ranges(config, RANGES)
-  validate_method(config)
-  if config.warmup_epochs > config.num_epochs:
-    raise ConfigError(f"config.warmup_epochs: {config.warmup_epochs} exceeds config.num_epochs "
-                      f"{config.num_epochs}")
-  if config.pretrained and config.frozen_encoder_from:
-    raise ConfigError("config.pretrained and config.frozen_encoder_from both set: fine-tune from "
-                      "the weights (pretrained) or probe them (frozen_encoder_from), not both")
-  check_input_on_device(config)
-  if config.reference_summary:
-    path = pathlib.Path(config.reference_summary)
-    if not path.is_file() or "per_class_accuracy" not in json.loads(path.read_text()):
-      raise ConfigError(f"config.reference_summary: {path} is not a summary.json of a finished run")
-  check_devices(config)
-
-
-def validate_method(config) -> None:
-  """The method's part of `validate`: every sub-tree's ranges and choices, the checks of the
-  method (and of the one it trains as before its start), and mixup batches only for a method that
-  takes them, single-view."""
-  for key, tree in registry.CONFIG_TREES.items():
-    check_ranges(config, [(f"{key}.{field}", low, high) for field, low, high in tree.ranges])
-    for field, choices in tree.choices:
-      check_choice(config, f"{key}.{field}", choices)
-  for entry in registry.phases(config.loss):
-    if entry.check is not None:
-      entry.check(config)
-  if config.get("mixup_alpha", 0) > 0 and not registry.takes_mixup(config.loss):
-    raise ConfigError(f"config.mixup_alpha: the {config.loss!r} loss does not take mixup batches "
-                      f"(entries that do: "
-                      f"{[n for n in registry.REGISTRY if registry.takes_mixup(n)]})")
-  if (config.get("mixup_alpha", 0) > 0
-      and max(config.get("views", 1), registry.get(config.loss).recipe.views) > 1):
-    raise ConfigError("config.mixup_alpha: mixup batches are single-view (config.views = 1 and a "
-                      "loss with one view)")
-
-
-def check_input_on_device(config) -> None:
-  """`input_on_device` (crops cut on the device, `experiments.train.device_input`) takes what it
-  reproduces bit for bit: 'crop_flip' or no augmentation, an in-memory split, the 'numpy'
-  pipeline (grain's worker processes are for decoding, and the device decodes nothing)."""
-  if not config.input_on_device:
-    return
-  if config.augment and config.augmentation != "crop_flip":
-    raise ConfigError(f"config.input_on_device: cuts 'crop_flip' crops only, got "
-                      f"augmentation={config.augmentation!r}")
-  if config.input_pipeline != "numpy":
-    raise ConfigError(f"config.input_on_device: draws the crops in the 'numpy' pipeline, got "
-                      f"input_pipeline={config.input_pipeline!r}")
-  if sources.is_lazy_source(config.dataset):
-    raise ConfigError(f"config.input_on_device: copies the training split to the device, but "
-                      f"{config.dataset!r} decodes its images on index (use an in-memory source: "
-                      f"digits, mnist, cifar10_jpeg)")
-
-
-def check_devices(config) -> None:
-  """Batch sizes divisible by the devices of `config.parallel`; 'pmap' within one process."""
-  devices = {"none": 1, "jit": jax.device_count(), "pmap": jax.device_count(),
-             "shard_map": jax.device_count()}
-  for field in ("batch_size", "eval_batch_size"):
-    if config[field] % devices[config.parallel]:
-      raise ConfigError(f"config.{field}: {config[field]} is not divisible by the "
-                        f"{devices[config.parallel]} devices of config.parallel={config.parallel!r}")
-  if config.parallel == "pmap" and jax.process_count() > 1:
-    raise ConfigError("config.parallel: use 'shard_map' for multi-process runs ('pmap' spans "
-                      "the devices of one process here)")
-
-
-def check_ranges(config, ranges: Sequence[Range]) -> None:
-  """Raises ConfigError naming the first field outside its interval (None values are skipped)."""
-  for field, low, high in ranges:
-    value = field_value(config, field)
-    if value is None:
-      continue
-    if not (low[0] <= value if low[1] else low[0] < value) or not (
-        value <= high[0] if high[1] else value < high[0]):
-      interval = f"{'[' if low[1] else '('}{low[0]}, {high[0]}{']' if high[1] else ')'}"
-      raise ConfigError(f"config.{field}: expected a value in {interval}, got {value}")
-
-
-def check_choice(config, field: str, choices: Sequence[str]) -> None:
-  """Raises ConfigError when a string field is not one of `choices`."""
-  value = field_value(config, field)
-  if value not in choices:
-    raise ConfigError(f"config.{field}: expected one of {tuple(choices)}, got {value!r}")

@@ -12,34 +12,20 @@ with the labels in sorted wnid order): `--config.data_dir=<root>`.
       --config.data_dir=/data/imagenet --workdir=workdirs/imagenet_mr2
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import imagenet_data
 
 
 def get_config():
-  config = default.get_config()
+  config = imagenet_data.get_config()
   config.dataset = "list:ImageNet_{split}.txt"
-  config.imbalance_factor = 1.0    # the split lists are already long-tailed
   config.model = "resnet50"
   config.head = "linear"
-  config.image_size = 224
-  config.resize = 256
-  config.augment = True
-  config.augmentation = "inception"
-  config.input_pipeline = "grain"
-  config.data_workers = 8
   config.num_epochs = 90
-  config.batch_size = 256
   config.learning_rate = 0.1
-  config.momentum = 0.9
   config.weight_decay = 1e-4
   config.warmup_epochs = 5
-  config.schedule = "cosine"
-  config.reweight.start_epoch = 72
-  config.ldam.drw_epoch = 72
-  config.eval_batch_size = 500
-  config.log_every_steps = 100
-  config.checkpoint_every_steps = 1000
-  config.class_loss_every_epochs = 0  # a pass over 115,846 images: at the end only
   config.loss = "mr2"
-  config.mr2.decay = 0.999
+  config.mr2 = ml_collections.ConfigDict(dict(decay=0.999))
   return config

@@ -15,37 +15,22 @@ left out).
       --workdir=workdirs/imagenet_vit_probe_mr2
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import imagenet_data
 
 
 def get_config():
-  config = default.get_config()
+  config = imagenet_data.get_config()
   config.dataset = "list:ImageNet_{split}.txt"
-  config.imbalance_factor = 1.0    # the split lists are already long-tailed
+  config.augment = False  # the frozen encoder's features of the centre crop
   config.model = "vit_b16"
   config.head = "cosine"
-  config.image_size = 224
-  config.resize = 256
-  config.augment = False
-  config.augmentation = "inception"
-  config.input_pipeline = "grain"
-  config.data_workers = 8
+  config.cosine_scale = 30.0
   config.num_epochs = 10
-  config.batch_size = 256
   config.learning_rate = 0.1
-  config.momentum = 0.9
   config.weight_decay = 0.0
   config.warmup_epochs = 1
-  config.schedule = "cosine"
-  config.reweight.start_epoch = 8
-  config.ldam.drw_epoch = 8
-  config.eval_batch_size = 500
-  config.log_every_steps = 100
-  config.checkpoint_every_steps = 1000
-  config.class_loss_every_epochs = 0  # a pass over 115,846 images: at the end only
   config.loss = "mr2"
-  config.mr2.decay = 0.999
-  config.cosine_scale = 30.0
-  config.mr2.lam = 0.0
-  config.mr2.p = 3.0
+  config.mr2 = ml_collections.ConfigDict(dict(decay=0.999, lam=0.0, p=3.0))
   return config

@@ -10,32 +10,10 @@ JSON files are relative to it): `--config.data_dir=<root>`.
       --config.data_dir=/data/inat2018 --workdir=workdirs/inat2018_ce
 """
 
-from experiments.configs import default
+from experiments.configs import imagenet_lt
 
 
 def get_config():
-  config = default.get_config()
+  config = imagenet_lt.get_config()  # the recipe, on iNaturalist 2018
   config.dataset = "inat2018"
-  config.imbalance_factor = 1.0    # the split lists are already long-tailed
-  config.model = "resnet50"
-  config.head = "linear"
-  config.image_size = 224
-  config.resize = 256
-  config.augment = True
-  config.augmentation = "inception"
-  config.input_pipeline = "grain"
-  config.data_workers = 8
-  config.num_epochs = 90
-  config.batch_size = 256
-  config.learning_rate = 0.1
-  config.momentum = 0.9
-  config.weight_decay = 5e-4
-  config.warmup_epochs = 5
-  config.schedule = "cosine"
-  config.reweight.start_epoch = 72
-  config.ldam.drw_epoch = 72
-  config.eval_batch_size = 500
-  config.log_every_steps = 100
-  config.checkpoint_every_steps = 1000
-  config.class_loss_every_epochs = 0  # a pass over 115,846 images: at the end only
   return config

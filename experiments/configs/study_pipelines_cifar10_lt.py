@@ -9,17 +9,14 @@ batches and heads. Pass `--config.data_dir=DATA`, a folder holding CIFAR-10 as J
 `train.npz` / `test.npz` (the `cifar10_jpeg` layout).
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
+  config = cifar10_lt_data.get_config()
   config.max_train_per_class = 500
-  config.lt_selection = "ldam"
-  config.augment = True
-  config.model = "resnet32"
   config.head = "linear"
   config.num_epochs = 30
   config.batch_size = 64
@@ -28,9 +25,8 @@ def get_config():
   config.weight_decay = 5e-4
   config.warmup_epochs = 2
   config.schedule = "cosine"
-  config.reweight.start_epoch = 24
+  config.reweight = ml_collections.ConfigDict(dict(start_epoch=24))
   config.log_every_steps = 20
   config.checkpoint_every_steps = 200
-  config.eval_batch_size = 500
   config.class_loss_every_epochs = 3
   return config

@@ -8,15 +8,15 @@ LDAM on this head: the margin is on the cosine scale, so with logits already ×3
 and `ldam.max_margin=15` (= 0.5 × 30).
 """
 
-from experiments.configs import default
+import ml_collections
+
+from experiments.configs import cifar10_lt_data
 
 
 def get_config():
-  config = default.get_config()
-  config.dataset = "cifar10_jpeg"
-  config.imbalance_factor = 100.0
+  config = cifar10_lt_data.get_config()
+  config.lt_selection = "seeded"  # the study's subset: the seed's, not LDAM's
   config.max_train_per_class = 500
-  config.augment = True
   config.model = "small_cnn"
   config.head = "cosine"
   config.cosine_scale = 30.0
@@ -25,11 +25,11 @@ def get_config():
   config.learning_rate = 0.05
   config.warmup_epochs = 2
   config.weight_decay = 5e-4
-  config.reweight.start_epoch = 32
-  config.ldam.drw_epoch = 32
-  config.ib.start_epoch = 20
+  # The deferred methods: the reweighting and DRW from epoch 32, IB from 20.
+  config.reweight = ml_collections.ConfigDict(dict(start_epoch=32))
+  config.ldam = ml_collections.ConfigDict(dict(drw_epoch=32))
+  config.ib = ml_collections.ConfigDict(dict(start_epoch=20))
   config.log_every_steps = 20
   config.checkpoint_every_steps = 200
-  config.eval_batch_size = 500
   config.class_loss_every_epochs = 1  # per-class training-set loss L_c and ρ over training
   return config

@@ -28,8 +28,6 @@ TREE = ConfigTree(lambda: dict(stage1=ml_collections.config_dict.placeholder(str
 def check_jtt(config):
   if not config.jtt.stage1:
     raise ConfigError("config.jtt.stage1: the 'jtt' loss needs the workdir of its stage-1 ERM run")
-  if int(config.jtt.upweight) != config.jtt.upweight:
-    raise ConfigError(f"config.jtt.upweight: λ_up must be an integer, got {config.jtt.upweight}")
 
 
 def upsampled_sample(errors: np.ndarray, labels: np.ndarray, upweight: int, seed,

@@ -168,15 +168,15 @@ class Method:
   Its functions take the method's settings first (`settings`: its sub-tree's fields and the
   shared fields it names, validated and frozen) and, where they read or set the loss state, its
   typed state (a `state_type`, None for a method without state); its checks alone take the whole
-  config, as part of the config's one check (`experiments.configs.default.validate`), since they
+  config, as part of the config's one check (`experiments.configs.schema.validate`), since they
   may relate fields across it (LDAM's scale to the head).
 
   Attributes:
     name: its name in the registry.
     loss: (settings, logits, features, labels, state, StepInfo) → (this device's share of the
       global-batch loss, the new state, metrics), once started.
-    trees: the config sub-tree it owns, {key: ConfigTree} (added to every config,
-      `experiments.configs.default`).
+    trees: the config sub-tree it owns, {key: ConfigTree}: in the config of a run that trains it
+      (`experiments.configs.schema.complete`), its defaults under what the config sets.
     reads: the config sub-tree it reads, its own or another method's (LDAM-DRW: LDAM's); at most
       one for a method declared in a module, its own and the wrapper's for a wrapped one.
     shared: the shared (top-level) config fields its functions read besides (GLMC's α_e:

@@ -23,6 +23,7 @@ state untouched — and the two are a `lax.cond`, so a step computes one of them
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import pkgutil
@@ -32,6 +33,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from experiments import methods as methods_package
@@ -158,13 +160,58 @@ def get(name: str) -> Method:
 def start_epoch(config) -> int:
   """The epoch from which `config.loss` itself trains (0 when it is not deferred)."""
   entry = get(config.loss)
-  return 0 if entry.start is None else int(field_value(config, entry.start))
+  return 0 if entry.start is None else int(field_value(with_method_trees(config), entry.start))
 
 
 def phases(name: str) -> list[Method]:
   """The entry and, when deferred, the entry it trains as before its start."""
   entry = get(name)
   return [entry] if entry.start is None else [entry, get(entry.before)]
+
+
+def method_trees(name: str) -> tuple[str, ...]:
+  """The config sub-trees a run of entry `name` reads: its own (`Method.reads`) and, for a
+  deferred entry, those of the entry it trains as before its start."""
+  keys = []
+  for entry in phases(name):
+    keys += [key for key in entry.reads if key not in keys]
+  return tuple(keys)
+
+
+def method_tree(key: str, given=None) -> ml_collections.ConfigDict:
+  """Sub-tree `key` as a run reads it: its method's defaults (`CONFIG_TREES`) with the fields
+  `given` (what a config sets) over them.
+
+  Raises:
+    ConfigError: a field the sub-tree does not have, or a value of another type, naming it.
+  """
+  tree = ml_collections.ConfigDict(CONFIG_TREES[key].defaults())
+  if given is None:
+    return tree
+  if not hasattr(given, "items"):
+    raise ConfigError(f"config.{key}: the {key!r} method's sub-tree is a ConfigDict of fields "
+                      f"{sorted(tree)}, got {given!r}")
+  for field, value in given.items():
+    if field not in tree:
+      raise ConfigError(f"config.{key}.{field}: not a field of the {key!r} sub-tree; expected "
+                        f"one of {sorted(tree)}")
+    try:
+      tree[field] = value
+    except TypeError as error:
+      raise ConfigError(f"config.{key}.{field}: {error}") from None
+  return tree
+
+
+def with_method_trees(config, keys: Iterable[str] | None = None) -> ml_collections.ConfigDict:
+  """A copy of `config` with the sub-trees `keys` (default: those `config.loss` reads,
+  `method_trees`) as a run reads them (`method_tree`); the rest as it is. What the functions
+  here read a method's settings from, and where a method's field is set in code (a study's method
+  spec, a test), the sub-tree to set it in."""
+  config = copy.deepcopy(config)
+  with config.unlocked():
+    for key in (method_trees(config.loss) if keys is None else keys):
+      config[key] = method_tree(key, config.get(key))
+  return config
 
 
 def start_fields() -> set[str]:
@@ -215,6 +262,7 @@ def state_summary(config, loss_state: dict[str, Any]) -> dict[str, list]:
   """What `config.loss` reports of the state a run ends with (`Method.state_summary`: MR2's
   margins γ_k, the reweighting's batch counts B_c, Group DRO's and FairDRO's q), nothing for the
   others; a deferred entry reports its before entry's state too."""
+  config = with_method_trees(config)
   out = {}
   for entry in phases(config.loss):
     out.update(entry.summarize(entry.settings(config), entry.state_of(loss_state)))
@@ -228,7 +276,7 @@ def _applied(name: str, config) -> Callable[..., tuple]:
   they compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32),
   and the two branches of a deferred entry's `lax.cond` must agree."""
   entry = get(name)
-  settings = entry.settings(config)
+  settings = entry.settings(with_method_trees(config))
 
   def apply(logits, features, labels, loss_state, info: StepInfo):
     if not entry.reads_mix:

@@ -41,7 +41,9 @@ from experiments.methods.method import EpochPass
 from experiments.methods.method import RecipeInputs
 from experiments.methods.method import StepInfo
 from experiments.configs import default as default_config
+from experiments.configs import schema
 from experiments.probe.features import NUM_CLASSES
+from experiments.train import recipes
 
 
 class ProbeSchedule(NamedTuple):
@@ -88,8 +90,9 @@ def loss_config(loss: str, overrides: dict[str, Any] | tuple = ()):
 a ConfigError naming it), validated by the registry."""
   config = default_config.get_config()
   config.loss = loss
+  config = registry.with_method_trees(config)  # the loss's sub-trees, to set their fields
   config_overrides.apply_overrides(config, dict(overrides), context=f"loss {loss!r}")
-  default_config.validate_method(config)
+  schema.validate_method(config)
   return config
 
 
@@ -272,7 +275,7 @@ def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: n
   state = init_state(jax.random.key(seed), train_features.shape[-1], num_classes, optimizer,
                      schedule.init_std, key, head=head, train_labels=train_labels)
   train_epoch = make_train_epoch(key, schedule, steps, head)
-  epoch_end = method_recipe.epoch_end
+  epoch_end = recipes.of(config).epoch_end  # bound to the method's settings and state
   features, labels = jnp.asarray(train_features), jnp.asarray(train_labels, jnp.int32)
   epoch_losses = []
   for epoch in range(schedule.epochs):
@@ -282,8 +285,8 @@ def train_probe(method: str | tuple, train_features: np.ndarray, train_labels: n
                               jnp.asarray(epoch), jax.random.fold_in(jax.random.key(seed), epoch))
     if epoch_end is not None:
       state = state._replace(loss_state=epoch_end(
-          config, state.loss_state, class_loss_sums(state.params, features, labels, num_classes),
-          epoch, schedule.epochs))
+          state.loss_state, class_loss_sums(state.params, features, labels, num_classes), epoch,
+          schedule.epochs))
     epoch_losses.append(float(loss))
   return state, epoch_losses
 

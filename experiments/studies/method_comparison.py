@@ -15,7 +15,7 @@ from experiments.train import loop
 from experiments.train import seed_axis
 from experiments.common import overrides
 from experiments.common.errors import ConfigError
-from experiments.configs import default
+from experiments.configs import schema
 
 
 def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
@@ -32,10 +32,14 @@ def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
 
 
 def method_config(base, spec: str, seed: int):
-  """(method name, a copy of `base` with the method's loss, `seed` and config overrides)."""
+  """(method name, a copy of `base` with the method's loss, `seed` and config overrides): the
+  sub-trees the loss reads given first (`registry.with_method_trees`: the method's defaults under
+  what `base` sets), the others kept (the deferred starts of `base`'s recipe decide which
+  checkpoints the run keeps)."""
   name, loss, assignments = parse_method(spec)
   config = copy.deepcopy(base)
   config.loss, config.seed, config.progress_bar = loss, seed, False
+  config = registry.with_method_trees(config)
   overrides.apply_overrides(config, assignments, context=f"--methods: {name}")
   return name, config
 
@@ -105,7 +109,7 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
   reference_name = parse_method(specs[0])[0]
   runs, earlier = {}, []   # earlier: (method, loss, {seed: config JSON}) in list order
   for spec in specs:
-    default.validate(method_config(base, spec, seeds[0])[1])  # all checked before any run
+    schema.validate(method_config(base, spec, seeds[0])[1])  # all checked before any run
   for spec in specs:
     method = parse_method(spec)[0]
     configs, records = seed_configs(base, spec, seeds, workdir, earlier,

@@ -24,8 +24,8 @@ import orbax.checkpoint as ocp
 from absl import logging as absl_logging
 
 from experiments.common.errors import ConfigError
-from experiments.common.errors import field_value
 from experiments.common.errors import CheckpointError
+from experiments.configs import schema
 from experiments.methods import registry
 from experiments.models.pretrained import weights
 from experiments.train import lineage
@@ -60,21 +60,24 @@ def from_checkpoint(restored, template):
 
 
 def start_epochs(config) -> tuple[int, ...]:
-  """The start epochs of every deferred loss in `config` (reweight.start_epoch, ldam.drw_epoch,
-  ib.start_epoch, > 0): the run checkpoints and keeps the end of each, so that a deferred sibling
-  can start there from this run (`config.init_from`) instead of training its first epochs again."""
-  fields = registry.start_fields()
-  epochs = {int(field_value(config, field)) for field in fields}
+  """The start epochs of every deferred method (reweight.start_epoch, ldam.drw_epoch,
+  ib.start_epoch, > 0) in the config a run is given, at the method's default where it sets none
+  (`schema.deferred_starts`): the run checkpoints and keeps the end of each, so that a deferred
+  sibling can start there from this run (`config.init_from`) instead of training its first epochs
+  again. The given config, not the run's: a CE run of a recipe that starts the reweighting at
+  epoch 160 keeps that epoch, though its own config holds no reweighting."""
+  epochs = set(schema.deferred_starts(config).values())
   return tuple(sorted(e for e in epochs if 0 < e < config.num_epochs))
 
 
-def manager(workdir: pathlib.Path, config, steps_per_epoch: int | None = None
-            ) -> ocp.CheckpointManager:
-  """Keeps the latest `keep_checkpoints`, and (given `steps_per_epoch`) those at `start_epochs`."""
+def manager(workdir: pathlib.Path, config, steps_per_epoch: int | None = None,
+            keep_epochs: tuple[int, ...] = ()) -> ocp.CheckpointManager:
+  """Keeps the latest `keep_checkpoints`, and (given `steps_per_epoch`) the ends of `keep_epochs`
+  (`start_epochs`)."""
   policies = [ocp.checkpoint_managers.LatestN(config.keep_checkpoints)]
   if steps_per_epoch is not None:
     policies.append(ocp.checkpoint_managers.CustomSteps(
-        [e * steps_per_epoch for e in start_epochs(config)]))
+        [e * steps_per_epoch for e in keep_epochs]))
   options = ocp.CheckpointManagerOptions(
       create=True, enable_async_checkpointing=False, cleanup_tmp_directories=True,
       preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies))

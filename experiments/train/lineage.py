@@ -14,6 +14,8 @@ from typing import Any
 
 from experiments.common.errors import ConfigError
 from experiments.configs import default
+from experiments.configs import schema
+from experiments.methods import registry
 
 class _Absent:
   """The value of a field one side does not have (shown as `absent` in an error)."""
@@ -38,13 +40,28 @@ def _with_defaults(saved: dict, defaults: dict) -> dict:
   return merged
 
 
+def saved_run_config(saved: dict) -> dict:
+  """A run's recorded config (its config.json as a dict) as today's run config reads
+  (`schema.complete`): fields added to the project since it was written at their defaults (a
+  field that did not exist then had its default's behaviour: every new field is added so), the
+  sub-trees of the methods its loss trains with their fields likewise, and no other method's
+  sub-tree (runs recorded before a run's config held its methods' sub-trees alone hold every
+  method's). So an older run compares equal to a run of today that leaves a field at its default —
+  it can be resumed, started from (`init_from`) and read back."""
+  shared = json.loads(default.get_config().to_json_best_effort())
+  out = _with_defaults({key: value for key, value in saved.items()
+                        if key not in registry.CONFIG_TREES}, shared)
+  if saved.get("loss") not in registry.REGISTRY:  # a method since removed: kept as recorded
+    return {**out, **{key: saved[key] for key in registry.CONFIG_TREES if key in saved}}
+  for key in registry.method_trees(saved["loss"]):
+    tree = json.loads(registry.method_tree(key).to_json_best_effort())
+    out[key] = _with_defaults(saved.get(key, {}), tree)
+  return out
+
+
 def read_saved_config(path: str | pathlib.Path) -> dict:
-  """A run's config.json as a dict, fields added to the project since it was written filled with
-  their defaults (`configs/default.py`): a field that did not exist then had its default's
-  behaviour (every new field is added so), so an older run compares equal to a run that leaves it
-  at the default — it can be resumed, started from (`init_from`) and read back."""
-  defaults = json.loads(default.get_config().to_json_best_effort())
-  return _with_defaults(json.loads(pathlib.Path(path).read_text()), defaults)
+  """The config.json at `path` as today's run config reads (`saved_run_config`)."""
+  return saved_run_config(json.loads(pathlib.Path(path).read_text()))
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

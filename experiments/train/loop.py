@@ -27,7 +27,7 @@ import ml_collections
 from experiments.methods import registry
 from experiments.common.errors import ConfigError
 from experiments.common.errors import DataError
-from experiments.configs import default
+from experiments.configs import schema
 from experiments.data import batches as batches_lib
 from experiments.data import input_pipeline
 from experiments.data import loading
@@ -77,13 +77,19 @@ class Plan:
   encoder_state: Any = None   # the state with a frozen encoder loaded (`frozen_encoder_from`)
   pretrained_variables: Any = None
   encoder_record: dict = dataclasses.field(default_factory=dict)
+  # The epochs whose end the run checkpoints and keeps: the deferred methods' starts of the config
+  # it was given (`checkpoints.start_epochs`), though its own config holds only its method's.
+  keep_epochs: tuple[int, ...] = ()
 
 
 def plan(config, workdir, max_steps: int | None) -> Plan:
-  """The run of `config` in `workdir`: its data, recipe, epochs, step, model and initial state;
-  the encoder or weights it starts from are read here too, so that anything that fails, fails
-  before the workdir is written."""
-  default.validate(config)
+  """The run of `config` in `workdir`: its config (`schema.complete`: the shared fields and its
+  methods' sub-trees, what config.json records), data, recipe, epochs, step, model and initial
+  state; the encoder or weights it starts from are read here too, so that anything that fails,
+  fails before the workdir is written."""
+  schema.validate(config)
+  keep_epochs = checkpoints.start_epochs(config)
+  config = schema.complete(config)
   train, validation, test = loading.load_data(config)
   process_count = jax.process_count()
   if config.batch_size % process_count:
@@ -119,7 +125,8 @@ def plan(config, workdir, max_steps: int | None) -> Plan:
                                          train_labels=train.labels)
   run = Plan(config, pathlib.Path(workdir).resolve(),  # orbax needs absolute paths
              train, validation, test, process_batch, recipe, sample, sample_record, pair,
-             steps_per_epoch, total_steps, views, task, learning_rate_fn, model, state)
+             steps_per_epoch, total_steps, views, task, learning_rate_fn, model, state,
+             keep_epochs=keep_epochs)
   read_encoder(run)
   return run
 
@@ -148,7 +155,7 @@ def start(run: Plan, resume_from_previous: bool):
   workdir.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
-  manager = checkpoints.manager(workdir, config, run.steps_per_epoch)
+  manager = checkpoints.manager(workdir, config, run.steps_per_epoch, run.keep_epochs)
   # Checkpoints hold one host copy of the state, so any device count can resume them.
   state = run.state
   if manager.latest_step() is None:
@@ -242,7 +249,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   """Trains `config` in `workdir` (resuming from its latest checkpoint) and writes summary.json.
 
   Args:
-    config: see experiments/configs/default.py.
+    config: see experiments/configs/default.py (the shared fields) and schema.py (the check);
+      the run records its config (`schema.complete`) in config.json.
     workdir: output folder: config.json, metrics.jsonl, class_history.jsonl, tensorboard/,
       checkpoints/, summary.json.
     max_steps: stop after this global step (for tests and the resume check); the schedule still

@@ -94,7 +94,7 @@ class Events:
         self.timed(self.training_set_pass, step, state)
       if config.test_every_epochs and epoch % config.test_every_epochs == 0:
         self.timed(self.test_pass, step, state)
-    kept_epoch = epoch_ended == 0 and epoch in checkpoints.start_epochs(config)
+    kept_epoch = epoch_ended == 0 and epoch in run.keep_epochs
     if step % config.checkpoint_every_steps == 0 or step == run.total_steps or kept_epoch:
       self.save(step, state, metrics, input_state)
     return state

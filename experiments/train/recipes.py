@@ -2,7 +2,7 @@
 declared in the method's module and read from the registry) with the hooks bound to the run — the
 method's settings (`Method.settings`) and its typed state in the train state's `loss_state` dict —
 and mixup's paired batches added when `config.mixup_alpha` > 0 for a method that takes them
-(`registry.takes_mixup`, checked by `configs.default.validate`). The trainer (`loop`, `steps`,
+(`registry.takes_mixup`, checked by `configs.schema.validate`). The trainer (`loop`, `steps`,
 `train_state`) reads only `RunRecipe` fields, so it names no method."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def of(config) -> RunRecipe:
   with mixup's paired batches when `config.mixup_alpha` > 0 (a deferred method trains on its own
   recipe throughout, which is its before method's: the recipe cannot change at the start epoch)."""
   method = registry.get(config.loss).recipe_method
-  recipe, settings = method.recipe, method.settings(config)
+  recipe, settings = method.recipe, method.settings(registry.with_method_trees(config))
   epoch_end = None
   if recipe.epoch_end is not None:
     def epoch_end(loss_state: dict, epoch_pass: EpochPass, epoch: int, num_epochs: int) -> dict:

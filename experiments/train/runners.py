@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.configs import default
+from experiments.configs import schema
 from experiments.train import steps
 
 AXIS = "batch"
@@ -56,7 +56,7 @@ def _steps(loss_fn, task, learning_rate_fn, axis_name):
           functools.partial(steps.ncc_step, axis_name=axis_name))
 
 
-PARALLEL = default.PARALLEL
+PARALLEL = schema.PARALLEL
 
 
 def axis_name(parallel: str) -> str | None:

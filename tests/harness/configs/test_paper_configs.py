@@ -21,6 +21,7 @@ from experiments.configs import imagenet_lt
 from experiments.configs import imagenet_mr2
 from experiments.configs import inat2018
 from experiments.data import array_records
+from experiments.methods import registry
 from experiments.train import loop
 from tests import checkpoints as checkpoint_files
 
@@ -88,6 +89,7 @@ TINY = dict(model="small_cnn", image_size=16, resize=18, batch_size=8, eval_batc
 def tiny(module, data_dir, **overrides):
   config = module.get_config()
   config.update(dict(TINY, data_dir=str(data_dir), **overrides))
+  config = registry.with_method_trees(config, ("reweight", "ldam"))
   config.reweight.start_epoch = config.ldam.drw_epoch = 1  # both phases within 2 epochs
   return config
 

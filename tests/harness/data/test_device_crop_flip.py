@@ -25,7 +25,7 @@ from experiments.train import device_input
 from experiments.train import loop
 from experiments.train import runners
 from experiments.train import steps
-from experiments.configs import default
+from experiments.configs import schema
 
 
 @functools.lru_cache(maxsize=None)
@@ -123,14 +123,14 @@ def test_each_runner_layout_gets_the_host_images_where_its_step_reads_them(paral
 def test_input_on_device_is_checked():
   config = digits_lt.get_config()
   assert config.input_on_device is False  # default: the host path, nothing changes
-  default.validate(dict_update(config, input_on_device=True, augment=True))
+  schema.validate(dict_update(config, input_on_device=True, augment=True))
   for overrides, message in (
       (dict(augment=True, augmentation="released"), "'crop_flip' crops only"),
       (dict(input_pipeline="grain"), "'numpy' pipeline"),
       (dict(dataset="tfds:cifar100"), "decodes its images on index")):
     with pytest.raises(ConfigError, match=rf"^config\.input_on_device: .*{message}"):
-      default.validate(dict_update(config, input_on_device=True, **overrides))
-  default.validate(dict_update(config, augment=True, augmentation="released"))  # off: anything
+      schema.validate(dict_update(config, input_on_device=True, **overrides))
+  schema.validate(dict_update(config, augment=True, augmentation="released"))  # off: anything
   with pytest.raises(DataError, match="'crop_flip' only"):
     batches_lib.train_batch(split(), np.arange(4), key=[0, 0, 0], augment=True,
                             augmentation="simclr", crops_on_device=True)

@@ -200,11 +200,11 @@ def test_a_saved_input_position_that_does_not_match_the_step_is_refused(runs, tm
 
 
 def test_pipeline_config_is_checked():
-  from experiments.configs import default
+  from experiments.configs import schema
   with pytest.raises(ConfigError, match="input_pipeline"):
-    default.validate(tiny_config(input_pipeline="tf"))
+    schema.validate(tiny_config(input_pipeline="tf"))
   with pytest.raises(ConfigError, match="data_workers"):
-    default.validate(tiny_config(data_workers=-1))
+    schema.validate(tiny_config(data_workers=-1))
   assert checkpoints.InputState({"a": 1}).get_state() == b'{"a": 1}'
 
 

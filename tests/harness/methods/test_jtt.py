@@ -13,7 +13,8 @@ from experiments.configs import digits_lt
 from experiments.data import batches
 from experiments.data import loading
 from experiments.data import long_tail
-from experiments.configs import default
+from experiments.configs import schema
+from experiments.methods import registry
 from experiments.train import loop
 from experiments.train import recipes
 from experiments.train import run_features
@@ -26,6 +27,7 @@ JTT_STEPS = 4
 def tiny_config(loss, **overrides):
   config = digits_lt.get_config()
   config.loss = loss
+  config = registry.with_method_trees(config)  # the loss's sub-trees, to set their fields
   config.batch_size = BATCH
   config.num_epochs = 2  # warmup_epochs is 2
   config.progress_bar = False
@@ -122,16 +124,17 @@ def test_jtt_refuses_a_config_without_its_stage1_run(tmp_path):
 
 
 def test_jtt_refuses_a_non_integer_upweight(stage1, tmp_path):
-  """λ_up counts repeats: 2.5 is refused (a config tree replaced whole, as from a JSON config, can
-  hold a float), an integral float is accepted by the check."""
+  """λ_up counts repeats: a sub-tree set whole (as from a JSON config) is typed by the method's
+  defaults, so a float for it (2.5, or 3.0) is refused naming the field; an int is taken."""
   workdir, _, _ = stage1
   config = tiny_config("jtt")
-  config.jtt = ml_collections.ConfigDict({"stage1": str(workdir), "upweight": 2.5})
-  with pytest.raises(ConfigError, match=r"config\.jtt\.upweight: .*must be an integer"):
-    loop.train_and_evaluate(config, tmp_path / "run")
+  for upweight in (2.5, 3.0):
+    config.jtt = ml_collections.ConfigDict({"stage1": str(workdir), "upweight": upweight})
+    with pytest.raises(ConfigError, match=r"config\.jtt\.upweight: .*cannot be casted"):
+      loop.train_and_evaluate(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()
-  config.jtt = ml_collections.ConfigDict({"stage1": str(workdir), "upweight": 3.0})
-  default.validate_method(config)
+  config.jtt = ml_collections.ConfigDict({"stage1": str(workdir), "upweight": 3})
+  schema.validate_method(config)
 
 
 @pytest.mark.parametrize("field, value", [

@@ -23,6 +23,7 @@ from experiments.methods.method import StepInfo
 from experiments import methods
 from experiments.common.errors import ConfigError
 from experiments.configs import default
+from experiments.configs import schema
 from experiments.configs import digits_lt
 from experiments.data import batches as batches_lib
 from experiments.data import loading
@@ -47,8 +48,8 @@ def test_the_registry_is_the_methods_of_the_method_modules_and_their_reweighted_
   assert sorted(registry.REGISTRY) == sorted([m.name for m in declared] + wrapped)
   assert sorted(m.name for m in declared if m.per_example is not None) == sorted(PER_EXAMPLE)
   trees = {key for m in declared for key in m.trees} | {"reweight"}
-  assert set(registry.CONFIG_TREES) == trees == {
-      key for key, value in default.get_config().items() if hasattr(value, "items")}
+  assert set(registry.CONFIG_TREES) == trees
+  assert not trees & set(default.get_config())  # no method's field among the shared ones
 
 
 def test_a_deferred_entry_trains_on_its_before_entrys_recipe_and_pairs_are_mixed_on_the_device():
@@ -100,11 +101,11 @@ def test_mixup_is_added_to_the_methods_recipe_where_the_method_takes_it():
   # The method's hooks bound to its settings (its sub-tree), not the config.
   model = recipes.of(config).model
   assert model.func is registry.get("etf_dr").recipe.model
-  assert model.args == (ml_collections.FrozenConfigDict(config.etf_dr.to_dict()),)
+  assert model.args == (ml_collections.FrozenConfigDict(registry.method_tree("etf_dr")),)
   assert recipes.of(config).mix is recipes.mixup_mix
   config.loss = "supcon"
   with pytest.raises(ConfigError, match="does not take mixup batches"):
-    default.validate_method(config)
+    schema.validate_method(config)
   # From the losses' reads_mix (tests/harness/methods/test_registry.py checks each flag against its loss): the
   # cross-entropy family and ETF-DR; GLMC reads its own pairs' mix, not mixup's.
   assert sorted(n for n in registry.REGISTRY if registry.takes_mixup(n)) == sorted([
@@ -141,10 +142,12 @@ def test_every_method_with_a_per_example_loss_runs_with_the_reweighting_from_the
   and the trainer's step traces with the reweighting counters in the state, both phases."""
   config = digits_lt.get_config()
   config.loss = "inverse_reweight" if method == "ce" else f"{method}+inverse_reweight"
+  config = registry.with_method_trees(config)
   config.batch_size, config.reweight.start_epoch = 32, 1
   config.head = "etf" if method == "etf_dr" else config.head
-  config.jtt.stage1 = "<stage-1 workdir>"
-  default.validate(config)
+  if method == "jtt":
+    config.jtt.stage1 = "<stage-1 workdir>"
+  schema.validate(config)
   assert registry.get(config.loss).before == method
   state, metrics = _traced_step(config)
   assert "reweight" in state.loss_state and "class_weight" in metrics
@@ -213,10 +216,11 @@ def test_a_new_method_is_one_module_and_trains_through_the_unchanged_trainer(toy
   the reweighting after (one step per epoch: the sampled half of a small training set)."""
   with registry.registered(toy_module) as added:
     assert added == ["toy", "toy+inverse_reweight"]
-    config = digits_lt.get_config()  # the schema now has the method's sub-tree
-    assert config.toy.penalty == 1e-3
+    assert registry.method_tree("toy").penalty == 1e-3  # the module's defaults
+    config = digits_lt.get_config()
     config.loss, config.num_epochs, config.warmup_epochs, config.batch_size = (
         "toy+inverse_reweight", 3, 0, 32)
+    config = registry.with_method_trees(config)
     config.max_train_per_class, config.reweight.start_epoch = 30, 1
     config.log_every_steps, config.progress_bar, config.nc_metrics = 1, False, False
     config.toy.penalty = -1.0

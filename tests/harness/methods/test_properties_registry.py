@@ -51,6 +51,7 @@ import reweight_jax
 from experiments.methods import registry
 from experiments.methods.method import StepInfo
 from experiments.configs import default
+from experiments.configs import schema
 from experiments.methods.mr2 import mr2_kwargs
 from mr2_jax import representation_margin_forms
 from tests import strategies as S
@@ -100,13 +101,14 @@ def config_for(variant: str) -> ml_collections.ConfigDict:
   loss, overrides = VARIANTS[variant]
   config = default.get_config()
   config.loss = loss
+  config = registry.with_method_trees(config, registry.CONFIG_TREES)  # fields of several are set
   for field in ("reweight.start_epoch", "ldam.drw_epoch", "ib.start_epoch"):
     head, tail = field.split(".")
     config[head][tail] = START
   for field, value in overrides.items():
     head, tail = field.split(".")
     config[head][tail] = value
-  default.validate_method(config)
+  schema.validate_method(config)
   return config
 
 

@@ -21,6 +21,7 @@ from experiments.methods.method import RecipeInputs
 from experiments.methods.method import StepInfo
 from experiments.common.errors import ConfigError
 from experiments.configs import default
+from experiments.configs import schema
 from experiments.train import recipes
 from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_etf_dr as ref_etf
@@ -76,8 +77,10 @@ def init_state(config):
 
 
 def config_for(loss: str) -> ml_collections.ConfigDict:
+  """The shared defaults and every method's sub-tree (a test sets fields of several)."""
   config = default.get_config()
   config.loss = loss
+  config = registry.with_method_trees(config, registry.CONFIG_TREES)
   config.reweight.start_epoch = START
   config.ldam.drw_epoch = START
   config.ib.start_epoch = START
@@ -336,18 +339,18 @@ def test_validation_names_the_field(field, value, message):
   else:
     config[head] = value
   with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-    default.validate_method(config)
+    schema.validate_method(config)
 
 
 def test_combination_refuses_the_released_form_and_ldam_the_double_cosine_scale():
   config = config_for("mr2+inverse_reweight")
   config.mr2.form = "released"
   with pytest.raises(ConfigError, match="paper form only"):
-    default.validate_method(config)
+    schema.validate_method(config)
   config = config_for("ldam")
   config.head = "cosine"
   with pytest.raises(ConfigError, match="ldam.scale"):
-    default.validate_method(config)
+    schema.validate_method(config)
 
 
 @pytest.mark.parametrize("name", LOSSES)
@@ -432,7 +435,7 @@ def test_mixup_and_etf_head_are_refused_where_they_do_not_apply(loss, field, val
     config.mixup_alpha = 1.0
   config[field] = value
   with pytest.raises(ConfigError, match=message):
-    default.validate_method(config)
+    schema.validate_method(config)
 
 
 def _with_mix(info, labels_b, lam):

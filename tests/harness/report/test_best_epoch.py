@@ -10,7 +10,7 @@ from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
 from experiments.report import best_epoch
 from experiments.report import run_tables
-from experiments.configs import default
+from experiments.configs import schema
 from experiments.train import loop
 
 
@@ -78,4 +78,4 @@ def test_a_negative_period_is_refused_naming_the_field():
   config = _tiny_config()
   config.test_every_epochs = -1
   with pytest.raises(ConfigError, match="test_every_epochs"):
-    default.validate(config)
+    schema.validate(config)

@@ -28,7 +28,7 @@ IMAGE_SHAPE = (8, 8, 1)
 
 
 def pretrain_config():
-  config = tiny_config("supcon")
+  config = tiny_config("supcon")  # with its loss's sub-tree
   config.supcon.ce = False
   return config
 

@@ -41,6 +41,7 @@ NUM_DEVICES = 8
 def tiny_config(loss):
   config = digits_lt.get_config()
   config.loss = loss
+  config = registry.with_method_trees(config)  # the loss's sub-trees, to set their fields
   config.batch_size = 32
   config.num_epochs = 4
   config.reweight.start_epoch = 0
@@ -368,7 +369,7 @@ def finished_run(tmp_path_factory):
     (("--config.dataset=cifar10_jpeg", "--config.data_dir={corrupt}"), "index 0"),
     (("--config.lerning_rate=0.1",), "lerning_rate"),
     (("--config.mr2.decay=1.0",), "config.mr2.decay"),
-    (("--config.loss=mr2",), "different config (fields loss ('ce' there, 'mr2' here))"),
+    (("--config.loss=mr2",), "different config (fields loss ('ce' there, 'mr2' here), mr2."),
 ])
 def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished_run, overrides,
                                                               message):
@@ -490,16 +491,19 @@ def test_etf_dr_with_mixup_over_8_devices_equals_one_device_and_keeps_m_fixed():
 
 
 def test_a_run_written_before_new_config_fields_resumes_and_a_changed_one_does_not(tmp_path):
-  """A config.json without fields added since (a top-level one and a whole loss sub-tree) reads as
-  their defaults (`lineage.read_saved_config`): the run resumes; a field that differs from the
+  """A config.json without fields added since (top-level ones, a field of its loss's sub-tree) or
+  with the sub-trees of methods it does not train (every run recorded all of them once) reads as
+  today's run config (`lineage.read_saved_config`): the run resumes; a field that differs from the
   saved value is still refused."""
-  config = tiny_config("ce")
+  config = tiny_config("mr2")
   config.num_epochs = 2
   workdir = tmp_path / "run"
   loop.train_and_evaluate(config, workdir, max_steps=2)
   saved = json.loads((workdir / "config.json").read_text())
-  for field in ("compute_dtype", "glmc", "views"):
+  for field in ("compute_dtype", "views"):
     del saved[field]
+  del saved["mr2"]["stats_reduction"]
+  saved["glmc"] = {"r": 0.0, "weight_exponent": 1.2, "w_con": 1.0, "projection_dim": 128}
   (workdir / "config.json").write_text(json.dumps(saved))
   assert loop.train_and_evaluate(config, workdir, max_steps=3)["steps"] == 3
   config.views = 2

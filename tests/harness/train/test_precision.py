@@ -16,7 +16,7 @@ import pytest
 
 import mr2_jax
 import reweight_jax
-from experiments.configs import default
+from experiments.configs import schema
 from experiments import models
 from experiments.train import loop
 from experiments.train import train_state
@@ -102,7 +102,7 @@ def test_compute_dtype_is_validated_as_a_choice():
   assert config.compute_dtype == "float32"
   config.compute_dtype = "float16"
   with pytest.raises(ConfigError, match="config.compute_dtype"):
-    default.validate(config)
+    schema.validate(config)
 
 
 def _losses_and_stats(model, variables, images, labels):

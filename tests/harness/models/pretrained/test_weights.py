@@ -16,7 +16,7 @@ from experiments import models
 from experiments.train import loop
 from experiments.train import train_state
 from experiments.common.errors import ConfigError
-from experiments.configs import default
+from experiments.configs import schema
 from experiments.configs import imagenet_vit_finetune
 from experiments.configs import imagenet_vit_probe
 from experiments.models.pretrained import torch_state_dict as tsd
@@ -81,7 +81,7 @@ def test_bad_weights_are_refused_naming_the_field(tmp_path):
   config = imagenet_vit_finetune.get_config()
   config.pretrained, config.frozen_encoder_from = str(path), str(path)
   with pytest.raises(ConfigError, match="not both"):
-    default.validate(config)
+    schema.validate(config)
 
 
 @pytest.mark.slow  # ≈ 3 min on 2 cores: ViT-B/16 at 224 px, a random 86 M-parameter timm file
