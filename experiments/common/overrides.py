@@ -2,8 +2,8 @@
 {field: value} pairs applied to an `ml_collections.ConfigDict` field by dotted name.
 
 Used by `experiments.studies.method_comparison` (the `name=loss:field=value:...` method specs of
-`python -m experiments.compare --methods`) and `experiments.probe.linear_head.loss_config` (the
-frozen-feature probes' loss configs). `--config.field=value` on the command line is
+`python -m experiments.compare --methods`) and `experiments.studies.probe_runs.probe_config` (the
+frozen-feature studies' run configs). `--config.field=value` on the command line is
 `ml_collections.config_flags`'s own parser and does not come here.
 """
 

@@ -131,7 +131,7 @@ def epoch_order(num_examples: int, kept: int, *, seed: int, epoch: int) -> np.nd
   """One epoch's positions (into `sample`, or the split), the permutation cut to `kept` = steps ·
   global batch: global batch b is the block [b·G, (b + 1)·G), and process p takes its rows p,
   p + P, p + 2P, ... (`global_batch_positions`). The one epoch order of the harness: the trainer's
-  two pipelines and the linear probe (`experiments.probe.linear_head.epoch_batches`) call it.
+  two pipelines call it.
 
   Read-only and cached for the few epochs in flight: the grain pipeline builds each batch by step
   (`input_pipeline.BatchAt`) in threads that share it (lru_cache is thread-safe)."""
@@ -161,6 +161,8 @@ def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: b
   def images(rows, view_key):  # the rows' views, or the draws the device cuts them with
     if crops_on_device:
       return _view_draws(len(rows), views, augment, view_key, process_index, process_count)
+    if split.is_features:
+      return _feature_views(split, rows, views, augment)
     return _views(split, split.images[rows], views, augment, augmentation, view_key,
                   process_index, process_count, normalized)
 
@@ -193,6 +195,19 @@ def _views(split: Split, raw: np.ndarray, views: int, augment: bool, augmentatio
   return crops[0] if views == 1 else np.stack(crops, axis=1)
 
 
+def _feature_views(split: Split, rows: np.ndarray, views: int, augment: bool) -> np.ndarray:
+  """The views of features rows as they are: view 0 the features, view v the split's stored view
+  v (`Split.extra_views`), or a copy of view 0 where none is stored (as an image without
+  augmentation): [B, d], or [B, V, d] for V > 1."""
+  if augment:
+    raise DataError(f"Split {split.name!r} holds features, which are not augmented: set "
+                    "config.augment = False")
+  stored = 1 + (0 if split.extra_views is None else split.extra_views.shape[1])
+  out = [split.images[rows] if v == 0 or v >= stored else split.extra_views[rows, v - 1]
+         for v in range(views)]
+  return out[0] if views == 1 else np.stack(out, axis=1)
+
+
 def _view_draws(batch_size: int, views: int, augment: bool, key: list[int], process_index: int,
                 process_count: int) -> np.ndarray:
   """The crop + flip draws of each view (`augmentations.crop_flip_view_draws`), without
@@ -221,9 +236,10 @@ def eval_batches(split: Split, batch_size: int) -> Iterator[dict[str, np.ndarray
     num_real = len(labels)
     num_pad = batch_size - num_real
     if num_pad:
-      images = np.concatenate([images, np.zeros((num_pad, *images.shape[1:]), np.uint8)])
+      images = np.concatenate([images, np.zeros((num_pad, *images.shape[1:]), images.dtype)])
       labels = np.concatenate([labels, np.zeros(num_pad, np.int32)])
-    yield {"image": normalize(images, split.name), "label": labels,
+    yield {"image": images if split.is_features else normalize(images, split.name),
+           "label": labels,
            "mask": np.arange(batch_size) < num_real}
 
 

@@ -14,6 +14,9 @@ Sources (`load_split`; one entry each in `in_memory_sources.LOCAL_SOURCES`,
                   on index (`experiments.data.sources`, which documents the files expected).
   'arrayrecord:<path with {split}>'
                   ArrayRecord files written by `python -m experiments.data.sources`; images lazy.
+  'features:<stem>'
+                  a frozen encoder's cached features, float32 [N, d] (`cached_features`: files in
+                  `data_dir`, default $MR2_JAX_CACHE/features), for frozen-feature studies.
 The first three are held in host memory as uint8 ([N, H, W, C]), the others as
 `experiments.data.lazy_images.LazyImages`, rows decoded when indexed.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import os
 
 from experiments.common.errors import DataError
+from experiments.data import cached_features
 from experiments.data import sources
 from experiments.data.holdout import validation_split
 from experiments.data.in_memory_sources import LOCAL_SOURCES, LOCAL_SPLITS
@@ -37,6 +41,8 @@ def load_split(name: str, split: str, data_dir: str | os.PathLike | None = None,
   `image_size` and `resize` apply to the image-file sources only: shorter side resized to `resize`,
   centre crop image_size² (`image_files.resize_center_crop`).
   """
+  if cached_features.is_features_source(name):
+    return cached_features.load_cached_features(name, split, data_dir)
   if sources.is_lazy_source(name):
     return sources.load_split(name, split, data_dir, image_size=image_size, resize=resize)
   if name not in LOCAL_SOURCES:

@@ -12,6 +12,8 @@ import reweight_jax
 from experiments.common.errors import INF
 from experiments.methods.batch_means import global_mean
 from experiments.methods.batch_means import mean_share
+from experiments.common.errors import ConfigError
+from experiments.methods.method import NON_NEGATIVE
 from experiments.methods.method import POSITIVE
 from experiments.methods.method import ConfigTree
 from experiments.methods.method import Method
@@ -19,10 +21,11 @@ from experiments.methods.method import Recipe
 from experiments.models import Outputs
 from mr2_jax.linen import SupConProjection
 
-# λ (joint CE + λ·SupCon; ce=False the pre-training stage), τ, τ_b, the head's width.
+# λ (joint CE + λ·SupCon; ce=False the pre-training stage; λ = 0 with ce=True: the CE term alone
+# on every view, SupCon's paired reference on the same views), τ, τ_b, the head's width.
 TREE = ConfigTree(lambda: dict(lam=1.0, ce=True, temperature=0.1, base_temperature=0.07,
                                projection_dim=128),
-                  ranges=(("lam", *POSITIVE), ("temperature", *POSITIVE),
+                  ranges=(("lam", *NON_NEGATIVE), ("temperature", *POSITIVE),
                           ("base_temperature", *POSITIVE),
                           ("projection_dim", (1, True), (INF, False))))
 
@@ -62,5 +65,10 @@ def supcon(sc, logits, features, labels, state, info):
   return loss, state, {"supcon_loss": global_mean(contrastive, info.axis_name)}
 
 
-METHODS = (Method("supcon", supcon, trees={"supcon": TREE}, reads=("supcon",),
+def check_supcon(config):
+  if config.supcon.lam == 0 and not config.supcon.ce:
+    raise ConfigError("config.supcon: lam = 0 with ce = False leaves no loss")
+
+
+METHODS = (Method("supcon", supcon, trees={"supcon": TREE}, reads=("supcon",), check=check_supcon,
                   recipe=Recipe(model=supcon_model, views=2)),)

@@ -25,6 +25,7 @@ from typing import Any
 import flax.linen as nn
 
 from experiments.models import layers
+from experiments.models.feature_heads import LinearHead, MLPAdapter
 from experiments.models.resnet32 import ResNet32
 from experiments.models.resnet50 import ResNet50
 from experiments.models.small_cnn import SmallCNN
@@ -42,6 +43,9 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "small_cnn": SmallCNN,
     "resnet50": ResNet50,  # torchvision's ResNet-50 v1.5 (ImageNet; d = 2048)
     "vit_b16": ViTB16,     # timm's vit_base_patch16_224 layout (224 px; d = 768)
+    # On cached features (a 'features:' dataset): the frozen-feature studies' models.
+    "linear_head": LinearHead,
+    "mlp_adapter": MLPAdapter,  # 256 wide
 }
 
 

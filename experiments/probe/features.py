@@ -1,18 +1,17 @@
-"""EfficientNet-Lite0 features of CIFAR-10 for the frozen-feature probes: extracted once, cached.
+"""EfficientNet-Lite0 features of CIFAR-10 for the frozen-feature studies: extracted once, cached.
 
 The backbone is EfficientNet-Lite0 pretrained on ImageNet (`experiments.models.pretrained`); its
-pooled 1280-d features of CIFAR-10 are extracted once and cached, then every linear head
-(`experiments.probe.linear_head`) is trained on the cached features, so many seeds are cheap.
+pooled 1280-d features of CIFAR-10 are extracted once and cached as the source
+'features:lite0-r<resolution>' (`experiments.data.cached_features`), then every run of a study is a
+run of the trainer on them (`experiments/configs/probe_cifar10.py`), so many seeds are cheap.
 
-    python -m experiments.studies.linear_probe features \
-        --data_dir=../shared/data/cifar10_jpeg --resolution=128
+    python -m experiments.studies.linear_probe features --data_dir=DATA --resolution=128
 
 Features: CIFAR-10 images (32 px) upsampled bilinearly to `resolution`, no augmentation (one view),
 not normalised afterwards (neither standardised nor L2-normalised: raw pooled ReLU6 activations, as
-the MoCo-v2 probe reads raw pooled features). Cached under
-`experiments.data.in_memory_sources.cache_dir()/linear_probe`. `--splits=train-flip` adds the
-horizontally flipped images (a second view, for SupCon's two views in
-`experiments.studies.probe_comparison`).
+the MoCo-v2 probe reads raw pooled features). Cached in `--features_dir` (default
+`experiments.data.cached_features.feature_dir()`). `--splits=train-flip` adds the horizontally
+flipped images (a second view, for SupCon's two views in `experiments.studies.probe_comparison`).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from experiments.data import in_memory_sources, loading
+from experiments.data import cached_features, in_memory_sources, loading
 from experiments.models.pretrained import efficientnet_lite
 
 DATASET = in_memory_sources.CIFAR10_JPEG
@@ -34,15 +33,6 @@ FEATURE_BATCH = 128
 # Measured on the 2-core CPU (batch 128, jit): 224 px 40 images/s, 160 px 77, 128 px 117, 96 px 228.
 # 128 px extracts the 60,000 images in about 9 minutes, inside the 15-minute budget with margin.
 RESOLUTION = 128
-
-
-def feature_paths(cache: pathlib.Path, resolution: int, split: str) -> tuple[pathlib.Path, ...]:
-  stem = cache / f"lite0-r{resolution}-{split}"
-  return (stem.with_name(stem.name + "-features.npy"), stem.with_name(stem.name + "-labels.npy"))
-
-
-def feature_cache() -> pathlib.Path:
-  return in_memory_sources.cache_dir() / "linear_probe"
 
 
 def extract_features(images_uint8: np.ndarray, resolution: int, batch_size: int = FEATURE_BATCH,
@@ -78,8 +68,9 @@ def extract_features(images_uint8: np.ndarray, resolution: int, batch_size: int 
 def features_command(args: flags.FlagValues) -> None:
   """`python -m experiments.studies.linear_probe features`: extracts and caches the features of
   each of `args.splits`, and writes the extraction's timings beside them."""
-  cache = pathlib.Path(args.cache_dir) if args.cache_dir else feature_cache()
+  cache = pathlib.Path(args.features_dir) if args.features_dir else cached_features.feature_dir()
   cache.mkdir(parents=True, exist_ok=True)
+  stem = f"lite0-r{args.resolution}"
   variables = efficientnet_lite.load_lite0_params()
   report = {"resolution": args.resolution, "batch_size": args.batch_size,
             "weights": str(efficientnet_lite.lite0_weights_path()), "splits": {}}
@@ -92,24 +83,12 @@ def features_command(args: flags.FlagValues) -> None:
     features, images_per_s = extract_features(np.ascontiguousarray(images), args.resolution,
                                               args.batch_size, variables)
     wall = time.perf_counter() - start
-    features_path, labels_path = feature_paths(cache, args.resolution, split)
-    np.save(features_path, features)
-    np.save(labels_path, source.labels)
+    features_path = cached_features.write_split(cache, stem, split, features, source.labels,
+                                                source.class_names)
     report["splits"][split] = {"images": len(source), "images_per_s": images_per_s,
                                "wall_s": wall, "path": str(features_path)}
     print(f"{split}: {len(source)} images in {wall:.0f} s, {images_per_s:.1f} images/s "
           f"(resolution {args.resolution}) -> {features_path}", flush=True)
   name = "extraction" if list(args.splits) == ["train", "test"] else "extraction-" + "-".join(
       args.splits)
-  (cache / f"lite0-r{args.resolution}-{name}.json").write_text(json.dumps(report, indent=1))
-
-
-def load_features(resolution: int, split: str, cache: pathlib.Path | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
-  features_path, labels_path = feature_paths(cache or feature_cache(), resolution, split)
-  if not features_path.is_file():
-    raise SystemExit(f"no cached features at {features_path}; run `python -m "
-                     "experiments.studies.linear_probe features "
-                     f"--data_dir=../shared/data/cifar10_jpeg --resolution={resolution}`")
-  return np.load(features_path), np.load(labels_path)
-
+  (cache / f"{stem}-{name}.json").write_text(json.dumps(report, indent=1))

@@ -2,7 +2,7 @@
 
 Per setting (the linear head, and the adapter with its own ERM), Easy / Medium / Hard from the
 setting's own ERM, mean ± sample std over seeds and the paired Δ vs that ERM
-(`experiments.probe.summary`), MR2 against its uniform-γ control, the per-class plot and the
+(`experiments.studies.probe_tables`), MR2 against its uniform-γ control, the per-class plot and the
 Hard-against-Easy trade-off plot. The study is `experiments.studies.probe_comparison`.
 """
 
@@ -16,9 +16,9 @@ import numpy as np
 
 from experiments.data import in_memory_sources
 from experiments.report import seed_stats
-from experiments.probe.adapter import ADAPTER_WIDTH
-from experiments.probe.summary import (COLUMNS, group_metrics, markdown_tables,
-                                       plot_sorted_class_accuracy, summarise)
+from experiments.models.feature_heads import MLPAdapter
+from experiments.studies.probe_tables import (COLUMNS, group_metrics, markdown_tables,
+                                              plot_sorted_class_accuracy, summarise)
 from experiments.studies.probe_comparison_methods import METHODS, SETTING, setting_of
 
 
@@ -65,7 +65,7 @@ def paired_against_control(runs: list[dict], method: str, control: str,
 
 SETTING_TITLES = {
     SETTING: "linear head on frozen Lite0 features (ERM = `erm`)",
-    "adapter": (f"trainable MLP adapter ({ADAPTER_WIDTH} units) on frozen Lite0 features, image + "
+    "adapter": (f"trainable MLP adapter ({MLPAdapter.width} units) on frozen Lite0 features, image + "
                 "flipped view (ERM = `erm_adapter`, SupCon's paired reference)"),
 }
 
@@ -90,7 +90,7 @@ def write_reports(runs: list[dict], out: pathlib.Path, results: dict) -> str:
     chosen.update({m: next(r["params"] for r in runs if r["method"] == m) for m in names})
     suffix = "" if setting == SETTING else f"_{setting}"
     lines += [f"## {SETTING_TITLES[setting]}\n",
-              markdown_tables(summary, setting, class_names, long_tailed=False)]
+              markdown_tables(summary, class_names, long_tailed=False)]
     if setting == SETTING and {"mr2", "uniform_gamma"} <= set(names):
       lines += ["MR2 against its uniform-γ control (same c̄ grid; paired per seed, ERM's groups):",
                 "", paired_against_control(runs, "mr2", "uniform_gamma",

@@ -151,7 +151,7 @@ def final_evaluation(config, runner, state, train, validation, test, num_classes
   summary = summarize(config, train, evaluate(test), reference_groups)
   if validation is not None:
     v = evaluate(validation)
-    summary["validation_accuracy"] = float(v.correct.sum() / v.counts.sum())
+    summary["validation_accuracy"], summary["validation_class_accuracy"] = test_accuracy(v)
   t = evaluate(train, neural_collapse=config.nc_metrics)
   summary["train_accuracy"] = float(t.correct.sum() / t.counts.sum())
   summary["train_class_loss"], summary["train_rho"] = training_class_loss(t)

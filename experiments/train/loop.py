@@ -112,7 +112,8 @@ def plan(config, workdir, max_steps: int | None) -> Plan:
                     steps_per_epoch=steps_per_epoch,
                     loss_views=recipe.views if views > recipe.views else 0, mix=recipe.mix,
                     indices=recipe.indices,
-                    normalization=normalization.normalization(train.name))
+                    normalization=normalization.normalization(train.name),
+                    example_ndim=train.images.ndim - 1)
   try:
     learning_rate_fn = train_state.create_learning_rate_fn(config, steps_per_epoch,
                                                            train.class_counts)

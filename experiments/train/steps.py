@@ -34,6 +34,8 @@ class Task:
   # The channel (mean, std) that uint8 images (the grain pipeline's, input_on_device's crops) are
   # normalised with here.
   normalization: tuple[tuple[float, ...], tuple[float, ...]] = ((0.5,), (0.5,))
+  # The rank of one example: 3 for an image [H, W, C], 1 for features [d] (a 'features:' source).
+  example_ndim: int = 3
 
 
 def device_images(images, task: Task):
@@ -99,7 +101,7 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   if task.mix is not None:
     images, mix = task.mix(batch)
   loss_rows = labels.shape[0]
-  if images.ndim == 5:  # [B, V, H, W, C] views → the view-major [V·B, H, W, C] batch
+  if images.ndim == task.example_ndim + 2:  # [B, V, ...] views → the view-major [V·B, ...] batch
     num_views = images.shape[1]
     loss_rows *= task.loss_views or num_views
     images = jnp.swapaxes(images, 0, 1).reshape(-1, *images.shape[2:])

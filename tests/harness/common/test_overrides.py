@@ -7,7 +7,7 @@ import pytest
 from experiments.common import overrides
 from experiments.common.errors import ConfigError
 from experiments.configs import digits_lt
-from experiments.probe import linear_head
+from experiments.studies import probe_runs
 from experiments.studies import method_comparison
 
 
@@ -60,11 +60,11 @@ def test_a_value_of_the_wrong_type_is_a_config_error_naming_the_field(field, val
 
 
 def test_the_callers_apply_overrides_the_same_way():
-  """`compare --methods` specs and the probes' loss configs go through the one parser."""
+  """`compare --methods` specs and the probe studies' run configs go through the one parser."""
   _, from_spec = method_comparison.method_config(
       digits_lt.get_config(), "g=mr2:mr2.lam=0:mr2.form=paper:mr2.c_bar=1.5", seed=0)
-  from_probe = linear_head.loss_config("mr2", {"mr2.lam": 0, "mr2.form": "paper",
-                                               "mr2.c_bar": 1.5})
+  from_probe = probe_runs.probe_config("mr2", {"mr2.lam": 0, "mr2.form": "paper",
+                                               "mr2.c_bar": 1.5}, seed=0)
   for field in ("lam", "form", "c_bar"):
     assert from_spec.mr2[field] == from_probe.mr2[field]
     assert type(from_spec.mr2[field]) is type(from_probe.mr2[field])
@@ -74,6 +74,6 @@ def test_the_callers_apply_overrides_the_same_way():
   with pytest.raises(ConfigError, match="--methods: g: override 'mr2.lam' is not field=value"):
     method_comparison.parse_method("g=mr2:mr2.lam")
   with pytest.raises(ConfigError, match="loss 'mr2': unknown config field 'mr2.nope'"):
-    linear_head.loss_config("mr2", {"mr2.nope": 1.0})
+    probe_runs.probe_config("mr2", {"mr2.nope": 1.0}, seed=0)
   with pytest.raises(ConfigError, match="loss 'focal': focal.gamma: Could not override"):
-    linear_head.loss_config("focal", {"focal.gamma": "high"})
+    probe_runs.probe_config("focal", {"focal.gamma": "high"}, seed=0)

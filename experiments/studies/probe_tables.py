@@ -2,9 +2,9 @@
 
 Easy / Medium / Hard are fixed from ERM's mean per-class test accuracy
 (`mr2_reweight_core.metrics.difficulty_tertiles`); each method's group accuracies are summarised
-over seeds as mean ± sample std (ddof = 1) and as the paired per-seed Δ vs ERM
-(`experiments.report.seed_stats`). Used
-by `experiments.studies.linear_probe` and `experiments.studies.probe_comparison`.
+over seeds as mean ± sample std (ddof = 1) and as the paired per-seed Δ vs ERM (`experiments.report.seed_stats`). Used
+by `experiments.studies.linear_probe` and `experiments.studies.probe_comparison`; `long_tailed`
+(whether the setting's training set is) adds the Many / Medium / Few columns.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import numpy as np
 
 from mr2_reweight_core import metrics as perclass_metrics
 from experiments.report import seed_stats
-from experiments.probe.linear_head import METHODS, SETTINGS
 from experiments.train import evaluation
 
 # The trainer's Many / Medium / Few names → the probe tables' keys ('medium_shot' apart from the
@@ -40,8 +39,7 @@ def group_metrics(class_acc: np.ndarray, difficulty: np.ndarray,
   return {k: float("nan") if v is None else 100.0 * float(v) for k, v in metrics.items()}
 
 
-def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
-              long_tailed: bool | None = None) -> dict:
+def summarise(runs: list[dict], setting: str, methods: Sequence[str], long_tailed: bool) -> dict:
   """Groups from ERM's mean per-class test accuracy; per method mean ± sample std (ddof = 1) over
   seeds (`seed_stats.metric_spreads`) and the paired per-seed Δ vs ERM (`seed_stats.metric_deltas`:
   mean, sample std, seeds ahead, seeds paired)."""
@@ -50,7 +48,7 @@ def summarise(runs: list[dict], setting: str, methods: Sequence[str] = METHODS,
   by_method = {m: {r["seed"]: r for r in runs if r["method"] == m} for m in methods}
   erm_mean = np.mean([r["class_accuracy"] for r in by_method["erm"].values()], axis=0)
   difficulty = perclass_metrics.difficulty_tertiles(erm_mean)
-  lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
+  lt = long_tailed
 
   def metrics(run: dict) -> dict[str, float]:
     return group_metrics(np.asarray(run["class_accuracy"]), difficulty,
@@ -91,12 +89,10 @@ def _cell(mean: float, std: float) -> str:
   return seed_stats.cell(mean, std, fmt=".2f")
 
 
-def markdown_tables(summary: dict, setting: str, class_names: Sequence[str],
-                    long_tailed: bool | None = None) -> str:
+def markdown_tables(summary: dict, class_names: Sequence[str], long_tailed: bool) -> str:
   """Two tables: mean ± sample std (ddof = 1) over seeds, and the paired per-seed Δ vs ERM (mean Δ,
   its 95 % t-interval, seeds ahead / seeds paired)."""
-  lt = SETTINGS[setting][0] > 1 if long_tailed is None else long_tailed
-  columns = COLUMNS + (SHOT_COLUMNS if lt else ())
+  columns = COLUMNS + (SHOT_COLUMNS if long_tailed else ())
   methods = summary["methods"]
   num_seeds = len(methods["erm"]["seeds"])
   groups = summary["difficulty_groups"]
