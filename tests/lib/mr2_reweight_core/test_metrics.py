@@ -1,7 +1,7 @@
 """mr2_reweight_core.metrics.per_class_loss_sums (re-exported by reweight_jax) against a float64
 NumPy reference: padding rows of any value, labels out of range (an error eagerly, not counted under
-jit, as `per_class_correct`), bfloat16 losses summed in float32, and the psum over devices; `class_mean` (NaN for a class
-without examples)."""
+jit, as `per_class_correct`), bfloat16 losses summed in float32, and the psum over devices;
+`class_mean` (NaN for a class without examples)."""
 
 import functools
 
