@@ -133,7 +133,7 @@ def study_command(args: flags.FlagValues) -> None:
                "test_class_counts": summary["test_class_counts"],
                "test_accuracy": summary["overall_accuracy"],
                "wall_s": time.perf_counter() - start}
-        for field in ("reweight_batch_counts",):
+        for field in ("reweight_batch_counts", "class_margins"):
           if field in summary:
             run[field] = summary[field]
         (out / "runs" / f"{setting}-{method}-seed{seed}.json").write_text(json.dumps(run, indent=1))

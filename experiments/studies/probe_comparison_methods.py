@@ -135,8 +135,9 @@ def tune(methods: Sequence[str], root: pathlib.Path, seeds: Sequence[int] = TUNE
 
 
 # What a run file keeps of its summary besides the per-class accuracy: the methods' final state
-# (`Method.state_summary`) and JTT's error set (its sampler's record).
-SUMMARY_FIELDS = ("group_dro_q", "fairdro_q", "jtt_error_set_size",
+# (`Method.state_summary`: Group DRO's and FairDRO's q, MR2's margins γ_k) and JTT's error set
+# (its sampler's record).
+SUMMARY_FIELDS = ("group_dro_q", "fairdro_q", "class_margins", "jtt_error_set_size",
                   "jtt_error_set_per_class", "jtt_epoch_length")
 
 
