@@ -14,8 +14,6 @@ from experiments.common import overrides as config_overrides
 from experiments.configs import probe_cifar10
 from experiments.methods import registry
 from experiments.train import loop
-from experiments.methods import registry
-from experiments.train import loop
 
 FEATURES = "lite0-r128"   # the cached features' stem (`experiments.probe.features`)
 
