@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from mr2_jax.class_stats import ClassStats
 from mr2_jax.class_stats import init_class_stats
-from mr2_jax.class_stats import lp_sq_norm
 from mr2_jax.class_stats import update_class_stats
+from mr2_jax.lp_norm import lp_sq_norm
 from mr2_reweight_core.metrics import GROUP_NAMES
 from mr2_reweight_core.metrics import accuracy_from_counts
 from mr2_reweight_core.metrics import class_accuracy_std

@@ -21,6 +21,7 @@ from mr2_reweight_core import class_order as class_order_lib
 from mr2_reweight_core import class_sums
 from mr2_reweight_core import checks
 from mr2_reweight_core import explicit_mesh
+from mr2_jax.lp_norm import lp_sq_norm
 
 
 class ClassStats(NamedTuple):
@@ -93,74 +94,6 @@ def init_class_stats(num_classes: int) -> ClassStats:
                     skipped_rows=jnp.zeros((), jnp.int32))
 
 
-def abs_pow(x: ArrayLike, p: float) -> jax.Array:
-  """|x|^p elementwise: repeated multiplication (`lax.integer_pow`) for an integral Python p — the
-  released form's p = 5 — instead of `**`, which lowers a float exponent to exp(p·log|x|), several
-  times the cost per element; a real power otherwise (or when p is traced)."""
-  if isinstance(p, (int, float)) and float(p).is_integer():
-    return jax.lax.integer_pow(jnp.abs(x), int(p))
-  return jnp.abs(x) ** p
-
-
-# Σ_j |x_j|^p in float32 is taken as it is when it lies in [_LP_DIRECT_MIN, ∞): its terms below
-# float32's normal range (< 1.2e-38 each, perhaps flushed to 0) then move it by < d·1.2e-18 relative.
-_LP_DIRECT_MIN = 1e-20
-
-
-def _scaled_lp_sq_norm(x: jax.Array, p: float) -> jax.Array:
-  """‖x‖_p² as (m · (Σ_j |x_j / m|^p)^{1/p})², m = max_j |x_j|: no overflow or underflow whatever
-  the scale of x (two passes over x)."""
-  scale = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
-  safe_scale = jnp.where(scale > 0, scale, 1.0)
-  norm = safe_scale[..., 0] * jnp.sum(abs_pow(x / safe_scale, p), axis=-1) ** (1.0 / p)
-  return jnp.square(norm)
-
-
-def lp_sq_norm(x: ArrayLike, p: float, *, where: ArrayLike | None = None) -> jax.Array:
-  """‖x‖_p² = (Σ_j |x_j|^p)^{2/p} over the last axis; for p = 2, Σ_j x_j² exactly.
-
-  The norm of MR2's class statistics (Zhu et al., ICLR 2026, arXiv 2602.00205), whose released code
-  uses p = 5 for L2-normalised features.
-
-  For p ≠ 2 the sum is taken in one pass; a row whose sum overflows, is not finite, or is below
-  `_LP_DIRECT_MIN` (a zero row, or |x| so small that |x|^p leaves float32's normal range) gets the
-  scaled form instead (`_scaled_lp_sq_norm`, computed under a `lax.cond` only when such a row
-  exists). Each row's value depends on that row alone. Rows outside `where` (bool, x's shape
-  without its last axis) are not checked and their value is unspecified: for rows the caller masks
-  (padding, empty slots), which would otherwise send every call down the scaled form.
-
-  Args:
-    x: float [..., d] rows.
-    p: the norm order p ≥ 1 (a Python float; an integral value is computed by repeated
-      multiplication).
-    where: optional bool [...] (x's shape without its last axis); rows outside it are not
-      checked.
-
-  Returns:
-    float [...] the squared L_p norms, in x's dtype (B = 0: x of shape [0, d] gives [0]).
-
-  Examples:
-    >>> import jax.numpy as jnp
-    >>> import numpy as np
-    >>> import mr2_jax
-    >>> x = jnp.array([[3.0, 4.0], [1.0, 1.0]])
-    >>> print(mr2_jax.lp_sq_norm(x, 2.0))
-    [25.  2.]
-    >>> print(np.asarray(mr2_jax.lp_sq_norm(x, 5.0), float).round(4))
-    [17.4225  1.3195]
-  """
-  x = jnp.asarray(x)
-  if p == 2.0:
-    return jnp.sum(jnp.square(x), axis=-1)
-  direct = jnp.sum(abs_pow(x, p), axis=-1)
-  fine = jnp.isfinite(direct) & (direct >= _LP_DIRECT_MIN)
-  if where is not None:
-    fine = fine | ~jnp.asarray(where)
-  value = jnp.where(fine, direct, 1.0) ** (2.0 / p)
-  return jax.lax.cond(jnp.all(fine), lambda: value,
-                      lambda: jnp.where(fine, value, _scaled_lp_sq_norm(x, p)))
-
-
 def check_stats_inputs(features: ArrayLike, labels: ArrayLike, num_classes: int,
                        where: ArrayLike | None) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Validates (features [B, d] float, labels [B] int, where [B] bool); returns (features, labels,
@@ -178,6 +111,33 @@ def check_stats_inputs(features: ArrayLike, labels: ArrayLike, num_classes: int,
   checks.check_batch_dim(features, labels.shape[0], "features")
   mask = checks.check_where(where, labels.shape[0])
   return features, labels, in_range & mask
+
+
+class BatchRows(NamedTuple):
+  """The checked batch of MR2's statistics and terms, with its one row mask (`batch_rows`).
+
+  Attributes:
+    features: float [B, d] (at least float32).
+    labels: int [B].
+    real: bool [B], the rows inside `where`.
+    valid: bool [B], the real rows a carried state may read: label in [0, K), every feature
+      finite. Every statistic and ℓ_s̄ read this one mask.
+  """
+  features: jax.Array
+  labels: jax.Array
+  real: jax.Array
+  valid: jax.Array
+
+
+def batch_rows(features: ArrayLike, labels: ArrayLike, num_classes: int,
+               where: ArrayLike | None) -> BatchRows:
+  """`check_stats_inputs` and the batch's row mask, computed once: a real row is valid when its
+  label lies in [0, K) and its features are finite (one pass over [B, d]; inside
+  `traced_checks()` a checkify check names the non-finite rows)."""
+  features, labels, in_range = check_stats_inputs(features, labels, num_classes, where)
+  real = checks.check_where(where, labels.shape[0])
+  valid = in_range & checks.check_finite_rows(features, real, "features")
+  return BatchRows(features, labels, real, valid)
 
 
 def _reference_rows(features: jax.Array, valid: ArrayLike, slots: class_sums.ClassSlots,
@@ -409,18 +369,33 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
     [10.  4.  0.]
   """
   check_class_stats(stats)
-  decay, decay_ok = checks.check_hyperparameter(decay, "decay", 0.0, 1.0, what="an EMA decay")
+  decay_checked = _check_update_arguments(decay, p, reduction)
+  return _update(stats, batch_rows(features, labels, stats.num_classes, where), decay_checked, p,
+                 axis_name, reduction)
+
+
+def _check_update_arguments(decay: ArrayLike, p: float, reduction: str):
+  decay_checked = checks.check_hyperparameter(decay, "decay", 0.0, 1.0, what="an EMA decay")
   if not p >= 1:
     raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
   if reduction not in REDUCTIONS:
     raise ValueError(f"reduction: expected one of {REDUCTIONS}, got {reduction!r}.")
-  features, labels, in_range = check_stats_inputs(features, labels, stats.num_classes, where)
-  real = checks.check_where(where, labels.shape[0])
-  features = jax.lax.stop_gradient(features)
-  valid = in_range & checks.check_finite_rows(features, real, "features")
-  # A bad row is zeroed as well as masked: the sums below multiply masked rows by 0 in places, and
-  # 0 · NaN would still be NaN.
-  features = jnp.where(valid[:, None], features, 0.0)
+  return decay_checked
+
+
+def update_class_stats_rows(stats: ClassStats, rows: BatchRows, *, decay: ArrayLike, p: float,
+                            axis_name: str | None, reduction: str) -> ClassStats:
+  """`update_class_stats` of a batch checked and masked by `batch_rows` (`mr2_terms` computes the
+  one row mask for the statistics and ℓ_s̄)."""
+  return _update(stats, rows, _check_update_arguments(decay, p, reduction), p, axis_name,
+                 reduction)
+
+
+def _update(stats, rows, decay_checked, p, axis_name, reduction):
+  (decay, decay_ok), labels, real, valid = decay_checked, rows.labels, rows.real, rows.valid
+  # Bad rows are masked, not zeroed: every sum, gather and norm below selects by `valid` (or by
+  # index) before it adds, so a non-finite row reaches no statistic (no pass over [B, d] for it).
+  features = jax.lax.stop_gradient(rows.features)
   if reduction == "per_device" and axis_name is not None:
     slots, batch_a, batch_v = _per_device_moments(features, labels, valid, stats.num_classes, p,
                                                   axis_name)

@@ -111,7 +111,7 @@ def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike,
 
   Returns:
     float [B] losses: 0 where `where` is False, NaN for an out-of-range label under `jit` (never a
-    clipped class).
+    clipped class) and for a real row that holds a non-finite logit (−inf too).
 
   Raises:
     ValueError: logits not [B, K], labels not [B], gamma not [K], or (eagerly) a real row's label
@@ -135,5 +135,6 @@ def margin_cross_entropy(logits: ArrayLike, labels: ArrayLike, gamma: ArrayLike,
   gamma = checks.check_class_vector(gamma, num_classes, "gamma")
   # γ_y is the temperature of `label_log_softmax`, which holds it constant (stop-gradient).
   loss = -label_log_softmax(logits, checks.index_labels(labels, in_range),
-                            temperature=checks.take_class_values(gamma, labels, in_range))
+                            temperature=checks.take_class_values(gamma, labels, in_range),
+                            flag_non_finite=True)
   return finish_per_example(loss, labels, in_range, where, None, num_classes)

@@ -120,7 +120,8 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
 
   Returns:
     (margin_ce [B], representation [B], new_stats, `MR2Margins` (γ [K], s̄)); padding rows give 0
-    in both terms.
+    in both terms. A real row with a label outside [0, K) (possible only traced) or a non-finite
+    feature is left out of the statistics and of ℓ_s̄ (no anchor, no positive) and gives NaN.
 
   Raises:
     ValueError: `stats` with another K than the logits, `p` < 1, a negative Python `lam`, shapes
@@ -139,13 +140,25 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
     >>> print(margin_ce.shape, representation.shape, np.asarray(aux.gamma, float).round(3))
     (4,) (4,) [1.037 0.963 1.   ]
   """
+  margin_ce, representation, new_stats, margins_read, _ = _terms(
+      logits, features, labels, stats, lam=lam, c_bar=c_bar, decay=decay, p=p,
+      temperature=temperature, uniform_margin=uniform_margin, stats_reduction=stats_reduction,
+      axis_name=axis_name, where=where)
+  return margin_ce, representation, new_stats, margins_read
+
+
+def _terms(logits, features, labels, stats, *, lam, c_bar, decay, p, temperature, uniform_margin,
+           stats_reduction, axis_name, where):
+  """`mr2_terms`, and the batch's rows (`class_stats.BatchRows`): one row mask, computed once,
+  for the statistics, ℓ_s̄ and `mr2_loss`'s checks."""
   logits = checks.check_floating(logits, 2, "logits")
   num_classes = logits.shape[1]
   class_stats_lib.check_class_stats(stats)
   if stats.num_classes != num_classes:
     raise ValueError(
         f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")
-  features, labels, _ = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
+  rows = class_stats_lib.batch_rows(features, labels, num_classes, where)
+  features, labels = rows.features, rows.labels
   checks.check_batch_dim(logits, labels.shape[0], "logits")
 
   if not p >= 1:
@@ -160,14 +173,13 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
     # which saves the min(K, B_global)·d all-reduce (XLA merges the two identical gathers). The
     # result is the single-device computation on the global batch, the same on every device (typed
     # so under shard_map's check_vma: `replicated_batch`).
-    real = checks.check_where(where, labels.shape[0])
-    gathered, _ = class_sums.replicated_batch(axis_name, features, labels, real)
-    new_stats = class_stats_lib.update_class_stats(
-        stats, gathered[0], gathered[1], decay=decay, p=p, where=gathered[2])
+    gathered, _ = class_sums.replicated_batch(axis_name, *rows)
+    new_stats = class_stats_lib.update_class_stats_rows(
+        stats, class_stats_lib.BatchRows(*gathered), decay=decay, p=p, axis_name=None,
+        reduction="exact")
   else:
-    new_stats = class_stats_lib.update_class_stats(
-        stats, features, labels, decay=decay, p=p, axis_name=axis_name, where=where,
-        reduction=stats_reduction)
+    new_stats = class_stats_lib.update_class_stats_rows(
+        stats, rows, decay=decay, p=p, axis_name=axis_name, reduction=stats_reduction)
   gamma = margins.class_margins(new_stats, c_bar)
   if uniform_margin:
     gamma = jnp.full_like(gamma, c_bar)
@@ -179,12 +191,11 @@ def mr2_terms(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: 
   # they send no NaN into the gradient.
   margin_ce = margins.margin_cross_entropy(logits, labels, gamma, where=where)
   if with_representation_margin:
-    representation = rep_margin.representation_margin_loss(
-        features, labels, s_bar, temperature=temperature, axis_name=axis_name, where=where,
-        num_classes=num_classes)
+    representation = rep_margin.representation_margin_rows(
+        rows, s_bar, temperature=temperature, axis_name=axis_name)
   else:
     representation = jnp.zeros(labels.shape, features.dtype)
-  return margin_ce, representation, new_stats, MR2Margins(gamma=gamma, s_bar=s_bar)
+  return margin_ce, representation, new_stats, MR2Margins(gamma=gamma, s_bar=s_bar), rows
 
 
 def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: ClassStats, *,
@@ -282,24 +293,21 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
   features = checks.check_floating(features, 2, "features")
   num_classes, dim = logits.shape[1], features.shape[1]
   p, temperature = form_defaults(form, dim, p=p, temperature=temperature)
-  margin_ce, rep, new_stats, aux = mr2_terms(
+  margin_ce, rep, new_stats, aux, rows = _terms(
       logits, features, labels, stats, lam=lam, c_bar=c_bar, decay=decay, p=p,
       temperature=temperature, uniform_margin=uniform_margin, stats_reduction=stats_reduction,
       axis_name=axis_name, where=where)
-  labels = jnp.asarray(labels)
-  mask = checks.check_where(where, labels.shape[0]).astype(logits.dtype)
-  real = mask > 0
-  in_range = (labels >= 0) & (labels < num_classes)
+  labels, real = rows.labels, rows.real
+  mask = real.astype(logits.dtype)
   num_valid = jnp.maximum(_global_sum(mask, axis_name), 1.0)
   # NaN losses of out-of-range labels propagate (mask is 1 there unless `where` excludes them).
-  ce_sum = jnp.sum(jnp.where(mask > 0, margin_ce, 0.0))
+  ce_sum = jnp.sum(jnp.where(real, margin_ce, 0.0))
   if form == "paper":
     rep_weight = mask
   else:
-    valid = real & in_range
     per_anchor = 1.0 / jnp.maximum(
-        class_sums.example_class_counts(labels, valid, num_classes, axis_name=axis_name), 1.0)
-    rep_weight = jnp.where(valid, per_anchor, 0.0) * num_valid * dim / (10.0 * num_classes)
+        class_sums.example_class_counts(labels, rows.valid, num_classes, axis_name=axis_name), 1.0)
+    rep_weight = jnp.where(rows.valid, per_anchor, 0.0) * num_valid * dim / (10.0 * num_classes)
   rep_sum = jnp.sum(rep_weight * rep)
 
   share = class_sums.num_devices(axis_name) / num_valid
@@ -307,13 +315,15 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
   if not checks.is_concrete(lam):  # a traced λ < 0 (checked in `mr2_terms`): NaN, never used
     loss = jnp.where(jnp.asarray(lam) >= 0, loss, jnp.nan)
   # A real row with a label outside [0, K) or a non-finite logit or feature: the loss and its
-  # gradient are NaN (the statistics left the row out and counted it).
-  clean = (in_range & checks.check_finite_rows(logits, real, "logits")
-           & checks.finite_rows(features))  # features: flagged by the statistics' update
+  # gradient are NaN (the statistics and ℓ_s̄ left the row out, and the statistics counted it).
+  # The margin cross-entropy is NaN on a row with a non-finite logit (found in its own pass).
+  clean = rows.valid & jnp.isfinite(margin_ce)
+  if checks.traced_checks_enabled():  # the checkify check that names the logits
+    checks.check_finite_rows(logits, real, "logits")
   loss = checks.poison_unless(loss, jnp.all(clean | ~real))
   return loss, new_stats, MR2Aux(
       gamma=aux.gamma, s_bar=aux.s_bar,
       margin_ce=jax.lax.stop_gradient(
-          _global_sum(jnp.where(mask > 0, margin_ce, 0.0), axis_name) / num_valid),
+          _global_sum(jnp.where(real, margin_ce, 0.0), axis_name) / num_valid),
       representation_margin=jax.lax.stop_gradient(
           _global_sum(rep_weight * rep, axis_name) / num_valid))

@@ -11,6 +11,7 @@ from jax.typing import ArrayLike
 
 from mr2_jax import class_stats as class_stats_lib
 from mr2_jax.class_stats import ClassStats
+from mr2_jax.representation_margin_dense import dense_batch_order
 from mr2_jax.representation_margin_forms import TILED_MIN_WORK
 from mr2_jax.representation_margin_forms import _Band  # noqa: F401  (tests read rm._Band)
 from mr2_jax.representation_margin_forms import _Branch  # noqa: F401  (tests read rm._Branch)
@@ -112,7 +113,9 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
   most rows are such singletons.
   When no tile is smaller than a quarter of the local batch, or the dense local-anchors ×
   global-rows product (B·B_global·d) is below `TILED_MIN_WORK`, the dense product is used. All are
-  exact; the choice is made at run time (`lax.switch`) from the batch's class counts.
+  exact; the choice is made at run time (`lax.switch`) from the batch's class counts. Below
+  `TILED_MIN_WORK` on one device (no `axis_name`, rows not split) the dense form is the only one,
+  and it runs in batch order, without the sort (`representation_margin_dense`).
 
   Returns:
     float [B] per-anchor losses (the caller reduces them).
@@ -133,11 +136,27 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
     [3.0486 3.0486 0.3133 0.3133]
   """
   features = checks.check_floating(features, 2, "features")
-  temperature, temperature_ok = checks.check_hyperparameter(
+  temperature_checked = checks.check_hyperparameter(
       temperature, "temperature", 0.0, low_closed=False, what="a temperature τ")
   if num_classes is None:
     num_classes = int(jnp.iinfo(jnp.int32).max)
   features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
+  rows = class_stats_lib.BatchRows(features, labels, checks.check_where(where, labels.shape[0]),
+                                   valid)
+  return _representation_margin(rows, s_bar, temperature_checked, axis_name)
+
+
+def representation_margin_rows(rows: class_stats_lib.BatchRows, s_bar: ArrayLike, *,
+                               temperature: ArrayLike, axis_name: str | None) -> jax.Array:
+  """`representation_margin_loss` of a batch checked and masked by `class_stats.batch_rows`: its
+  valid rows are the anchors and positives, a real row that is not valid gives NaN (`mr2_terms`,
+  whose statistics read the same mask: one class order for both)."""
+  return _representation_margin(rows, s_bar, checks.check_hyperparameter(
+      temperature, "temperature", 0.0, low_closed=False, what="a temperature τ"), axis_name)
+
+
+def _representation_margin(rows, s_bar, temperature_checked, axis_name):
+  (temperature, temperature_ok), (features, labels, real, valid) = temperature_checked, rows
   s_bar = jnp.asarray(s_bar, features.dtype)
   if s_bar.ndim != 0:
     raise ValueError(f"s_bar: expected a scalar, got shape {s_bar.shape}.")
@@ -159,8 +178,12 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
       axis_name, features, labels, valid)
   if all_features.shape[0] == 0:  # an empty global batch: no anchor, no pair (a static shape)
     return jnp.zeros((batch,), jnp.promote_types(features.dtype, jnp.float32))
-  classes, largest = class_order_lib.class_order(all_labels, all_valid)
   branches = _branches(all_features.shape[0], batch, all_features.shape[1], static_temperature)
+  if len(branches) == 1 and axis_name is None and not explicit_mesh.rows_split(features):
+    # The dense form alone, on one device's whole batch: in batch order, no sort.
+    loss = dense_batch_order(features, labels, valid, s_bar, static_temperature)
+    return _finish(loss, real, valid, temperature_ok)
+  classes, largest = class_order_lib.class_order(all_labels, all_valid)
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
   # Padded to a multiple of the largest tile: the extra sorted positions match nothing.
   order = class_order_lib.padded(classes, max(b.rows for b in branches))
@@ -169,10 +192,13 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
   loss: jax.Array = _switch(branches, index, all_features, order, s_bar, anchor_positions)
   # Over Explicit mesh axes the global batch is replicated (`global_batch`): each device computed
   # every anchor's loss and keeps its own rows'.
-  loss = explicit_mesh.laid_out_like(loss, labels)
-  # An out-of-range label (possible only under tracing) gives NaN, never a silently dropped anchor.
-  out_of_range = checks.check_where(where, batch) & ~((labels >= 0) & (labels < num_classes))
-  loss = jnp.where(valid, loss, jnp.where(out_of_range, jnp.nan, 0.0))
+  return _finish(explicit_mesh.laid_out_like(loss, labels), real, valid, temperature_ok)
+
+
+def _finish(loss, real, valid, temperature_ok):
+  # A real row left out (an out-of-range label, possible only under tracing; in `mr2_terms` a
+  # non-finite feature too) gives NaN, never a silently dropped anchor.
+  loss = jnp.where(valid, loss, jnp.where(real, jnp.nan, 0.0))
   if temperature_ok is not True:  # a traced τ ≤ 0: NaN, never a silently flipped margin
     loss = jnp.where(temperature_ok, loss, jnp.nan)
   return loss

@@ -40,7 +40,8 @@ from mr2_reweight_core import explicit_mesh
 
 
 class ClassSlots(NamedTuple):
-  """Where each example's class statistics are summed.
+  """Where each example's class statistics are summed. S = K exactly when slot k is class k
+  (K ≤ global batch size); compacted slots are fewer (S ≤ B < K).
 
   Attributes:
     classes: int32 [S], the class of each slot; `num_classes` marks an empty slot.
@@ -159,9 +160,17 @@ def at_rows(slot_values: jax.Array, slots: ClassSlots) -> jax.Array:
   return explicit_mesh.take(slot_values, slots.slot)
 
 
+def _one_slot_per_class(per_class: jax.Array, slots: ClassSlots) -> bool:
+  # Slot k is class k: a select, not a scatter or gather (each its own kernel on XLA:CPU).
+  return slots.classes.shape[0] == per_class.shape[0]
+
+
 def scatter_to_classes(per_class: jax.Array, slot_values: ArrayLike, slots: ClassSlots,
                        present: jax.Array) -> jax.Array:
   """Writes `slot_values` [S, ...] into `per_class` [K, ...] for slots where `present`; others kept."""
+  if _one_slot_per_class(per_class, slots):
+    mask = present.reshape(present.shape + (1,) * (per_class.ndim - 1))
+    return jnp.where(mask, jnp.asarray(slot_values, per_class.dtype), per_class)
   num_classes = per_class.shape[0]
   target = jnp.where(present, slots.classes, num_classes)
   return per_class.at[target].set(slot_values, mode="drop", unique_indices=False)
@@ -169,4 +178,6 @@ def scatter_to_classes(per_class: jax.Array, slot_values: ArrayLike, slots: Clas
 
 def gather_from_classes(per_class: jax.Array, slots: ClassSlots) -> jax.Array:
   """Reads `per_class` [K, ...] at each slot's class ([S, ...]; empty slots read class K−1)."""
+  if _one_slot_per_class(per_class, slots):
+    return per_class
   return per_class[jnp.minimum(slots.classes, per_class.shape[0] - 1)]

@@ -3,6 +3,8 @@ plain per-example cross-entropy (with the shared label and mask handling)."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
@@ -23,7 +25,7 @@ def _scaled(logits: jax.Array, shift: jax.Array, temperature: jax.Array | None) 
 
 
 def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
-                             temperature: jax.Array | None
+                             temperature: jax.Array | None, flag_non_finite: bool = False
                              ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(log softmax(z / T)_y [B], the shift c [B], log Σ_k exp((z_k − c) / T) [B]).
 
@@ -32,10 +34,20 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
   the [B, K] logits, and no term can underflow the sum. A term overflows only where some logit
   exceeds the label's by ~88·T; then (a `lax.cond` on the [B] sums) c = max_k z_k, the usual
   two-pass form (max, then exp-sum).
+
+  `flag_non_finite`: a row that holds a non-finite logit anywhere gives NaN. The same pass adds
+  z_k − z_k to each term (0, and NaN for ±inf or NaN; e^{−inf} = 0 alone would hide a −inf), so
+  that `mr2_loss` finds such rows in its margin cross-entropy, with no pass of its own over the
+  [B, K] logits (not 0·z_k: XLA:CPU's YNNPACK fusions materialise the broadcast 0 as a [B, K]
+  array).
   """
   label_logit = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
   hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
-  rest = jnp.sum(jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature))), axis=-1)
+
+  def summed(terms):
+    return jnp.sum(terms + (logits - logits) if flag_non_finite else terms, axis=-1)
+
+  rest = summed(jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature))))
 
   def by_label(_):
     return label_logit, jnp.log1p(rest)
@@ -43,7 +55,7 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
   def by_max(_):
     # max_k z_k / T = (max_k z_k) / T for T > 0, so the [B, K] logits are read, not first divided.
     top = jnp.max(logits, axis=-1)
-    return top, jnp.log(jnp.sum(jnp.exp(_scaled(logits, top, temperature)), axis=-1))
+    return top, jnp.log(summed(jnp.exp(_scaled(logits, top, temperature))))
 
   shift, log_norm = jax.lax.cond(jnp.any(rest == jnp.inf), by_max, by_label, None)
   label_term = label_logit - shift
@@ -52,13 +64,13 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
   return label_term - log_norm, shift, log_norm
 
 
-@jax.custom_jvp
-def _label_log_softmax(logits, labels, temperature):
-  return _label_log_softmax_value(logits, labels, temperature)[0]
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _label_log_softmax(logits, labels, temperature, flag_non_finite):
+  return _label_log_softmax_value(logits, labels, temperature, flag_non_finite)[0]
 
 
 @_label_log_softmax.defjvp
-def _label_log_softmax_jvp(primals, tangents):
+def _label_log_softmax_jvp(flag_non_finite, primals, tangents):
   """d log softmax(z / T)_y = (dz_y − Σ_k p_k dz_k) / T, p = softmax(z / T); T is a constant.
 
   Written out so that reverse mode is one fused pass over [B, K] — (1[k = y] − p_k) · ḡ / T — with
@@ -66,7 +78,7 @@ def _label_log_softmax_jvp(primals, tangents):
   """
   logits, labels, temperature = primals
   dlogits = tangents[0]
-  value, shift, log_norm = _label_log_softmax_value(logits, labels, temperature)
+  value, shift, log_norm = _label_log_softmax_value(logits, labels, temperature, flag_non_finite)
   probs = jnp.exp(_scaled(logits, shift, temperature) - log_norm[:, None])
   hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
   dvalue = jnp.sum(jnp.where(hit, dlogits, 0), axis=-1) - jnp.sum(probs * dlogits, axis=-1)
@@ -76,7 +88,8 @@ def _label_log_softmax_jvp(primals, tangents):
 
 
 def label_log_softmax(logits: jax.Array, labels: jax.Array,
-                      temperature: jax.Array | None = None) -> jax.Array:
+                      temperature: jax.Array | None = None, *,
+                      flag_non_finite: bool = False) -> jax.Array:
   """log softmax(z / T)_y = −log Σ_k exp((z_k − z_y) / T) per example [B].
 
   T is an optional per-example temperature [B] > 0 (MR2's γ_y), a constant for differentiation
@@ -87,10 +100,11 @@ def label_log_softmax(logits: jax.Array, labels: jax.Array,
   materialised. The derivative is written out (`_label_log_softmax_jvp`): forward and reverse mode
   both work, and a gradient costs one more pass over the [B, K] logits.
   Labels must be valid indices (callers pass `index_labels(labels, in_range)` and mask the result).
+  `flag_non_finite`: NaN on a row that holds a non-finite logit, found in the same pass.
   """
   if temperature is not None:
     temperature = jax.lax.stop_gradient(temperature).astype(logits.dtype)
-  return _label_log_softmax(logits, labels, temperature)
+  return _label_log_softmax(logits, labels, temperature, flag_non_finite)
 
 
 def check_logits_and_labels(logits: ArrayLike, labels: ArrayLike, where: ArrayLike | None

@@ -14,6 +14,7 @@ from experiments.benchmarks.loss_scaling import AUTHORS_MS, AUTHORS_SOURCES, _lo
 from experiments.benchmarks.timing import (cpu_ticks, interleaved, steal_share, summarize_times,
                                            warm_up)
 from mr2_jax import class_stats
+from mr2_jax import lp_norm
 from mr2_jax import margins
 from mr2_reweight_core import class_order
 from mr2_reweight_core import cross_entropy
@@ -21,7 +22,7 @@ from mr2_reweight_core import cross_entropy
 
 def released_form_variants(batch: int, dim: int, classes: int) -> dict:
   """MR2 loss + statistics steps (forward + backward): the paper form (p = 2), the released form
-  (p = 5) with integer powers (`mr2_jax.class_stats.abs_pow`), and the released form as it was
+  (p = 5) with integer powers (`mr2_jax.lp_norm.abs_pow`), and the released form as it was
   before each of five changes — the float power (`jnp.abs(x) ** 5.0`, exp/log), the autodiff
   cross-entropy (z / γ_y formed, the label's gather scattered back), the two-pass cross-entropy
   (shifted by the row maximum: max, then exp-sum), the statistics by slot sums over every row, and
@@ -32,8 +33,9 @@ def released_form_variants(batch: int, dim: int, classes: int) -> dict:
     {name: (label, compiled step, its arguments)}.
   """
 
-  def autodiff_label_log_softmax(logits, labels, temperature=None):
+  def autodiff_label_log_softmax(logits, labels, temperature=None, flag_non_finite=False):
     """The label log-softmax before its written-out derivative: z / T formed, then autodiff."""
+    del flag_non_finite  # not yet
     scaled = logits if temperature is None else logits / temperature[:, None]
     shifted = scaled - jax.lax.stop_gradient(jnp.max(scaled, axis=-1, keepdims=True))
     return (jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0]
@@ -48,8 +50,9 @@ def released_form_variants(batch: int, dim: int, classes: int) -> dict:
     finally:
       setattr(module, name, original)
 
-  def two_pass_value(logits, labels, temperature):
+  def two_pass_value(logits, labels, temperature, flag_non_finite=False):
     """The label log-softmax's value shifted by the row maximum (before 2026-12-01, 23:00)."""
+    del flag_non_finite  # not yet
     top = jnp.max(logits, axis=-1)
     shifted = logits - top[:, None]
     if temperature is not None:
@@ -66,7 +69,7 @@ def released_form_variants(batch: int, dim: int, classes: int) -> dict:
   before = {
       "mr2_released_float_power": (
           "released, p = 5, float power (before)",
-          lambda: patched(class_stats, "abs_pow", lambda x, p: jnp.abs(x) ** p)),
+          lambda: patched(lp_norm, "abs_pow", lambda x, p: jnp.abs(x) ** p)),
       "mr2_released_autodiff_ce": (
           "released, p = 5, autodiff cross-entropy (before)",
           lambda: patched(margins, "label_log_softmax", autodiff_label_log_softmax)),

@@ -1,4 +1,4 @@
-"""All benchmarks of issue 7 in one command; writes JSON and a Markdown table per section.
+"""All benchmarks in one command; writes JSON and a Markdown table per section.
 
     python -m experiments.benchmarks.run [--only=overhead,scaling,neural_collapse,compile,cpu_gap]
         [--out=results/benchmarks] [--quick] [--gap_variant=NAME=XLA_FLAGS ...]
@@ -10,7 +10,7 @@ noisy and only ratios within a run are meaningful):
 * overhead — full ResNet-32 train step (batch 128, CIFAR shapes, the trainer's own `train_step`)
   of MR2, inverse reweighting, and both, relative to plain CE.
 * scaling — loss + class-statistics update, forward and backward, for B = 512, K ∈ {10, 100, 1000,
-  8142}, d ∈ {64, 512, 2048}, plus the sizes at which the issue quotes the authors' PyTorch losses.
+  8142}, d ∈ {64, 512, 2048}, plus the sizes at which the authors' PyTorch losses were timed.
   Two timings: per call of the jitted function (what a user calling it sees, dispatch included) and
   per iteration of a compiled `fori_loop` (the marginal cost inside a train step).
 * neural_collapse — NC1–NC4 on 50,000 × 640 features, 100 classes: one-shot `nc_metrics` vs the
@@ -24,6 +24,10 @@ noisy and only ratios within a run are meaningful):
 * ablations — the two library choices behind the scaling numbers, each against its alternative in
   the same run: a jitted function with and without one (unused) `checkify.check`, and the MR2 loss
   with ℓ_s̄ tiled over same-class pairs vs forced to the dense [B, B] product.
+* against — the scaling section's losses, per call and per loop iteration, at every one of its
+  sizes, for other versions of the libraries side by side with this checkout's (`--against
+  LABEL=TREE`, a source tree such as `git worktree add /tmp/v0 <commit>`; name a tree twice to see
+  the run's noise), each in its own worker process, interleaved round by round.
 
 The XLA flags of this process (and of the overhead / scaling / compile sections) are the tuned ones
 unless `--noxla_cpu_tuning`.
@@ -44,6 +48,7 @@ from absl import flags
 
 from experiments.benchmarks.ablations import bench_ablations
 from experiments.benchmarks.cpu_gap import bench_cpu_gap
+from experiments.benchmarks.loss_against import bench_against
 from experiments.benchmarks.loss_scaling import bench_scaling
 from experiments.benchmarks.machine import machine_info
 from experiments.benchmarks.neural_collapse import bench_neural_collapse
@@ -55,7 +60,7 @@ from experiments.common import cli
 from experiments.common import xla_cpu
 
 SECTIONS = ("overhead", "scaling", "released_form", "neural_collapse", "compile", "cpu_gap",
-            "ablations")
+            "ablations", "against")
 
 
 def define_flags(flag_values: flags.FlagValues) -> None:
@@ -70,6 +75,9 @@ def define_flags(flag_values: flags.FlagValues) -> None:
                             "these XLA_FLAGS (repeat the flag for more)", flag_values=flag_values)
   flags.DEFINE_string("tag", None, "Output file suffix (default: quick / full).",
                       flag_values=flag_values)
+  flags.DEFINE_multi_string("against", [], "against: a version of the libraries, LABEL=TREE (a "
+                            "folder holding mr2_jax, reweight_jax and mr2_reweight_core); repeat "
+                            "for more. This checkout is timed after them.", flag_values=flag_values)
 
 
 def benchmarks_command(args: flags.FlagValues) -> None:
@@ -98,6 +106,11 @@ def benchmarks_command(args: flags.FlagValues) -> None:
   if "ablations" in sections:
     print("ablations ...", flush=True)
     results["ablations"] = bench_ablations(args.quick)
+  if "against" in sections and args.against:
+    print("against ...", flush=True)
+    versions = dict(v.split("=", 1) for v in args.against)
+    versions["this checkout"] = str(REPO)
+    results["against"] = bench_against(versions, quick=args.quick)
   if "cpu_gap" in sections:
     print("cpu_gap ...", flush=True)
     extra = dict(v.split("=", 1) for v in args.gap_variant)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from experiments.benchmarks.loss_scaling import AUTHORS_SOURCES
 
 
@@ -84,6 +86,8 @@ def to_markdown(results: dict) -> str:
       top = ", ".join(f"{k} {v:.0f}" for k, v in profile.items())
       lines.append(f"- {name}: {top}")
     lines.append("")
+  if "against" in results:
+    lines += _against_markdown(results["against"])
   if "ablations" in results:
     ab = results["ablations"]
     lines += ["### Ablations", "", "| jitted function (10 floats) | µs per call, median (min–max) |",
@@ -98,3 +102,43 @@ def to_markdown(results: dict) -> str:
                    f"{_range(row['dense'])} |")
     lines.append("")
   return "\n".join(lines)
+
+
+def _against_markdown(against: dict) -> list[str]:
+  """The 'against' section: per call and per loop iteration, each version beside the first."""
+  labels = list(against["versions"])
+  lines = ["### Versions side by side (loss + statistics, forward + backward)", "",
+           "Versions: " + "; ".join(f"{label} = {v['commit']} ({v['tree']})"
+                                    for label, v in against["versions"].items()) +
+           f". {against['rounds']} interleaved rounds of {against['per_round']} calls (and "
+           f"{against['loop_per_round']} loops of {against['loop_iterations']} iterations) per "
+           f"version; ms, median (min–max); × the first version: of the medians [per round: "
+           f"median; min–max], and of the 10th percentiles.", ""]
+  for kind, title in (("per_call", "per call"), ("in_loop", "per iteration of a compiled loop")):
+    if kind not in against["rows"][0]["versions"][labels[0]]:
+      continue
+    lines += [f"{title}:", "", "| loss | B | d | K | " + " | ".join(
+        labels[:1] + [f"{label} | ×" for label in labels[1:]]) + " | stolen | load |",
+              "|---|---|---|---|" + "---|" * (2 * len(labels) - 1) + "---|---|"]
+    for row in against["rows"]:
+      cells = []
+      for label in labels:
+        version = row["versions"][label]
+        cells.append(_range(version[kind]))
+        if label != labels[0]:
+          ratios = version[f"{kind}_round_ratios"]
+          first = row["versions"][labels[0]][kind]
+          cells.append(f"{version[kind]['median_ms'] / first['median_ms']:.2f} "
+                       f"[{np.median(ratios):.2f}; {min(ratios):.2f}–{max(ratios):.2f}], "
+                       f"{version[kind]['p10_ms'] / first['p10_ms']:.2f}")
+      stolen = row.get("steal_share")
+      load = row.get("load_average")
+      lines.append(f"| {row['loss']} | {row['batch']} | {row['dim']} | {row['classes']} | "
+                   + " | ".join(cells) + f" | {'–' if stolen is None else f'{100 * stolen:.0f} %'}"
+                   + f" | {'–' if load is None else f'{load[0]:.1f}–{load[1]:.1f}'} |")
+    lines.append("")
+  worst = max(max(v["max_relative_difference"] for v in row["versions"].values())
+              for row in against["rows"])
+  lines += [f"Largest relative difference of a version's loss or gradient sums from the first "
+            f"version's: {worst:.1e}.", ""]
+  return lines

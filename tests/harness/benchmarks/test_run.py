@@ -147,3 +147,19 @@ def test_write_report_prints_and_writes_json_and_markdown(tmp_path, capsys):
   report.write_report(str(tmp_path / "out"), "x", {"a": 1.5}, lines)
   assert json.loads((tmp_path / "out" / "x.json").read_text()) == {"a": 1.5}
   assert (tmp_path / "out" / "x.md").read_text() == "\n".join(lines) + "\n"
+
+
+def test_against_times_each_tree_in_its_own_worker_on_the_same_batch():
+  # Two workers of this checkout: each imports the libraries from its tree (checked by
+  # `bench_against`), both time the same functions on the same batch, with the same values.
+  from experiments.benchmarks import loss_against
+  result = loss_against.bench_against({"a": str(timing.REPO), "b": str(timing.REPO)},
+                                      sizes=[(8, 4, 3)], rounds=2, per_round=1, loop_per_round=1)
+  assert [row["loss"] for row in result["rows"]] == ["mr2", "mr2_released", "inverse_reweight"]
+  for row in result["rows"]:
+    assert row["versions"]["a"]["values"] == row["versions"]["b"]["values"]
+    assert len(row["versions"]["b"]["per_call_round_ratios"]) == 2
+    assert row["versions"]["b"]["in_loop"]["n"] == 2
+  markdown = tables.to_markdown({"machine": {"cpu": "x", "cores": 2, "jax": "0", "flax": "0",
+                                             "xla_flags": "", "date": "d"}, "against": result})
+  assert "| mr2 | 8 | 4 | 3 |" in markdown and "Largest relative difference" in markdown

@@ -143,7 +143,7 @@ class LpNormTest(parameterized.TestCase):
   def test_masked_rows_do_not_send_the_call_to_the_scaled_form(self):
     # A zero (or NaN) row outside `where` is not checked: the one-pass sums are kept, and the
     # scaled form's branch of the cond never runs (counted by a callback inside it).
-    from mr2_jax import class_stats as cs
+    from mr2_jax import lp_norm as cs
     runs = []
     original = cs._scaled_lp_sq_norm
 
@@ -210,7 +210,7 @@ class PerDeviceReductionTest(parameterized.TestCase):
 def test_integral_p_uses_integer_powers_with_the_same_value():
   """Released form (p = 5): |x|^p as multiplications (`integer_pow`), not exp/log (`pow`), with the
   value of the float64 definition (Σ|x|^p)^{2/p}, large norms included (overflow-safe scaling)."""
-  from mr2_jax import class_stats as cs
+  from mr2_jax import lp_norm as cs
   rng = np.random.default_rng(0)
   x = (rng.normal(size=(16, 64)) * np.logspace(-3, 4, 16)[:, None]).astype(np.float32)
   for p in (3.0, 5.0, 2.5):

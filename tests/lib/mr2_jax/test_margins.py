@@ -156,3 +156,23 @@ class BadInputTest(parameterized.TestCase):
 def test_non_finite_statistics_give_nan_margins_not_plain_cross_entropy():
   stats = cases.class_stats(np.array([1.0, np.nan, 2.0]), np.ones(3), np.ones(3, bool))
   assert np.all(np.isnan(mr2_jax.class_margins(stats)))
+
+
+def test_a_non_finite_logit_anywhere_in_a_row_gives_nan_and_only_there():
+  """A −inf logit would drop out of the softmax (e^{−inf} = 0); the margin cross-entropy is NaN on
+  every row that holds a non-finite logit, found in its one pass over the logits (`mr2_loss`
+  reads it there), with a NaN gradient on that row only; a row that overflows the label-shifted
+  sum (another branch of the same call) stays finite."""
+  logits = jnp.array([[0.0, 1.0, -jnp.inf], [0.0, 1.0, 2.0], [jnp.nan, 0.0, 0.0],
+                      [jnp.inf, 0.0, 0.0], [0.0, -jnp.inf, 0.0], [1000.0, 0.0, 0.0]])
+  labels = jnp.array([0, 1, 1, 1, 1, 1])
+  gamma = jnp.array([1.0, 2.0, 0.5])
+  bad = np.array([True, False, True, True, True, False])
+  for fn in (mr2_jax.margin_cross_entropy, jax.jit(mr2_jax.margin_cross_entropy)):
+    out = np.asarray(fn(logits, labels, gamma))
+    np.testing.assert_array_equal(np.isnan(out), bad)
+    np.testing.assert_allclose(out[~bad], ref.margin_cross_entropy(
+        np.asarray(logits)[~bad], np.asarray(labels)[~bad], np.asarray(gamma)), rtol=1e-5)
+  grad = np.asarray(jax.grad(lambda z: jnp.sum(jnp.where(
+      jnp.asarray(bad), 0.0, mr2_jax.margin_cross_entropy(z, labels, gamma))))(logits))
+  assert np.all(np.isfinite(grad[~bad]))

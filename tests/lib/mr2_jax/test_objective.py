@@ -286,3 +286,25 @@ def test_aux_is_a_typed_structure():
   assert isinstance(margins, mr2_jax.MR2Margins)
   np.testing.assert_array_equal(margins.gamma, aux.gamma)
   assert len(jax.tree.leaves(aux)) == 4
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_feature_row_is_left_out_of_both_terms_like_padding(value):
+  """One row mask for the statistics and ℓ_s̄: a real row with a non-finite feature is no anchor
+  and no positive, so every other row's terms and the statistics equal those with that row as
+  padding; its own ℓ_s̄ is NaN, it is counted in `skipped_rows`, and `mr2_loss` is NaN."""
+  features, labels, logits = cases.make_case(0, 16, 3, 5, "random")
+  stats = mr2_jax.init_class_stats(3)
+  bad = features.copy()
+  bad[4, 2] = value
+  padding = np.arange(16) != 4
+  step = jax.jit(lambda f, w: mr2_jax.mr2_terms(logits, f, labels, stats, where=w))
+  margin_ce, rep, new_stats, _ = step(bad, None)
+  want_ce, want_rep, want_stats, _ = step(features, padding)
+  np.testing.assert_array_equal(np.isnan(rep), ~padding)
+  np.testing.assert_allclose(rep[padding], want_rep[padding], rtol=1e-6)
+  np.testing.assert_allclose(margin_ce[padding], want_ce[padding], rtol=1e-6)
+  np.testing.assert_allclose(new_stats.sq_mean_norm, want_stats.sq_mean_norm, rtol=1e-6)
+  assert int(new_stats.skipped_rows) == 1 and int(want_stats.skipped_rows) == 0
+  loss, _, _ = jax.jit(lambda f: mr2_jax.mr2_loss(logits, f, labels, stats))(bad)
+  assert np.isnan(loss)

@@ -7,6 +7,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from absl.testing import parameterized
 
 import mr2_jax
@@ -403,3 +404,44 @@ def test_an_empty_global_batch_gives_an_empty_result_eagerly_and_under_jit():
   grad = jax.grad(lambda f: jnp.sum(mr2_jax.representation_margin_loss(f, labels, 0.5)))(
       features.astype(jnp.float32))
   chex.assert_shape(grad, (0, 4))
+
+
+@pytest.mark.parametrize("counts", [(24,), (5, 7, 2, 2, 1, 1), (9, 9, 6)])
+def test_batch_order_dense_form_equals_the_class_sorted_dense_form(counts):
+  """Below `TILED_MIN_WORK` on one device ℓ_s̄ is taken in batch order (no sort); its value and its
+  one-product gradient equal the class-sorted dense branch's, padding and singletons included."""
+  from mr2_jax import representation_margin as rm
+  from mr2_jax.representation_margin_dense import dense_batch_order
+  labels = jnp.asarray(_labels_with_counts(counts, seed=5))
+  rows = labels.shape[0]
+  features = jnp.asarray(np.random.default_rng(5).normal(size=(rows, 6)) * 3 + 40, jnp.float32)
+  valid = jnp.arange(rows) % 7 != 3 if counts == (9, 9, 6) else jnp.ones(rows, bool)
+  classes, _ = class_order.class_order(labels, valid)
+
+  def sorted_dense(f):
+    return rm._switch((rm._Branch(rows, None, 2.0),), jnp.int32(0), f, classes, jnp.float32(0.7),
+                      classes.inverse)
+
+  def batch_order(f):
+    return dense_batch_order(f, labels, valid, jnp.float32(0.7), 2.0)
+
+  weight = jnp.linspace(0.5, 1.5, rows)
+  for fn in (lambda form: jax.jit(form), lambda form: jax.jit(jax.grad(
+      lambda f: jnp.sum(weight * form(f) ** 2)))):
+    expected = np.asarray(fn(sorted_dense)(features))
+    assert np.max(np.abs(expected)) > 0
+    np.testing.assert_allclose(fn(batch_order)(features), expected, rtol=2e-5,
+                               atol=1e-6 * np.max(np.abs(expected)))
+
+
+def test_representation_margin_loss_takes_the_batch_order_form_below_the_work_threshold():
+  """The dense form alone, on one device, runs in batch order: no sort in the compiled step."""
+  labels = jnp.asarray(_labels_with_counts((10, 10, 12), seed=1))
+  features = jnp.asarray(np.random.default_rng(1).normal(size=(32, 8)), jnp.float32)
+
+  def step(f, y):  # labels as an argument: closed over, XLA would fold their sort away
+    return jax.grad(lambda x: jnp.sum(mr2_jax.representation_margin_loss(x, y, 0.5)))(f)
+
+  assert " sort(" not in jax.jit(step).lower(features, labels).compile().as_text()
+  with mock.patch.object(rm_forms, "TILED_MIN_WORK", 0):  # a new function: traced again
+    assert " sort(" in jax.jit(lambda f, y: step(f, y)).lower(features, labels).compile().as_text()

@@ -5,6 +5,7 @@ value)."""
 import pathlib
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -34,3 +35,17 @@ def test_take_class_values_is_nan_for_out_of_range_labels():
   out = np.asarray(checks.take_class_values(values, labels, in_range))
   np.testing.assert_array_equal(out[:2], [1.0, 3.0])
   assert np.all(np.isnan(out[2:]))  # never class 2's or class 0's value
+
+
+def test_finite_rows_flags_every_non_finite_value_and_no_finite_one():
+  """Σ_j (x_ij − x_ij): NaN, +inf and −inf rows are flagged, huge finite rows are not (a sum of
+  |x| would overflow), whatever the width; an empty batch gives an empty mask."""
+  for width in (3, 64, 2048):
+    x = np.random.default_rng(0).normal(size=(6, width)).astype(np.float32)
+    x[0, width // 2] = np.nan
+    x[1, -1] = np.inf
+    x[2, 0] = -np.inf
+    x[3] = 3e38
+    for fn in (checks.finite_rows, jax.jit(checks.finite_rows)):
+      np.testing.assert_array_equal(fn(x), [False, False, False, True, True, True])
+  assert checks.finite_rows(np.zeros((0, 4), np.float32)).shape == (0,)
