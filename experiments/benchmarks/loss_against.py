@@ -104,12 +104,13 @@ def _round_ratios(times: list[float], reference: list[float], rounds: int) -> li
 
 
 def bench_against(versions: dict[str, str], *, quick: bool = False, sizes=None,
-                  rounds: int | None = None, per_round: int = 10, loop_per_round: int = 2) -> dict:
+                  rounds: int | None = None, per_round: int = 5, loop_per_round: int = 1) -> dict:
   """Every size's losses for each version {label: source tree}, interleaved; the first version is
-  the reference of the ratios. `loop_per_round` 0 times calls only."""
+  the reference of the ratios. Many short rounds: a round's ratio pairs calls made close in time.
+  `loop_per_round` 0 times calls only."""
   if sizes is None:
     sizes = [(128, 64, 10), (512, 2048, 1000)] if quick else SIZES
-  rounds = rounds or (3 if quick else 9)
+  rounds = rounds or (3 if quick else 20)
   env = {**os.environ, "PYTHONPATH": str(REPO)}
   workers, trees = {}, {}
   with tempfile.TemporaryDirectory() as links:
