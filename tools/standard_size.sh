@@ -38,6 +38,8 @@ lt_ablation=(mr2_gamma_only=mr2:mr2.lam=0)
 # Issue 39's 200-epoch runs: CIFAR-10-LT at the LDAM-DRW release's schedule (the reweighting from CE's
 # epoch-160 checkpoint), and balanced CIFAR-10 with ERM and MR2's two forms.
 lt200=(ce inverse_reweight logit_adjust "$ldam")
+# Issue 55.4's further seeds of the 200-epoch study: CE and the reweighting from its epoch-160 checkpoint.
+lt200_pair=(ce inverse_reweight)
 balanced200=(ce mr2_released=mr2:mr2.form=released mr2)
 # study_specs STUDY: every method spec this script trains in STUDY (config experiments/configs/STUDY.py).
 study_specs() {
@@ -168,7 +170,7 @@ run() {
 }
 # ORDER (default: every study and seed, the balanced seeds first: their study has the fewest seeds)
 # picks and orders the runs, as space-separated `lt:<seed>` / `balanced:<seed>` /
-# `lt_ablation:<seed>` / `lt200:<seed>` / `balanced200:<seed>` items (the last three not in the
+# `lt_ablation:<seed>` / `lt200:<seed>` / `lt200_pair:<seed>` / `balanced200:<seed>` items (the last four not in the
 # default; the 200-epoch ones take 3-6 hours a run here and are parked between sessions).
 for item in ${ORDER:-balanced:0 balanced:1 balanced:2 lt:0 lt:1 lt:2}; do
   seed=${item#*:}
@@ -177,6 +179,7 @@ for item in ${ORDER:-balanced:0 balanced:1 balanced:2 lt:0 lt:1 lt:2}; do
     balanced) run cifar10_balanced "$seed" "${balanced[@]}" ;;
     lt_ablation) run cifar10_lt_short "$seed" "${lt_ablation[@]}" ;;
     lt200) run cifar10_lt_200 "$seed" "${lt200[@]}" ;;
+    lt200_pair) run cifar10_lt_200 "$seed" "${lt200_pair[@]}" ;;
     balanced200) run cifar10_balanced_200 "$seed" "${balanced200[@]}" ;;
     *) echo "unknown ORDER item $item" >&2; exit 2 ;;
   esac
