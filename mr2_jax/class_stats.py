@@ -120,12 +120,15 @@ class BatchRows(NamedTuple):
     features: float [B, d] (at least float32).
     labels: int [B].
     real: bool [B], the rows inside `where`.
-    valid: bool [B], the real rows a carried state may read: label in [0, K), every feature
-      finite. Every statistic and ℓ_s̄ read this one mask.
+    labelled: bool [B], the real rows whose label lies in [0, K): the class sort reads this mask,
+      of the labels and `where` alone, so that it need not wait for the features.
+    valid: bool [B], the labelled rows a carried state may read: every feature finite. Every
+      statistic and ℓ_s̄ read this one mask.
   """
   features: jax.Array
   labels: jax.Array
   real: jax.Array
+  labelled: jax.Array
   valid: jax.Array
 
 
@@ -134,10 +137,10 @@ def batch_rows(features: ArrayLike, labels: ArrayLike, num_classes: int,
   """`check_stats_inputs` and the batch's row mask, computed once: a real row is valid when its
   label lies in [0, K) and its features are finite (one pass over [B, d]; inside
   `traced_checks()` a checkify check names the non-finite rows)."""
-  features, labels, in_range = check_stats_inputs(features, labels, num_classes, where)
+  features, labels, labelled = check_stats_inputs(features, labels, num_classes, where)
   real = checks.check_where(where, labels.shape[0])
-  valid = in_range & checks.check_finite_rows(features, real, "features")
-  return BatchRows(features, labels, real, valid)
+  valid = labelled & checks.check_finite_rows(features, real, "features")
+  return BatchRows(features, labels, real, labelled, valid)
 
 
 def _reference_rows(features: jax.Array, valid: ArrayLike, slots: class_sums.ClassSlots,
@@ -179,7 +182,8 @@ def _reference_rows(features: jax.Array, valid: ArrayLike, slots: class_sums.Cla
 
 
 def batch_class_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int, *,
-                        p: float = 2.0, axis_name: str | None = None):
+                        p: float = 2.0, axis_name: str | None = None,
+                        sorted_by: jax.Array | None = None):
   """Global-batch class moments, MR2's (a_k, v_k), per slot (see `class_sums`).
 
   Two passes, both reduced as sums and counts, on rows shifted by a reference row r_k of their own
@@ -200,12 +204,14 @@ def batch_class_moments(features: jax.Array, labels: jax.Array, valid: jax.Array
   Rows split over Explicit mesh axes (`jax.jit` of a sharded batch) take the slot sums whatever
   K: the sort would all-gather the rows, where the sums cross devices as min(K, B)·d floats.
 
+  `sorted_by`: the mask the class sort reads (`class_order_lib.class_order`; default `valid`).
+
   Returns:
     (slots, a [S], v [S]); slots with no example have zeros.
   """
   if (axis_name is None and num_classes > labels.shape[0]
       and not explicit_mesh.rows_split(features)):
-    return _sorted_moments(features, labels, valid, num_classes, p)
+    return _sorted_moments(features, labels, valid, num_classes, p, sorted_by=sorted_by)
   return _slot_moments(features, labels, valid, num_classes, p, axis_name)
 
 
@@ -256,14 +262,15 @@ def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.Class
 
 
 def _sorted_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int,
-                    p: float) -> tuple[class_sums.ClassSlots, jax.Array, jax.Array]:
+                    p: float, *, sorted_by: jax.Array | None = None
+                    ) -> tuple[class_sums.ClassSlots, jax.Array, jax.Array]:
   """`batch_class_moments` on one device for K > B, over the class-sorted batch
   (`mr2_reweight_core.class_order`): one slot per sorted position, holding its class when the position is
   the class's first. A singleton class gets a_k = ‖φ_i‖_p², v_k = 0 (the shifted sums' values
   exactly: u_i = 0, m_k = r_k = φ_i); the classes with a partner are summed by the branch of a
   `lax.switch` that reads only the smallest prefix of P/8, P/4, P/2 or P sorted rows holding them
   (each class's rows in batch order, as the slot sums add them)."""
-  order, _ = class_order_lib.class_order(labels, valid)
+  order, _ = class_order_lib.class_order(labels, valid, sorted_by=sorted_by)
   sizes = tuple(s for s in class_order_lib.prefix_sizes(labels.shape[0]) if s >= 2)
   if sizes:
     a, v, counts = jax.lax.switch(
@@ -401,7 +408,8 @@ def _update(stats, rows, decay_checked, p, axis_name, reduction):
                                                   axis_name)
   else:
     slots, batch_a, batch_v = batch_class_moments(
-        features, labels, valid, stats.num_classes, p=p, axis_name=axis_name)
+        features, labels, valid, stats.num_classes, p=p, axis_name=axis_name,
+        sorted_by=rows.labelled)
   # A class whose batch moments overflow (finite features of ~1e19 and more: ‖·‖² beyond float32)
   # is left out like a non-finite row, its rows counted (the slots' counts are already global).
   overflow = (slots.counts > 0) & ~(jnp.isfinite(batch_a) & jnp.isfinite(batch_v))

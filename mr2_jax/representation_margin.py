@@ -142,7 +142,7 @@ def representation_margin_loss(features: ArrayLike, labels: ArrayLike, s_bar: Ar
     num_classes = int(jnp.iinfo(jnp.int32).max)
   features, labels, valid = class_stats_lib.check_stats_inputs(features, labels, num_classes, where)
   rows = class_stats_lib.BatchRows(features, labels, checks.check_where(where, labels.shape[0]),
-                                   valid)
+                                   valid, valid)
   return _representation_margin(rows, s_bar, temperature_checked, axis_name)
 
 
@@ -156,7 +156,8 @@ def representation_margin_rows(rows: class_stats_lib.BatchRows, s_bar: ArrayLike
 
 
 def _representation_margin(rows, s_bar, temperature_checked, axis_name):
-  (temperature, temperature_ok), (features, labels, real, valid) = temperature_checked, rows
+  (temperature, temperature_ok), (features, labels, real, labelled, valid) = (
+      temperature_checked, rows)
   s_bar = jnp.asarray(s_bar, features.dtype)
   if s_bar.ndim != 0:
     raise ValueError(f"s_bar: expected a scalar, got shape {s_bar.shape}.")
@@ -174,8 +175,8 @@ def _representation_margin(rows, s_bar, temperature_checked, axis_name):
   # Positives come from the global batch. Only this all-gather crosses devices: the reference rows
   # used for centring are read here from the gathered rows (no psum), and gradients flow back
   # through the gather to the device that owns each row.
-  (all_features, all_labels, all_valid), anchor_offset = class_sums.global_batch(
-      axis_name, features, labels, valid)
+  (all_features, all_labels, all_labelled, all_valid), anchor_offset = class_sums.global_batch(
+      axis_name, features, labels, labelled, valid)
   if all_features.shape[0] == 0:  # an empty global batch: no anchor, no pair (a static shape)
     return jnp.zeros((batch,), jnp.promote_types(features.dtype, jnp.float32))
   branches = _branches(all_features.shape[0], batch, all_features.shape[1], static_temperature)
@@ -183,7 +184,9 @@ def _representation_margin(rows, s_bar, temperature_checked, axis_name):
     # The dense form alone, on one device's whole batch: in batch order, no sort.
     loss = dense_batch_order(features, labels, valid, s_bar, static_temperature)
     return _finish(loss, real, valid, temperature_ok)
-  classes, largest = class_order_lib.class_order(all_labels, all_valid)
+  # Sorted by the labels alone (`class_stats.BatchRows.labelled`), as the statistics sort them.
+  classes, largest = class_order_lib.class_order(
+      all_labels, all_valid, sorted_by=None if labelled is valid else all_labelled)
   anchor_positions = jax.lax.dynamic_slice_in_dim(classes.inverse, anchor_offset, batch)
   # Padded to a multiple of the largest tile: the extra sorted positions match nothing.
   order = class_order_lib.padded(classes, max(b.rows for b in branches))

@@ -48,14 +48,34 @@ def runs(key: jax.Array) -> tuple[jax.Array, jax.Array]:
   return first, last - first + 1
 
 
-def class_order(labels: jax.Array, valid: jax.Array) -> tuple[ClassOrder, jax.Array]:
+def _valid_first(order: jax.Array, valid: jax.Array) -> jax.Array:
+  """`order` with its `valid` entries first, each part in its order (a stable partition by running
+  counts and a scatter)."""
+  kept = jnp.sum(valid, dtype=jnp.int32)
+  destination = jnp.where(valid, jnp.cumsum(valid, dtype=jnp.int32) - 1,
+                          kept + jnp.cumsum(~valid, dtype=jnp.int32) - 1)
+  return jnp.zeros_like(order).at[destination].set(order, unique_indices=True)
+
+
+def class_order(labels: jax.Array, valid: jax.Array, *, sorted_by: jax.Array | None = None
+                ) -> tuple[ClassOrder, jax.Array]:
   """Sorts the batch by class, rows without a partner last; returns (ClassOrder, the largest class
-  count among valid rows)."""
+  count among valid rows).
+
+  `sorted_by` (bool [B], every valid row in it): the rows whose labels the sort reads, the others
+  of them then moved after the valid rows (a stable partition, O(B)). With a mask of the labels
+  and `where` alone the compiled step can sort before the rest of `valid` (a check of the
+  features) is known: beside the cross-entropy's pass over the logits, say, not after it.
+  """
   rows = labels.shape[0]
   position = jnp.arange(rows, dtype=jnp.int32)
-  label_key = jnp.where(valid, labels, MASKED).astype(jnp.int32)
-  by_label = jnp.argsort(label_key, stable=True).astype(jnp.int32)
-  label_key = label_key[by_label]
+  if sorted_by is None:
+    sorted_by = valid
+  by_label = jnp.argsort(jnp.where(sorted_by, labels, MASKED).astype(jnp.int32),
+                         stable=True).astype(jnp.int32)
+  if sorted_by is not valid:
+    by_label = _valid_first(by_label, valid[by_label])
+  label_key = jnp.where(valid, labels, MASKED).astype(jnp.int32)[by_label]
   _, count = runs(label_key)
   in_class = label_key != MASKED
   largest = jnp.max(jnp.where(in_class, count, 0), initial=0)

@@ -98,7 +98,7 @@ def _global_batch_size(batch: int, axis_name: str | None) -> int:
 
 
 def class_slots(labels: jax.Array, valid: jax.Array, num_classes: int, *,
-                axis_name: str | None = None) -> ClassSlots:
+                axis_name: str | None = None, counted: jax.Array | None = None) -> ClassSlots:
   """Assigns the classes of the (global) batch to summation slots.
 
   Args:
@@ -106,23 +106,30 @@ def class_slots(labels: jax.Array, valid: jax.Array, num_classes: int, *,
     valid: bool [B], False for padding or out-of-range labels; such examples count nowhere.
     num_classes: K, the number of classes.
     axis_name: pmap/shard_map axis over which the global batch is split, or None.
+    counted: optional bool [B] within `valid`: the rows the counts count (default `valid`). The
+      slots come from `labels` and `valid` alone, so that with a `valid` of labels and `where`
+      only, the compiled step can assign them (a sort of the labels when K > B) beside the work
+      that `counted` waits for (a loss and its finiteness), not after it.
   """
   batch = labels.shape[0]
   global_batch = _global_batch_size(batch, axis_name)
+  counted = valid if counted is None else counted
   masked_labels = jnp.where(valid, labels, num_classes).astype(jnp.int32)
   if num_classes <= global_batch:
-    counts = jax.ops.segment_sum(valid.astype(jnp.float32), masked_labels, num_segments=num_classes,
+    counts = jax.ops.segment_sum(counted.astype(jnp.float32), masked_labels,
+                                 num_segments=num_classes,
                                  **explicit_mesh.replicated_out(masked_labels))
     if axis_name is not None:
       counts = jax.lax.psum(counts, axis_name)
     return ClassSlots(jnp.arange(num_classes, dtype=jnp.int32), counts, masked_labels)
 
-  (all_labels,), offset = replicated_batch(axis_name, masked_labels)
+  (all_labels, all_counted), offset = replicated_batch(axis_name, masked_labels, counted)
   classes, inverse = jnp.unique(
       all_labels, size=global_batch, fill_value=num_classes, return_inverse=True)
   inverse = inverse.reshape(-1).astype(jnp.int32)
   counts = jax.ops.segment_sum(
-      (all_labels < num_classes).astype(jnp.float32), inverse, num_segments=global_batch)
+      ((all_labels < num_classes) & all_counted).astype(jnp.float32), inverse,
+      num_segments=global_batch)
   slot = jax.lax.dynamic_slice_in_dim(inverse, offset, batch)
   return ClassSlots(classes.astype(jnp.int32), counts,
                     explicit_mesh.laid_out_like(slot, masked_labels))

@@ -273,11 +273,15 @@ def inverse_reweighted_loss(
   per_example_loss = check_floating(per_example_loss, 1, "per_example_loss")
   check_batch_dim(per_example_loss, batch, "per_example_loss")
   real = check_where(where, batch)
-  valid = real & in_range & check_finite_rows(per_example_loss, real, "per_example_loss")
+  labelled = real & in_range
+  valid = labelled & check_finite_rows(per_example_loss, real, "per_example_loss")
 
   dtype = jnp.promote_types(per_example_loss.dtype, jnp.float32)
   per_example_loss = per_example_loss.astype(dtype)
-  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
+  # Slots from the labels alone (their sort, when K > B, need not wait for the losses); the
+  # counts, and so every class statistic, count the valid rows only.
+  slots = class_sums.class_slots(labels, labelled, num_classes, axis_name=axis_name,
+                                 counted=valid)
   slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots,
                                                 axis_name=axis_name)
   weights = slot_class_weights(slot_losses, slot_present, slots, state, prior, alpha=alpha,

@@ -4,185 +4,150 @@ section) timed for several versions of the libraries side by side, so that a cha
 against the code before it in one run.
 
 A version is a source tree that holds `mr2_jax`, `reweight_jax` and `mr2_reweight_core`: this
-checkout, or a `git worktree add /tmp/v0 <commit>` of an earlier one. Each runs in its own
-long-lived worker process, which imports the libraries from its tree (a folder of links to them is
-its working directory, hence first on `sys.path`) and this checkout's benchmark code (on
-`PYTHONPATH`), so every version times the same functions. At each size every version is compiled
-first, then the versions are timed interleaved, round by round, with their order rotated every
-round, so that a drift of this shared machine's speed falls on all of them alike. Each loss is timed
-per call of its jitted function (dispatch included) and per iteration of its compiled loop
-(`_loss_fns`; inputs not hoisted). A version's time is the median over all its calls; its ratio to
-the first version is given of the medians and per round (the round's median over the first
-version's, min–max over the rounds). Each size also records the share of CPU time stolen and the
-load average while it was timed; a tree named twice measures the noise of the run.
+checkout, or a `git worktree add /tmp/v0 <commit>` of an earlier one. Every version is imported into
+this one process (`import_version`: its packages are imported from its tree, then taken out of
+`sys.modules` again, so that the next tree's are imported afresh; each keeps its own modules), and
+its functions are built by `loss_scaling._loss_fns` on the same batch. The calls alternate version
+by version: each round calls every version's compiled function once, in an order that reverses from
+round to round, so that two versions' calls are made a fraction of a millisecond apart, by the same
+threads. (Versions in separate worker processes, interleaved in turns, were tried first: on this
+2-core machine a version ran up to 1.2× slower interleaved than alone or in one process, whichever
+it was, so that the ratios measured the processes, not the code.)
+
+Each loss is timed per call of its jitted function (dispatch included) and per iteration of its
+compiled loop (`_loss_fns`; inputs not hoisted). A version's time is the median over its calls; its
+ratio to the first version is given of the medians, as the median of the calls' paired ratios
+(each call over the first version's call of the same round), and of the 10th percentiles. Each size
+also records the share of CPU time stolen and the load average while it was timed; a tree named
+twice measures the noise of the run.
 """
 
 from __future__ import annotations
 
-import json
+import importlib
 import os
 import pathlib
 import subprocess
 import sys
-import tempfile
+import time
+import types
 
 import jax
 import numpy as np
-from absl import flags
 
-import mr2_jax  # in a worker, the version's (see the module docstring)
 from experiments.benchmarks.loss_scaling import SIZES
 from experiments.benchmarks.loss_scaling import _loss_fns
-from experiments.benchmarks.timing import REPO
 from experiments.benchmarks.timing import cpu_ticks
 from experiments.benchmarks.timing import steal_share
 from experiments.benchmarks.timing import summarize_times
-from experiments.benchmarks.timing import time_calls
 from experiments.benchmarks.timing import warm_up
-from experiments.common import cli
 
 LIBRARIES = ("mr2_jax", "reweight_jax", "mr2_reweight_core")
 LOOP = 10  # iterations of the compiled loop (`_loss_fns`' looped call)
 
 
-def against_worker() -> None:
-  """A worker: answers `size B d K`, `call NAME N`, `loop NAME N` and `quit` on stdin with one
-  JSON line each (`bench_against` starts it)."""
-  # The tree this process imported (through its working directory's links; `bench_against` checks).
-  print(json.dumps({"ready": str(pathlib.Path(mr2_jax.__file__).resolve().parents[1])}), flush=True)
-  fns, warm = {}, set()
-  for line in sys.stdin:
-    command = line.split()
-    if not command or command[0] == "quit":
-      break
-    if command[0] == "size":
-      batch, dim, classes = map(int, command[1:])
-      fns, warm, values = {}, set(), {}
-      for name, (fn, args, looped) in _loss_fns(batch, dim, classes, LOOP)[0].items():
-        compiled = fn.lower(*args).compile()
-        fns[name, "call"] = lambda compiled=compiled, args=args: compiled(*args)
-        fns[name, "loop"] = looped
-        value, _, grads = fns[name, "call"]()
-        values[name] = [float(value)] + [float(np.sum(np.abs(g))) for g in jax.tree.leaves(grads)]
-      print(json.dumps({"values": values}), flush=True)
-      continue
-    key = command[1], command[0]
-    if key not in warm:  # compiled (the loop) and run once before its first timed call
-      warm_up([fns[key]], calls=2)
-      warm.add(key)
-    print(json.dumps({"times": time_calls(fns[key], int(command[2]), warmup=0)}), flush=True)
+def _is_library(module: str) -> bool:
+  return module.split(".")[0] in LIBRARIES
 
 
-def _library_links(tree: pathlib.Path, into: pathlib.Path) -> pathlib.Path:
-  """A folder of links to `tree`'s three packages: a worker's working directory."""
-  into.mkdir()
+def import_version(tree: str | os.PathLike) -> dict[str, types.ModuleType]:
+  """{'mr2_jax': …, 'reweight_jax': …} imported from `tree`; `sys.modules` is left as it was (the
+  version's modules live on in the functions that use them)."""
+  tree = pathlib.Path(tree).resolve()
   for name in LIBRARIES:
     if not (tree / name / "__init__.py").exists():
       raise FileNotFoundError(f"versions: {tree} holds no package {name}.")
-    (into / name).symlink_to(tree / name, target_is_directory=True)
-  return into
+  saved = {name: sys.modules.pop(name) for name in list(sys.modules) if _is_library(name)}
+  sys.path.insert(0, str(tree))
+  try:
+    libraries = {name: importlib.import_module(name) for name in ("mr2_jax", "reweight_jax")}
+    imported = {name: module for name, module in sys.modules.items() if _is_library(name)}
+  finally:
+    sys.path.remove(str(tree))
+    for name in list(sys.modules):
+      if _is_library(name):
+        del sys.modules[name]
+    sys.modules.update(saved)
+  for name, module in imported.items():
+    path = pathlib.Path(getattr(module, "__file__", None) or tree).resolve()
+    if tree not in path.parents:
+      raise RuntimeError(f"versions: {name} of {tree} was imported from {path}.")
+  return libraries
 
 
 def _commit(tree: pathlib.Path) -> str:
-  """`git describe`-like label of a tree: its HEAD commit, '+changes' when the libraries differ."""
+  """A tree's HEAD commit, '+changes' when its libraries differ from it."""
   def git(*args):
     return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True).stdout
   head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
   return head + ("+changes" if git("status", "--porcelain", "--", *LIBRARIES).strip() else "")
 
 
-def _summary(seconds: list[float]) -> dict[str, float]:
-  """`summarize_times` and the 10th percentile: on this shared machine the low end of the calls
-  moves less with the other jobs' load than the median does."""
-  return {**summarize_times(seconds), "p10_ms": float(1e3 * np.percentile(seconds, 10))}
+def _alternated(calls: list, rounds: int) -> list[list[float]]:
+  """Seconds of each call, `rounds` times, one call of each per round, the order reversed every
+  other round."""
+  seconds = [[] for _ in calls]
+  for r in range(rounds):
+    for i in (range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))):
+      start = time.perf_counter()
+      jax.block_until_ready(calls[i]())
+      seconds[i].append(time.perf_counter() - start)
+  return seconds
 
 
-def _round_ratios(times: list[float], reference: list[float], rounds: int) -> list[float]:
-  per_round = len(times) // rounds
-  return [float(np.median(times[r * per_round:(r + 1) * per_round])
-                / np.median(reference[r * per_round:(r + 1) * per_round])) for r in range(rounds)]
+def _timed(seconds: list[float], first: list[float]) -> dict:
+  ratios = np.asarray(seconds) / np.asarray(first)
+  return {**summarize_times(seconds), "p10_ms": float(1e3 * np.percentile(seconds, 10)),
+          "paired_ratio_median": float(np.median(ratios)),
+          "paired_ratio_p25_p75": [float(np.percentile(ratios, 25)),
+                                   float(np.percentile(ratios, 75))]}
 
 
 def bench_against(versions: dict[str, str], *, quick: bool = False, sizes=None,
-                  rounds: int | None = None, per_round: int = 5, loop_per_round: int = 1) -> dict:
-  """Every size's losses for each version {label: source tree}, interleaved; the first version is
-  the reference of the ratios. Many short rounds: a round's ratio pairs calls made close in time.
-  `loop_per_round` 0 times calls only."""
+                  rounds: int | None = None, loop_rounds: int | None = None) -> dict:
+  """Every size's losses for each version {label: source tree}, alternated call by call; the first
+  version is the reference of the ratios. `loop_rounds` 0 times calls only."""
   if sizes is None:
     sizes = [(128, 64, 10), (512, 2048, 1000)] if quick else SIZES
-  rounds = rounds or (3 if quick else 20)
-  env = {**os.environ, "PYTHONPATH": str(REPO)}
-  workers, trees = {}, {}
-  with tempfile.TemporaryDirectory() as links:
-    for i, (label, tree) in enumerate(versions.items()):
-      tree = pathlib.Path(tree).resolve()
-      cwd = _library_links(tree, pathlib.Path(links) / str(i))
-      workers[label] = subprocess.Popen(
-          [sys.executable, "-m", "experiments.benchmarks.loss_against", "--against_worker"],
-          cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-      imported = json.loads(workers[label].stdout.readline())["ready"]
-      if pathlib.Path(imported) != tree:
-        raise RuntimeError(f"versions: {label}'s worker imported the libraries from {imported}.")
-      trees[label] = {"tree": str(tree), "commit": _commit(tree)}
-
-    def ask(label, command):
-      workers[label].stdin.write(command + "\n")
-      workers[label].stdin.flush()
-      return json.loads(workers[label].stdout.readline())
-
-    labels = list(versions)
-    rows = []
-    for batch, dim, classes in sizes:
-      values = {label: ask(label, f"size {batch} {dim} {classes}")["values"] for label in labels}
-      names = list(values[labels[0]])
-      calls = {(label, name): [] for label in labels for name in names}
-      loops = {(label, name): [] for label in labels for name in names}
+  rounds = rounds or (20 if quick else 200)
+  loop_rounds = (5 if quick else 20) if loop_rounds is None else loop_rounds
+  trees = {label: pathlib.Path(tree).resolve() for label, tree in versions.items()}
+  libraries = {label: import_version(tree) for label, tree in trees.items()}
+  labels = list(versions)
+  rows = []
+  for batch, dim, classes in sizes:
+    built = {label: _loss_fns(batch, dim, classes, LOOP, mr2_lib=lib["mr2_jax"],
+                              reweight_lib=lib["reweight_jax"])[0]
+             for label, lib in libraries.items()}
+    for name in built[labels[0]]:
+      calls, loops, values = [], [], []
+      for label in labels:
+        fn, args, looped = built[label][name]
+        compiled = fn.lower(*args).compile()
+        calls.append(lambda compiled=compiled, args=args: compiled(*args))
+        loops.append(looped)
+        value, _, grads = calls[-1]()
+        values.append([float(value)] + [float(np.sum(np.abs(g))) for g in jax.tree.leaves(grads)])
+      warm_up(calls, 3)
       ticks, load = cpu_ticks(), os.getloadavg()[0]
-      for r in range(rounds):
-        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-          for name in names:
-            calls[label, name] += ask(label, f"call {name} {per_round}")["times"]
-            if loop_per_round:
-              loops[label, name] += [t / LOOP for t in
-                                     ask(label, f"loop {name} {loop_per_round}")["times"]]
-      noise = {"steal_share": steal_share(ticks), "load_average": [load, os.getloadavg()[0]]}
-      for name in names:
-        row = {"loss": name, "batch": batch, "dim": dim, "classes": classes, "versions": {}, **noise}
-        for label in labels:
-          reference = values[labels[0]][name]
-          row["versions"][label] = {
-              "per_call": _summary(calls[label, name]),
-              "per_call_round_ratios": _round_ratios(calls[label, name], calls[labels[0], name],
-                                                     rounds),
-              "values": values[label][name],
-              "max_relative_difference": max(
-                  abs(a - b) / max(abs(b), 1e-30) for a, b in zip(values[label][name], reference))}
-          if loop_per_round:
-            row["versions"][label].update(
-                in_loop=_summary(loops[label, name]),
-                in_loop_round_ratios=_round_ratios(loops[label, name], loops[labels[0], name],
-                                                   rounds))
-        rows.append(row)
-        print(f"  against {name:16s} B={batch} d={dim} K={classes}: " + ", ".join(
-            f"{label} {row['versions'][label]['per_call']['median_ms']:.3f}"
-            for label in labels) + " ms per call", flush=True)
-    for worker in workers.values():
-      worker.stdin.write("quit\n")
-      worker.stdin.flush()
-      worker.wait(timeout=60)
-  return {"versions": trees, "rounds": rounds, "per_round": per_round,
-          "loop_per_round": loop_per_round, "loop_iterations": LOOP, "rows": rows}
-
-
-def define_flags(flag_values: flags.FlagValues) -> None:
-  flags.DEFINE_bool("against_worker", False, "Run as a worker of `bench_against` (stdin/stdout).",
-                    flag_values=flag_values)
-
-
-def main(argv=None) -> int:
-  """A worker process of the 'against' section."""
-  return cli.run_command(define_flags, lambda args: against_worker(), argv)
-
-
-if __name__ == "__main__":
-  sys.exit(main())
+      per_call = _alternated(calls, rounds)
+      in_loop = []
+      if loop_rounds:
+        warm_up(loops, 2)
+        in_loop = [[t / LOOP for t in s] for s in _alternated(loops, loop_rounds)]
+      row = {"loss": name, "batch": batch, "dim": dim, "classes": classes, "versions": {},
+             "steal_share": steal_share(ticks), "load_average": [load, os.getloadavg()[0]]}
+      for i, label in enumerate(labels):
+        row["versions"][label] = {
+            "per_call": _timed(per_call[i], per_call[0]), "values": values[i],
+            "max_relative_difference": max(abs(a - b) / max(abs(b), 1e-30)
+                                           for a, b in zip(values[i], values[0]))}
+        if in_loop:
+          row["versions"][label]["in_loop"] = _timed(in_loop[i], in_loop[0])
+      rows.append(row)
+      print(f"  against {name:16s} B={batch} d={dim} K={classes}: " + ", ".join(
+          f"{label} {row['versions'][label]['per_call']['median_ms']:.3f}" for label in labels)
+          + " ms per call", flush=True)
+  return {"versions": {label: {"tree": str(tree), "commit": _commit(tree)}
+                       for label, tree in trees.items()},
+          "rounds": rounds, "loop_rounds": loop_rounds, "loop_iterations": LOOP, "rows": rows}

@@ -47,8 +47,10 @@ def benchmark_batch(batch: int, dim: int, classes: int):
   return logits, features, labels
 
 
-def _loss_fns(batch: int, dim: int, classes: int, loop: int):
-  """({loss: (jitted fn, its args, looped call)}, labels) on one random batch."""
+def _loss_fns(batch: int, dim: int, classes: int, loop: int, *, mr2_lib=mr2_jax,
+              reweight_lib=reweight_jax):
+  """({loss: (jitted fn, its args, looped call)}, labels) on one random batch; `mr2_lib` and
+  `reweight_lib` are the libraries timed (another version's: `loss_against`)."""
 
   logits, features, labels = benchmark_batch(batch, dim, classes)
   prior = jnp.full((classes,), 1.0 / classes)
@@ -56,7 +58,7 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
   def mr2_of(form):
     def mr2(stats, logits, features, labels):
       def loss(lg, f):
-        value, new_stats, _ = mr2_jax.mr2_loss(lg, f, labels, stats, form=form)
+        value, new_stats, _ = mr2_lib.mr2_loss(lg, f, labels, stats, form=form)
         return value, new_stats
       (value, new_stats), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
           logits, features)
@@ -65,8 +67,8 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
 
   def reweight(state, logits, labels):
     def loss(lg):
-      per_example = reweight_jax.cross_entropy_loss(lg, labels)
-      value, new_state, _ = reweight_jax.inverse_reweighted_loss(
+      per_example = reweight_lib.cross_entropy_loss(lg, labels)
+      value, new_state, _ = reweight_lib.inverse_reweighted_loss(
           per_example, labels, state, alpha=0.1, prior=prior, gamma=1.0)
       return value, new_state
     (value, new_state), grads = jax.value_and_grad(loss, has_aux=True)(logits)
@@ -85,8 +87,8 @@ def _loss_fns(batch: int, dim: int, classes: int, loop: int):
       return state, acc + value + sum(jnp.sum(g) for g in jax.tree.leaves(grads)) * 1e-12
     return jax.lax.fori_loop(0, loop, body, (carry0, jnp.float32(0)))
 
-  stats0 = mr2_jax.init_class_stats(classes)
-  state0 = reweight_jax.init_reweight_state(classes)
+  stats0 = mr2_lib.init_class_stats(classes)
+  state0 = reweight_lib.init_reweight_state(classes)
   # Inputs, labels included, are arguments, never closed-over constants: XLA would constant-fold
   # through them (closed-over labels made ℓ_s̄'s run-time branch choice a constant before 2026-12-01).
   fns = {}

@@ -60,8 +60,9 @@ def released_form_variants(batch: int, dim: int, classes: int) -> dict:
     log_norm = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1))
     return jnp.take_along_axis(shifted, labels[:, None], axis=-1)[:, 0] - log_norm, top, log_norm
 
-  def slot_moments(features, labels, valid, num_classes, p):
+  def slot_moments(features, labels, valid, num_classes, p, sorted_by=None):
     """The statistics by slot sums over every row, as for K ≤ B (and before 2026-12-01, 23:10)."""
+    del sorted_by  # no sort
     return class_stats._slot_moments(features, labels, valid, num_classes, p, None)  # pylint: disable=protected-access
 
   # Earlier code of the released form, each traced (and compiled) under its patch; once compiled

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from experiments.benchmarks.loss_scaling import AUTHORS_SOURCES
 
 
@@ -110,10 +108,10 @@ def _against_markdown(against: dict) -> list[str]:
   lines = ["### Versions side by side (loss + statistics, forward + backward)", "",
            "Versions: " + "; ".join(f"{label} = {v['commit']} ({v['tree']})"
                                     for label, v in against["versions"].items()) +
-           f". {against['rounds']} interleaved rounds of {against['per_round']} calls (and "
-           f"{against['loop_per_round']} loops of {against['loop_iterations']} iterations) per "
-           f"version; ms, median (min–max); × the first version: of the medians [per round: "
-           f"median; min–max], and of the 10th percentiles.", ""]
+           f". Calls alternated version by version in one process: {against['rounds']} calls "
+           f"(and {against['loop_rounds']} loops of {against['loop_iterations']} iterations) per "
+           f"version; ms, median (min–max); × the first version: of the medians [the calls' paired "
+           f"ratios: median, 25th–75th percentile], and of the 10th percentiles.", ""]
   for kind, title in (("per_call", "per call"), ("in_loop", "per iteration of a compiled loop")):
     if kind not in against["rows"][0]["versions"][labels[0]]:
       continue
@@ -123,14 +121,14 @@ def _against_markdown(against: dict) -> list[str]:
     for row in against["rows"]:
       cells = []
       for label in labels:
-        version = row["versions"][label]
-        cells.append(_range(version[kind]))
+        version = row["versions"][label][kind]
+        cells.append(_range(version))
         if label != labels[0]:
-          ratios = version[f"{kind}_round_ratios"]
           first = row["versions"][labels[0]][kind]
-          cells.append(f"{version[kind]['median_ms'] / first['median_ms']:.2f} "
-                       f"[{np.median(ratios):.2f}; {min(ratios):.2f}–{max(ratios):.2f}], "
-                       f"{version[kind]['p10_ms'] / first['p10_ms']:.2f}")
+          low, high = version["paired_ratio_p25_p75"]
+          cells.append(f"{version['median_ms'] / first['median_ms']:.2f} "
+                       f"[{version['paired_ratio_median']:.2f}; {low:.2f}–{high:.2f}], "
+                       f"{version['p10_ms'] / first['p10_ms']:.2f}")
       stolen = row.get("steal_share")
       load = row.get("load_average")
       lines.append(f"| {row['loss']} | {row['batch']} | {row['dim']} | {row['classes']} | "

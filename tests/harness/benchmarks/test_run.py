@@ -2,6 +2,7 @@
 they claim (timings are not tested)."""
 
 import json
+import sys
 
 import jax
 import numpy as np
@@ -149,17 +150,21 @@ def test_write_report_prints_and_writes_json_and_markdown(tmp_path, capsys):
   assert (tmp_path / "out" / "x.md").read_text() == "\n".join(lines) + "\n"
 
 
-def test_against_times_each_tree_in_its_own_worker_on_the_same_batch():
-  # Two workers of this checkout: each imports the libraries from its tree (checked by
-  # `bench_against`), both time the same functions on the same batch, with the same values.
+def test_against_imports_each_tree_as_its_own_version_and_times_the_same_batch():
+  # This checkout twice: each import is a version of its own (its own module objects), and
+  # `sys.modules` keeps the checkout's; both time the same functions on the same batch.
   from experiments.benchmarks import loss_against
+  before = {name: module for name, module in sys.modules.items() if name.startswith("mr2_jax")}
+  first, second = (loss_against.import_version(timing.REPO) for _ in range(2))
+  assert first["mr2_jax"] is not second["mr2_jax"] and first["mr2_jax"] is not mr2_jax
+  assert {n: m for n, m in sys.modules.items() if n.startswith("mr2_jax")} == before
   result = loss_against.bench_against({"a": str(timing.REPO), "b": str(timing.REPO)},
-                                      sizes=[(8, 4, 3)], rounds=2, per_round=1, loop_per_round=1)
+                                      sizes=[(8, 4, 3)], rounds=3, loop_rounds=2)
   assert [row["loss"] for row in result["rows"]] == ["mr2", "mr2_released", "inverse_reweight"]
   for row in result["rows"]:
     assert row["versions"]["a"]["values"] == row["versions"]["b"]["values"]
-    assert len(row["versions"]["b"]["per_call_round_ratios"]) == 2
-    assert row["versions"]["b"]["in_loop"]["n"] == 2
+    assert row["versions"]["b"]["per_call"]["n"] == 3 and row["versions"]["b"]["in_loop"]["n"] == 2
+    assert row["versions"]["a"]["per_call"]["paired_ratio_median"] == 1.0
   markdown = tables.to_markdown({"machine": {"cpu": "x", "cores": 2, "jax": "0", "flax": "0",
                                              "xla_flags": "", "date": "d"}, "against": result})
   assert "| mr2 | 8 | 4 | 3 |" in markdown and "Largest relative difference" in markdown
