@@ -22,8 +22,8 @@ The entry points are the commands at the top: `python -m experiments.main` (one 
 machine) and `diagnose` (a run's per-class diagnosis). A command that belongs to one package keeps
 its `main` in its module, run as `python -m experiments.<package>.<module>`: every benchmark, the
 study commands (`studies.linear_probe`, `studies.probe_comparison`, `studies.regenerate_reports`),
-the reports over finished runs (`report.run_tables`, `report.sweep_table`, `report.progress`) and
-the ArrayRecord conversion (`data.sources`). No other module has a `__main__`
+the reports over finished runs (`report.run_tables`, `report.sweep_table`, `report.setting_curves`,
+`report.progress`) and the ArrayRecord conversion (`data.sources`). No other module has a `__main__`
 (tests/harness/test_layout.py). The committed results are in the checkout's `results/`, the
 operational scripts (accelerator runs, parking, the reference script, wheels) in `tools/`.
 """

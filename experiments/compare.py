@@ -4,11 +4,15 @@
     python -m experiments.compare --config=experiments/configs/cifar10_lt.py \
         --config.data_dir=../shared/data/cifar10_jpeg --methods=ce,ldam_drw,inverse_reweight \
         --seeds=0,1,2 --workdir=workdirs/c10lt [--stack_seeds]
+    python -m experiments.compare --methods=ce,mr2 --sweep=mr2.lam=0,0.01,0.1 --seeds=0-4
+
 
 Each (method, seed) is a run of `experiments.train.loop` in `<workdir>/<method>/seed<s>` (resumed if it
 exists; with `--stack_seeds` a method's seeds train as one vmapped program, each with its solo
-run's files); the report (Markdown tables, comparison.json, PNG plots) goes to `<workdir>/report`.
-The first method is the reference (ERM) that fixes the Easy / Medium / Hard groups.
+run's files; with `--sweep`, each method that reads a swept field trains as one program of its
+members, values × seeds, each member a run `<method>-<field><value>` of its own); the report
+(Markdown tables, comparison.json, PNG plots) goes to `<workdir>/report`. The first method is the
+reference (ERM) that fixes the Easy / Medium / Hard groups.
 """
 
 from __future__ import annotations
@@ -37,7 +41,13 @@ _METHODS = flags.DEFINE_list(
     "or `name=loss:field=value:...` for a variant, e.g. `mr2_gamma_only=mr2:mr2.lam=0`.")
 
 
-_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds per method: numbers and ranges a-b.")
+_SWEEP = flags.DEFINE_multi_string(
+    "sweep", [],
+    "A sweep, `<tree>.<field>=v1,v2,...` (repeat for a grid): each method that reads the field "
+    "trains its members (values × seeds) as one program, the values a traced array "
+    "(experiments.train.seed_axis); only fields its method declares traceable "
+    "(experiments.methods.registry.traceable_fields), others are refused before anything runs.")
 _STACK_SEEDS = flags.DEFINE_bool(
     "stack_seeds", False,
     "Train a method's seeds as one program, the seeds on a leading axis of the train state and "
@@ -67,13 +77,14 @@ def main(argv):
   xla_cpu.configure(_XLA_CPU_TUNING.value)
   base = _CONFIG.value
   workdir = pathlib.Path(_WORKDIR.value)
-  seeds = [int(s) for s in _SEEDS.value]
   report_dir = pathlib.Path(_REPORT_DIR.value) if _REPORT_DIR.value else workdir / "report"
   with cli.one_line_errors():
+    seeds = method_comparison.parse_seeds(_SEEDS.value)
     markdown = method_comparison.compare(base, _METHODS.value, seeds, workdir, report_dir,
                                   start_deferred_from_reference=_SHARE_REFERENCE.value,
                                   stack_seeds=_STACK_SEEDS.value,
-                                  stack_by=_STACK_SEEDS_BY.value)
+                                  stack_by=_STACK_SEEDS_BY.value,
+                                  sweep=method_comparison.parse_sweep(_SWEEP.value))
   print(f"\n{base.dataset}, imbalance factor {base.imbalance_factor:g}, {base.num_epochs} epochs, "
         f"final-epoch test accuracy (%), {seed_stats.MEAN_STD} over seeds {seeds}; groups from "
         f"{method_comparison.parse_method(_METHODS.value[0])[0]}:\n")

@@ -61,6 +61,19 @@ def write_split(folder: str | os.PathLike, stem: str, split: str, features: np.n
   return features_path
 
 
+def write_synthetic(folder: str | os.PathLike, stem: str, rows: int, dim: int,
+                    test_rows: int = 1000, classes: int = 10) -> None:
+  """Writes synthetic features under `stem` ('train': `rows`, 'test': `test_rows` rows of `dim`
+  floats, `classes` Gaussian classes around random centres, balanced): a features source of a real
+  encoder's shape where its features are not at hand (a benchmark on an accelerator machine)."""
+  rng = np.random.default_rng(0)
+  centres = rng.normal(size=(classes, dim)).astype(np.float32)
+  for split, n in (("train", rows), ("test", test_rows)):
+    labels = np.arange(n) % classes
+    features = centres[labels] + rng.normal(size=(n, dim)).astype(np.float32)
+    write_split(folder, stem, split, features, labels, [f"class{k}" for k in range(classes)])
+
+
 def load_cached_features(name: str, split: str, data_dir: str | os.PathLike | None = None
                          ) -> Split:
   """Split `split` of the cached features 'features:<stem>' in `data_dir` (default

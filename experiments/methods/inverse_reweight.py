@@ -29,7 +29,10 @@ TREE = ConfigTree(
                  start_epoch=0),   # deferred (DRW-style) start; the method alone before it.
     ranges=(("alpha", *NON_NEGATIVE), ("gamma", *NON_NEGATIVE), ("max_weight", *POSITIVE),
             ("start_epoch", *NON_NEGATIVE)),
-    choices=(("prior", reweight_jax.PRIOR_KINDS), ("refresh", ("epoch", "step"))))
+    choices=(("prior", reweight_jax.PRIOR_KINDS), ("refresh", ("epoch", "step"))),
+    # Traced arguments of `inverse_reweighted_loss` (and its mixed-label form); `macro` and
+    # `stop_gradient` are branches of the program, `start_epoch` its schedule.
+    traceable=("alpha", "gamma", "max_weight"))
 
 
 class ReweightLossState(NamedTuple):

@@ -40,10 +40,15 @@ class ConfigTree:
     defaults: () → {field: default}.
     ranges: ((field, (low, closed), (high, closed)), ...), checked before a run writes anything.
     choices: ((field, allowed values), ...).
+    traceable: the numeric fields that the method's functions read only inside the compiled step,
+      and only where the libraries take a traced value: the fields a sweep may vary within one
+      program (`experiments.train.seed_axis`, the value a stacked array), every other field being
+      the program's (a static branch, a shape, a host-side computation).
   """
   defaults: Callable[[], dict[str, Any]]
   ranges: tuple = ()
   choices: tuple = ()
+  traceable: tuple[str, ...] = ()
 
 
 class Mix(NamedTuple):
@@ -82,6 +87,10 @@ class StepInfo(NamedTuple):
   rng: jax.Array | None = None     # this step's PRNG key (the same on every device), for losses
                                    # that draw (EQL); a pure function of (run seed, step)
   recipe: RecipeInputs = RecipeInputs()  # what the method's recipe gives its loss
+  # A sweep member's values of traceable fields, {'<tree>.<field>': traced scalar}, set over the
+  # config's by the registry before the loss sees its settings (`registry.make_loss_fn`); empty
+  # outside a sweep.
+  swept: Mapping[str, jax.Array] = {}
 
 
 class EpochPass(NamedTuple):

@@ -26,7 +26,10 @@ TREE = ConfigTree(
     ranges=(("lam", *NON_NEGATIVE), ("c_bar", *POSITIVE), ("decay", (0, True), (1, False)),
             ("p", (1, True), (INF, False)), ("temperature", *POSITIVE)),
     choices=(("form", mr2_jax.objective.FORMS),
-             ("stats_reduction", mr2_jax.class_stats.REDUCTIONS)))
+             ("stats_reduction", mr2_jax.class_stats.REDUCTIONS)),
+    # Read by `mr2_loss` / `mr2_terms` alone, each a traced argument there (the margins' c̄ and the
+    # EMA decay through `update_class_stats` and `class_margins`); p and τ pick code paths.
+    traceable=("lam", "c_bar", "decay"))
 
 
 class MR2LossState(NamedTuple):

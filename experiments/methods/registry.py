@@ -17,7 +17,10 @@ carries (the checkpoint's layout) and `metrics` a dict of arrays to log. The reg
 place that hands a method what it reads: its settings (`Method.settings`, not the config), its
 typed state out of that dict (`Method.state_of`) and, where it declares `reads_mix`, the mix. A deferred entry (`start` names the config field of its start epoch)
 trains as its `before` entry until that epoch — the before entry's state updates only, its own
-state untouched — and the two are a `lax.cond`, so a step computes one of them, never both.
+state untouched — and the two are a `lax.cond`, so a step computes one of them, never both. In a sweep
+(`experiments.train.seed_axis`) the step's `StepInfo.swept` holds the member's values of the
+fields its method declares traceable (`traceable_fields`), set over the config's before the
+settings are read.
 """
 
 from __future__ import annotations
@@ -202,6 +205,25 @@ def method_tree(key: str, given=None) -> ml_collections.ConfigDict:
   return tree
 
 
+def traceable_fields(name: str) -> tuple[str, ...]:
+  """'<tree>.<field>' of every field of the sub-trees entry `name` reads (`method_trees`) that its
+  method declares traceable (`ConfigTree.traceable`): the fields in which the members of a sweep
+  may differ within one program."""
+  return tuple(f"{key}.{field}" for key in method_trees(name)
+               for field in CONFIG_TREES[key].traceable)
+
+
+def with_swept(config, swept) -> ml_collections.ConfigDict:
+  """A copy of `config` with the sweep member's values `swept` ({'<tree>.<field>': value}, traced
+  scalars inside the step) set over its fields; its settings are then read as a run reads them."""
+  config = copy.deepcopy(config)
+  for path, value in swept.items():
+    key, field = path.split(".", 1)
+    with config[key].ignore_type():
+      config[key][field] = value
+  return config
+
+
 def with_method_trees(config, keys: Iterable[str] | None = None) -> ml_collections.ConfigDict:
   """A copy of `config` with the sub-trees `keys` (default: those `config.loss` reads,
   `method_trees`) as a run reads them (`method_tree`); the rest as it is. What the functions
@@ -276,12 +298,15 @@ def _applied(name: str, config) -> Callable[..., tuple]:
   they compute in (MR2 keeps bfloat16 logits' dtype, the reductions of the others are float32),
   and the two branches of a deferred entry's `lax.cond` must agree."""
   entry = get(name)
-  settings = entry.settings(with_method_trees(config))
+  config = with_method_trees(config)
+  settings = entry.settings(config)
 
   def apply(logits, features, labels, loss_state, info: StepInfo):
     if not entry.reads_mix:
       info = info._replace(recipe=info.recipe._replace(mix=None))
-    loss, state, metrics = entry.loss(settings, logits, features, labels,
+    # A sweep member's traced values over the config's (`StepInfo.swept`; the trace alone).
+    given = entry.settings(with_swept(config, info.swept)) if info.swept else settings
+    loss, state, metrics = entry.loss(given, logits, features, labels,
                                       entry.state_of(loss_state), info)
     return (loss.astype(jnp.promote_types(loss.dtype, jnp.float32)),
             {**loss_state, **entry.state_fields(state)}, metrics)

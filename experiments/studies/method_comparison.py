@@ -31,6 +31,71 @@ def parse_method(spec: str) -> tuple[str, str, dict[str, object]]:
     raise ConfigError(f"--methods: {name}: {error}") from None
 
 
+def parse_sweep(texts) -> dict[str, list[object]]:
+  """['mr2.lam=0,0.01,0.1'] → {'mr2.lam': [0, 0.01, 0.1]} (`compare --sweep`), each value as a
+  `--methods` assignment reads it."""
+  sweep: dict[str, list[object]] = {}
+  for text in texts:
+    field, equals, values = text.partition("=")
+    if not equals or not field or not values:
+      raise ConfigError(f"--sweep: {text!r} is not field=value,value,...")
+    if field in sweep:
+      raise ConfigError(f"--sweep: {field} is swept twice")
+    sweep[field] = [overrides.parse_value(v) for v in values.split(",")]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sweep[field]):
+      raise ConfigError(f"--sweep: {field}'s values {sweep[field]} are not all numbers")
+    if len(set(map(str, sweep[field]))) != len(sweep[field]):
+      raise ConfigError(f"--sweep: {field}'s values {sweep[field]} repeat")
+  return sweep
+
+
+def parse_seeds(texts) -> list[int]:
+  """['0-4'] or ['0', '2'] → the seeds (`compare --seeds`): numbers and inclusive ranges."""
+  seeds = []
+  for text in texts:
+    first, dash, last = str(text).partition("-")
+    try:
+      seeds += list(range(int(first), int(last) + 1)) if dash else [int(first)]
+    except ValueError:
+      raise ConfigError(f"--seeds: {text!r} is neither a seed nor a range a-b") from None
+  if len(set(seeds)) != len(seeds):
+    raise ConfigError(f"--seeds: the seeds {seeds} repeat")
+  return seeds
+
+
+def _short(value: object) -> str:
+  return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def sweep_members(spec: str, sweep: dict[str, list[object]]) -> list[str]:
+  """The method specs of a sweep's members of `spec` (one per combination of the swept values of
+  the fields its loss reads, named `<name>-<field><value>...`), or [spec] when it reads none.
+
+  Raises:
+    ConfigError: a swept field of a sub-tree the loss reads that its method does not declare
+      traceable (`registry.traceable_fields`), or that the spec itself sets, naming the field.
+  """
+  name, loss, assignments = parse_method(spec)
+  trees = registry.method_trees(loss)
+  mine = [field for field in sweep if field.split(".")[0] in trees]
+  for field in mine:
+    if field not in registry.traceable_fields(loss):
+      raise ConfigError(
+          f"--sweep: {field} is not a field {loss!r} declares traceable (it may vary within one "
+          f"program: {list(registry.traceable_fields(loss))}); sweep it as separate --methods "
+          f"variants")
+    if field in assignments:
+      raise ConfigError(f"--sweep: {field} is swept and also set by the method {spec!r}")
+  if not mine:
+    return [spec]
+  _, _, rest = spec.partition("=")
+  members = [(name, rest or loss)]   # (member name, `loss:assignments` of its spec)
+  for field in mine:
+    members = [(f"{member}-{field.split('.', 1)[1]}{_short(value)}", f"{body}:{field}={value!r}")
+               for member, body in members for value in sweep[field]]
+  return [f"{member}={body}" for member, body in members]
+
+
 def method_config(base, spec: str, seed: int):
   """(method name, a copy of `base` with the method's loss, `seed` and config overrides): the
   sub-trees the loss reads given first (`registry.with_method_trees`: the method's defaults under
@@ -90,7 +155,8 @@ class RunCounter:
 
 def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path, *,
             start_deferred_from_reference: bool = True, counter: RunCounter | None = None,
-            stack_seeds: bool = False, stack_by: str = "vmap") -> str:
+            stack_seeds: bool = False, stack_by: str = "vmap",
+            sweep: dict[str, list[object]] | None = None) -> str:
   """Trains every (method, seed) in `workdir` (resuming finished or partial runs) and writes the
   report; returns its Markdown. The first method is the reference (ERM).
 
@@ -103,39 +169,65 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
   seeds on a leading axis, the step `vmap`ped or, `stack_by='map'`, `lax.map`ped), each in the
   folder and with the files of its solo run.
 
+  `sweep` ({'<tree>.<field>': values}, `parse_sweep`): each method that reads a swept field trains
+  as one program of its members (every combination of the values × `seeds`, `sweep_members`), each
+  member a run of its own in the report (`<method>-<field><value>`); a field its method does not
+  declare traceable is refused before anything runs. The reference cannot be swept.
+
   Before each run it prints "run i of n" with the time elapsed and about how long is left
   (`RunCounter`; pass one `counter` to count over several calls)."""
-  counter = counter or RunCounter(len(specs) * len(seeds))
+  sweep = sweep or {}
+  members = {spec: sweep_members(spec, sweep) for spec in specs}
+  if sweep:
+    if len(members[specs[0]]) > 1:
+      raise ConfigError(f"--sweep: the reference {parse_method(specs[0])[0]!r} (the first method) "
+                        "is not swept; it fixes the groups of every member")
+    for field in sweep:
+      if not any(field.split(".")[0] in registry.method_trees(parse_method(spec)[1])
+                 for spec in specs):
+        raise ConfigError(f"--sweep: no method of {list(specs)} reads {field}")
+  every = [member for spec in specs for member in members[spec]]
+  counter = counter or RunCounter(len(every) * len(seeds))
   reference_name = parse_method(specs[0])[0]
   runs, earlier = {}, []   # earlier: (method, loss, {seed: config JSON}) in list order
-  for spec in specs:
+  for spec in every:
     schema.validate(method_config(base, spec, seeds[0])[1])  # all checked before any run
   for spec in specs:
-    method = parse_method(spec)[0]
-    configs, records = seed_configs(base, spec, seeds, workdir, earlier,
-                                    start_deferred_from_reference)
-    runs[method] = [run_dir(workdir, method, seed) for seed in seeds]
-    groups = [list(range(len(seeds)))] if stack_seeds else [[i] for i in range(len(seeds))]
+    configs, dirs, labels, records = [], [], [], []
+    for member in members[spec]:
+      method = parse_method(member)[0]
+      member_configs, member_records = seed_configs(base, member, seeds, workdir, earlier,
+                                                    start_deferred_from_reference)
+      runs[method] = [run_dir(workdir, method, seed) for seed in seeds]
+      configs += member_configs
+      dirs += runs[method]
+      labels += [(method, seed) for seed in seeds]
+      records.append((method, parse_method(member)[1], member_records))
+    stacked = stack_seeds or len(members[spec]) > 1
+    if len(members[spec]) > 1:
+      seed_axis.check_stackable(configs)  # a refused difference named before anything is written
+    groups = ([list(range(len(configs)))] if len(members[spec]) > 1
+              else [list(range(len(seeds)))] if stack_seeds
+              else [[i] for i in range(len(seeds))])
     for group in groups:
-      names = ", ".join(f"seed {seeds[i]}" for i in group)
-      print(counter.starting(f"{method}, {names}", len(group)), flush=True)
+      names = ", ".join(f"{labels[i][0]} seed {labels[i][1]}" for i in group)
+      print(counter.starting(names, len(group)), flush=True)
       began = time.perf_counter()
-      if stack_seeds:
+      if stacked:
         summaries = seed_axis.train_and_evaluate_seeds([configs[i] for i in group],
-                                                       [runs[method][i] for i in group],
-                                                       by=stack_by)
+                                                       [dirs[i] for i in group], by=stack_by)
       else:
-        summaries = [loop.train_and_evaluate(configs[group[0]], runs[method][group[0]])]
+        summaries = [loop.train_and_evaluate(configs[group[0]], dirs[group[0]])]
       for i, summary in zip(group, summaries):
         counter.finished()
         source = configs[i].init_from
         shared = (f", epochs 0-{registry.start_epoch(configs[i])} from "
                   f"{pathlib.Path(source.rsplit(':', 1)[0]).parent.name}" if source else "")
-        print(f"{method:>22s} seed {seeds[i]}: test accuracy "
+        print(f"{labels[i][0]:>22s} seed {labels[i][1]}: test accuracy "
               f"{100 * summary['overall_accuracy']:5.1f} %  ({time.perf_counter() - began:.0f} s"
-              f"{' for the stacked seeds' if stack_seeds else ''}, {summary['steps']} steps"
+              f"{' for the stacked runs' if stacked else ''}, {summary['steps']} steps"
               f"{shared})", flush=True)
-    earlier.append((method, parse_method(spec)[1], records))
+    earlier += records
   return run_tables.write_report(runs, reference_name, report_dir)
 
 

@@ -1,8 +1,15 @@
-"""Seeds as a batch axis: S runs of one config that differ only in `seed` (and, for a deferred
-method, the run each starts from: `init_from`) trained as one program.
+"""Seeds and sweeps as a batch axis: S runs of one config that differ only in `seed`, the run each
+starts from (`init_from`, for a deferred method) and the values of the fields its method declares
+traceable (`registry.traceable_fields`: MR2's λ, c̄, decay; the reweighting's α, γ, max_weight)
+trained as one program.
 
     summaries = seed_axis.train_and_evaluate_seeds([config_0, config_1, config_2],
                                                    [workdir_0, workdir_1, workdir_2])
+
+A sweep is such a stack whose members differ in a traceable field: the members' values of it are
+one float32 array [S], an argument of the compiled step, each member's step reading its own value
+(`steps.train_step(swept=...)`, `StepInfo.swept`); any other difference is refused, naming the
+field, before a workdir is written. `compare --sweep` builds the members (values × seeds).
 
 Each seed is planned and started as its solo run (`loop.plan`, `loop.start`: its data, its initial
 state from `jax.random.key(seed)`, its workdir, checkpoints and the run it starts from). Their
@@ -52,7 +59,8 @@ from experiments.train import metric_writer
 from experiments.train import runners
 from experiments.train import steps
 
-# The fields in which the stacked runs may differ; every other field is the program's.
+# The fields in which the stacked runs may differ besides their method's traceable fields; every
+# other field is the program's.
 PER_SEED_FIELDS = ("seed", "init_from")
 PARALLEL = ("none", "jit")
 BY = ("vmap", "map")  # how the step runs over the seed axis (`make_stacked_runner`)
@@ -71,28 +79,72 @@ def take(tree: Any, seed_index: int) -> Any:
   return jax.tree.map(lambda leaf: leaf[seed_index], tree)
 
 
+def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
+  """A config's JSON dict by dotted field name."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def flat_config(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """A config's fields by dotted name, its method's sub-trees as a run reads them."""
+  return _flat(json.loads(registry.with_method_trees(config).to_json_best_effort()))
+
+
+def member_fields(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The fields in which stacked runs of `config.loss` may differ: `PER_SEED_FIELDS` and its
+  method's traceable fields (`registry.traceable_fields`)."""
+  return PER_SEED_FIELDS + registry.traceable_fields(str(config.loss))
+
+
 def check_stackable(configs: Sequence[ml_collections.ConfigDict]) -> None:
-  """Raises `ConfigError` unless the configs differ in `PER_SEED_FIELDS` only and name distinct
-  seeds."""
+  """Raises `ConfigError` unless the configs differ in `member_fields` only, no two of them are
+  the same run (seed and swept values), and a swept field has a number in every member."""
   if not configs:
     raise ConfigError("seed axis: no config given")
-  seeds = [config.seed for config in configs]
-  if len(set(seeds)) != len(seeds):
-    raise ConfigError(f"seed axis: the seeds {seeds} repeat")
   if configs[0].parallel not in PARALLEL:
     raise ConfigError(f"seed axis: config.parallel={configs[0].parallel!r} is not one of "
                       f"{PARALLEL} (the stacked step has no collective axis)")
-
-  def shared(config):
-    fields = json.loads(config.to_json_best_effort())
-    return {k: v for k, v in fields.items() if k not in PER_SEED_FIELDS}
-  first = shared(configs[0])
-  for config in configs[1:]:
-    other = shared(config)
-    differing = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+  allowed = member_fields(configs[0])
+  flat = [flat_config(config) for config in configs]
+  for index, (config, fields) in enumerate(zip(configs[1:], flat[1:]), 1):
+    differing = sorted(k for k in flat[0].keys() | fields.keys()
+                       if k not in allowed and flat[0].get(k) != fields.get(k))
     if differing:
-      raise ConfigError(f"seed axis: the configs of seeds {configs[0].seed} and {config.seed} "
-                        f"differ in {differing}; only {PER_SEED_FIELDS} may differ")
+      traceable = allowed[len(PER_SEED_FIELDS):]
+      raise ConfigError(
+          f"seed axis: the configs of run 0 (seed {configs[0].seed}) and run {index} (seed "
+          f"{config.seed}) differ in "
+          f"{differing}; only {PER_SEED_FIELDS} and the fields {configs[0].loss!r} declares "
+          f"traceable {list(traceable)} may differ (train the others as separate runs)")
+  swept = swept_fields(configs)
+  for field in swept:
+    values = [fields.get(field) for fields in flat]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+      raise ConfigError(f"sweep: {field} must be a number in every member, got {values}")
+  members = [(config.seed, *(fields[f] for f in swept)) for config, fields in zip(configs, flat)]
+  if len(set(members)) != len(members):
+    what = "seeds" if not swept else f"(seed, {', '.join(swept)}) members"
+    listed = [m[0] for m in members] if not swept else members
+    raise ConfigError(f"seed axis: the {what} {listed} repeat")
+
+
+def swept_fields(configs: Sequence[ml_collections.ConfigDict]) -> tuple[str, ...]:
+  """The traceable fields whose values differ between the configs (in declaration order)."""
+  flat = [flat_config(config) for config in configs]
+  return tuple(f for f in registry.traceable_fields(str(configs[0].loss))
+               if len({json.dumps(fields.get(f)) for fields in flat}) > 1)
+
+
+def swept_values(configs: Sequence[ml_collections.ConfigDict]) -> dict[str, np.ndarray]:
+  """{field: float32 [S], the members' values} of the swept fields (`swept_fields`)."""
+  flat = [flat_config(config) for config in configs]
+  return {field: np.asarray([float(fields[field]) for fields in flat], np.float32)
+          for field in swept_fields(configs)}
 
 
 def check_same_program(runs: Sequence[loop.Plan]) -> None:
@@ -121,18 +173,29 @@ class StackedRunner:
 
 
 def make_stacked_runner(parallel: str, loss_fn, task: steps.Task, learning_rate_fn,
-                        devices=None, by: str = "vmap") -> StackedRunner:
+                        devices=None, by: str = "vmap",
+                        swept: dict[str, np.ndarray] | None = None) -> StackedRunner:
   """`steps.train_step` over the leading (seed) axis of the state and the batch, jitted: `vmap`ped
   (one batched step; a convolution with per-seed weights becomes a grouped one) or, `by='map'`,
   `lax.map`ped (the seeds' steps in sequence inside one program, each the solo step); on one device
-  ('none'), or with the batch axis sharded over a mesh of `devices` ('jit')."""
+  ('none'), or with the batch axis sharded over a mesh of `devices` ('jit'). `swept`: the members'
+  values of swept fields ({field: [S]}, `swept_values`), an argument of the compiled step mapped
+  with the state."""
   solo = functools.partial(steps.train_step, loss_fn=loss_fn, task=task,
                            learning_rate_fn=learning_rate_fn, axis_name=None)
   if by not in BY:
     raise ConfigError(f"seed axis: by={by!r} is not one of {BY}")
-  train = (jax.vmap(solo) if by == "vmap"
-           else lambda state, batch: jax.lax.map(lambda pair: solo(*pair), (state, batch)))
-  step = jax.jit(train, donate_argnums=(0,))
+
+  def member(state, batch, values):
+    return solo(state, batch, swept=values or None)
+  train = (jax.vmap(member) if by == "vmap"
+           else lambda state, batch, values: jax.lax.map(lambda three: member(*three),
+                                                         (state, batch, values)))
+  values = {field: jnp.asarray(v, jnp.float32) for field, v in (swept or {}).items()}
+  jitted = jax.jit(train, donate_argnums=(0,))
+
+  def step(state, batch):
+    return jitted(state, batch, values)
   if parallel == "none":
     return StackedRunner(step, lambda state: state, lambda batch: batch)
   if parallel != "jit":
@@ -274,16 +337,17 @@ def device_crops_of(runs, solo_runner) -> list[Any] | None:
   return crops
 
 
-def train_seeds(runs, managers, states, input_states, step: int, by: str = "vmap"):
+def train_seeds(runs, managers, states, input_states, step: int, by: str = "vmap",
+                swept: dict[str, np.ndarray] | None = None):
   """The steps from `step` to the runs' `total_steps`, all seeds in one step over the seed axis
-  (`make_stacked_runner`); returns (the solo runner the evaluations use, the seeds' states in its
-  layout, step)."""
+  (`make_stacked_runner`, with the sweep's values `swept`); returns (the solo runner the
+  evaluations use, the seeds' states in its layout, step)."""
   run = runs[0]
   config = run.config
   loss_fn = registry.make_loss_fn(config)
   solo = runners.make_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn)
   stacked_runner = make_stacked_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn,
-                                       by=by)
+                                       by=by, swept=swept)
   stacked = stacked_runner.place_state(stack([jax.device_get(s) for s in states]))
   events = SeedEvents(runs, solo, managers, step)
   crops = device_crops_of(runs, solo)
@@ -304,11 +368,12 @@ def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
                              workdirs: Sequence[str | os.PathLike], *,
                              max_steps: int | None = None, resume_from_previous: bool = False,
                              by: str = "vmap") -> list[dict[str, Any]]:
-  """Trains the configs (one per seed, equal but for `PER_SEED_FIELDS`) as one program, each in
-  its workdir as `loop.train_and_evaluate` would, and writes each seed's summary.json.
+  """Trains the configs (one per seed or sweep member, equal but for `member_fields`) as one
+  program, each in its workdir as `loop.train_and_evaluate` would, and writes each one's
+  summary.json (a sweep member's records its values under 'sweep').
 
   Args:
-    configs: one config per seed (see `check_stackable`).
+    configs: one config per seed or member (see `check_stackable`).
     workdirs: one output folder per config, laid out as a solo run's.
     max_steps: stop after this global step (tests); the schedule still follows `num_epochs`.
     resume_from_previous: as in `loop.train_and_evaluate`, per seed.
@@ -330,8 +395,13 @@ def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
     raise ConfigError(f"seed axis: by={by!r} is not one of {BY}")
   runs = [loop.plan(config, workdir, max_steps) for config, workdir in zip(configs, workdirs)]
   check_same_program(runs)
+  swept = swept_values(configs)
   managers, states, input_states, step = start_seeds(runs, resume_from_previous)
-  solo, states, step = train_seeds(runs, managers, states, input_states, step, by)
-  # How it ran: stacked with these seeds, the step vmapped or mapped over them.
+  solo, states, step = train_seeds(runs, managers, states, input_states, step, by, swept)
+  # How it ran: stacked with these seeds, the step vmapped or mapped over them; a sweep member's
+  # values.
   record = {"seed_axis": [config.seed for config in configs], "seed_axis_by": by}
-  return [loop.summarize(run, solo, state, step, record=record) for run, state in zip(runs, states)]
+  def member(config):
+    return {"sweep": {f: flat_config(config)[f] for f in swept}} if swept else {}
+  return [loop.summarize(run, solo, state, step, record={**record, **member(run.config)})
+          for run, state in zip(runs, states)]

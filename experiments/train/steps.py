@@ -80,7 +80,7 @@ def device_mean(tree, *, axis_name: str):
 
 
 def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
-               axis_name: str | None = None):
+               axis_name: str | None = None, swept=None):
   """One SGD step of `loss_fn` (`experiments.methods.registry.make_loss_fn`). Under `axis_name`,
   BatchNorm, the loss's per-class state and gradients are reduced across devices: the update equals
   one device on the global batch. Returns (state, metrics) with the loss's metrics, 'loss',
@@ -91,7 +91,9 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   mixed first (`task.mix`); views [B, V, ...] run as one view-major batch of V·B rows, the loss seeing
   the first `task.loss_views` views (all by default; the others shape BatchNorm only). The loss
   reads what the recipe gives it — the model wrapper's extra outputs, the rows' dataset positions,
-  the mix — from `StepInfo.recipe` (`RecipeInputs`)."""
+  the mix — from `StepInfo.recipe` (`RecipeInputs`). `swept`: a sweep member's values of traceable
+  fields ({'<tree>.<field>': scalar}, `experiments.train.seed_axis`), read by the registry's loss
+  over the config's (`StepInfo.swept`)."""
   dropout_rng = jax.random.fold_in(state.rng, state.step)
   batch = {**batch, "image": device_images(batch["image"], task)}
   if "image_b" in batch:
@@ -112,7 +114,8 @@ def train_step(state, batch, *, loss_fn, task: Task, learning_rate_fn,
   info = StepInfo(epoch=state.step // task.steps_per_epoch,
                   step_in_epoch=state.step % task.steps_per_epoch,
                   class_counts=jnp.asarray(task.class_counts, jnp.float32),
-                  axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1))
+                  axis_name=axis_name, rng=jax.random.fold_in(dropout_rng, 1),
+                  swept=swept or {})
 
   def objective(params):
     outputs, new_model_state = state.apply_fn(

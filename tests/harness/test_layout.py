@@ -19,6 +19,7 @@ ENTRY_POINTS = ("main", "compare", "demo", "launch", "diagnose")  # `python -m e
 # Commands that belong to one package keep their `main` in their module (`python -m
 # experiments.<package>.<module>`): these, and any benchmark. experiments/__init__.py names each.
 PACKAGE_COMMANDS = ("data.sources", "report.run_tables", "report.sweep_table", "report.progress",
+                    "report.setting_curves",
                     "studies.linear_probe", "studies.probe_comparison",
                     "studies.regenerate_reports")
 # Dependencies a module may import inside a function, because a run can do without them (an

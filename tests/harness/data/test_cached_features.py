@@ -99,3 +99,12 @@ def test_batches_read_features_as_they_are(tmp_path):
   assert last["image"].dtype == np.float32 and not last["mask"][3:].any()
   np.testing.assert_array_equal(last["image"][:3], features[5:8] + 1)
   np.testing.assert_array_equal(last["image"][3:], 0)
+
+
+def test_synthetic_features_have_the_asked_shape_and_read_as_a_features_source(tmp_path):
+  cached_features.write_synthetic(tmp_path, "synthetic", 50, 7, test_rows=20)
+  train = loading.load_split("features:synthetic", "train", tmp_path)
+  test = loading.load_split("features:synthetic", "test", tmp_path)
+  assert train.images.shape == (50, 7) and train.images.dtype == np.float32
+  assert test.images.shape == (20, 7) and train.is_features and train.num_classes == 10
+  assert np.bincount(train.labels).tolist() == [5] * 10

@@ -62,7 +62,7 @@ def test_a_deferred_entry_trains_on_its_before_entrys_recipe_and_pairs_are_mixed
 
 def test_what_a_loss_reads_besides_the_batch_is_one_typed_structure():
   assert StepInfo._fields == ("epoch", "step_in_epoch", "class_counts", "axis_name", "rng",
-                              "recipe")
+                              "recipe", "swept")
   assert RecipeInputs._fields == ("outputs", "mix", "indices")
   assert Mix._fields == ("labels_b", "lam")
   assert isinstance(StepInfo(0, 0, None).recipe, RecipeInputs)

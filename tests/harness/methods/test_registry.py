@@ -504,3 +504,58 @@ def test_a_flag_that_disagrees_with_the_loss_is_seen(monkeypatch):
   monkeypatch.setitem(registry.REGISTRY, "ce",
                       dataclasses.replace(registry.get("ce"), reads_mix=False))
   assert not _depends_on_mix("ce")
+
+
+TRACEABLE = [(name, field) for name in LOSSES for field in registry.traceable_fields(name)]
+
+
+def test_every_method_declares_its_traceable_fields_as_numbers_of_its_trees():
+  assert ("mr2", "mr2.lam") in TRACEABLE and ("inverse_reweight", "reweight.alpha") in TRACEABLE
+  for key, tree in registry.CONFIG_TREES.items():
+    defaults = tree.defaults()
+    for field in tree.traceable:
+      assert isinstance(defaults[field], float), (key, field)
+
+
+@pytest.mark.parametrize("name, field", TRACEABLE)
+def test_a_traced_value_of_a_traceable_field_gives_the_static_values_loss(name, field):
+  """`StepInfo.swept` under `vmap` (a sweep's step): each member's loss, state and gradient equal
+  the loss built with that value in the config, after the start epoch (where a deferred entry's
+  own settings are read)."""
+  key, leaf = field.split(".")
+  # Values where each field changes this batch's loss, state or gradient (the clip binds).
+  values = {"decay": [0.5, 0.8], "max_weight": [1.1, 3.0]}.get(leaf, [0.05, 0.7])
+  logits, features, labels = batch(3)
+  # The state after steps on other batches: a fresh state's counters and statistics are empty,
+  # which γ (the macro factor of the counts before the batch) and the EMA decay do not act on.
+  # Two steps, the second on classes 0-2 only, so that the counters differ between classes.
+  state = init_state(config_for(name))
+  for before in (batch(4), batch(5, labels=np.arange(B) % 3)):
+    state = registry.make_loss_fn(config_for(name))(
+        *map(jnp.asarray, before), state, step_info(START, 0, name=name))[1]
+
+  def loss_of(fn, swept):
+    def scalar(lg, ft):
+      info = step_info(START, 1, name=name)._replace(swept=swept)
+      loss, new_state, _ = fn(lg, ft, labels, state, info)
+      return loss, new_state
+    (loss, new_state), grads = jax.value_and_grad(scalar, argnums=(0, 1), has_aux=True)(
+        jnp.asarray(logits), jnp.asarray(features))
+    return loss, new_state, grads
+
+  traced = jax.jit(jax.vmap(lambda v: loss_of(registry.make_loss_fn(config_for(name)),
+                                              {field: v})))(jnp.asarray(values, jnp.float32))
+  for index, value in enumerate(values):
+    config = config_for(name)
+    config[key][leaf] = value
+    static = jax.jit(lambda: loss_of(registry.make_loss_fn(config), {}))()
+    member = jax.tree.map(lambda x, i=index: x[i], traced)
+    chex.assert_trees_all_close(member, static, rtol=2e-5, atol=1e-6)
+  # The values matter (a field the loss ignored would pass the comparison above); but GLMC's
+  # partner labels here hold every class, so every class is in every mixed batch, its counters
+  # are equal and γ has nothing to act on.
+  if (name, field) == ("glmc+inverse_reweight", "reweight.gamma"):
+    return
+  first, second = (jax.tree.map(lambda x, i=i: np.asarray(x[i]), traced) for i in (0, 1))
+  assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(first),
+                                                   jax.tree.leaves(second)))

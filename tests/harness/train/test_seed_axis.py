@@ -41,7 +41,7 @@ ACCURACY_ATOL = 2 / 599   # accuracies: two of digits' 599 test images (0 measur
 # (rtol of a logged number, rtol of a state leaf in norm), ≥ 10× the largest measured (module doc).
 TOLERANCE = {"lff": (1e-2, 1e-1)}
 DEFAULT_TOLERANCE = (1e-4, 1e-3)
-NOT_NUMBERS = ("runtime", "images_per_sec", "seed_axis", "init_from", "num_devices")
+NOT_NUMBERS = ("runtime", "images_per_sec", "seed_axis", "init_from", "num_devices", "sweep")
 
 
 def config_of(loss: str, seed: int, epochs: int = 1):

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The settings study: each hyperparameter swept in one program per method (experiments.compare
+# --sweep: the members of a method, values × seeds, train as one stacked program), five seeds per
+# value, then one table and figure per hyperparameter (experiments.report.setting_curves).
+#
+#   bash tools/settings_study.sh [STUDY ...]     (default: every study below; work in workdirs/settings)
+#
+# Studies (the frozen-feature recipes read EfficientNet-Lite0's cached CIFAR-10 features,
+# `python -m experiments.studies.linear_probe features --data_dir=DATA` once):
+#   probe_lt_reweight  the reweighting's α, γ and max_weight, and its stop_gradient, on the linear
+#                      probe, long-tailed (IF 100), against CE
+#   adapter_mr2        MR2's λ on the MLP adapter (a trainable layer: the representation margin has
+#                      something to act on), balanced, against CE
+#   digits_mr2         MR2's λ on balanced digits (small CNN), against CE
+# Each run's files stay in workdirs/settings/<study>; the tables and figures go to
+# results/settings/<study>/, the commands to results/settings/<study>/commands.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python}
+work=${WORK:-workdirs/settings}
+results=results/settings
+seeds=0-4
+compare() {  # compare STUDY CONFIG METHODS [flags...]
+  local study=$1 config=$2 methods=$3
+  shift 3
+  mkdir -p "$results/$study"
+  local cmd=("$python" -m experiments.compare --config="$config" --methods="$methods"
+             --seeds="$seeds" --workdir="$work/$study" --report_dir="$work/$study/report" "$@")
+  echo "${cmd[*]}" | tee -a "$results/$study/commands.txt"
+  "${cmd[@]}"
+}
+curves() {  # curves STUDY METHOD FIELD DEFAULT
+  local cmd=("$python" -m experiments.report.setting_curves --workdir="$work/$1" --method="$2"
+             --field="$3" --default="$4" --out="$results/$1")
+  echo "${cmd[*]}" | tee -a "$results/$1/commands.txt"
+  "${cmd[@]}" > /dev/null
+}
+probe=experiments/configs/probe_cifar10.py
+for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
+  rm -f "$results/$study/commands.txt"
+  case $study in
+    probe_lt_reweight)
+      lt=(--config.imbalance_factor=100)
+      compare "$study" "$probe" ce,inverse_reweight "${lt[@]}" --sweep=reweight.alpha=0,0.1,1,10
+      compare "$study" "$probe" ce,inverse_reweight "${lt[@]}" --sweep=reweight.gamma=0,0.5,1,2
+      compare "$study" "$probe" ce,inverse_reweight "${lt[@]}" --sweep=reweight.max_weight=2,5,10,100
+      compare "$study" "$probe" ce,inverse_reweight,inverse_reweight_sg=inverse_reweight:reweight.stop_gradient=True "${lt[@]}"
+      curves "$study" inverse_reweight reweight.alpha 0
+      curves "$study" inverse_reweight reweight.gamma 1
+      curves "$study" inverse_reweight reweight.max_weight 10 ;;
+    adapter_mr2)
+      compare "$study" "$probe" ce,mr2 --config.model=mlp_adapter --sweep=mr2.lam=0,0.01,0.03,0.1,0.3,1
+      curves "$study" mr2 mr2.lam 0.1 ;;
+    digits_mr2)
+      compare "$study" experiments/configs/digits.py ce,mr2 --sweep=mr2.lam=0,0.01,0.03,0.1,0.3,1
+      curves "$study" mr2 mr2.lam 0.1 ;;
+    *) echo "unknown study $study" >&2; exit 2 ;;
+  esac
+done
