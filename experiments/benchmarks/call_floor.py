@@ -3,7 +3,7 @@ backward, jitted; `loss_scaling._loss_fns`) against the floor of any jitted call
 returns the same arrays — a compiled function that returns its inputs' shapes filled with zeros,
 so no loss work — and against one iteration of the compiled loop (no dispatch).
 
-    python -m experiments.benchmarks.call_floor --size=128,64,10 --calls=2000
+    python -m experiments.benchmarks.call_floor --size=128,64,10 --calls=2000 [--noxla_cpu_tuning]
 
 Calls alternate (loss, floor, loss, floor, ...) in one process, so that a drift of this shared
 machine's speed falls on both; each row gives the median and 10th percentile of its calls. The
@@ -25,9 +25,12 @@ from absl import flags
 
 from experiments.benchmarks.loss_scaling import _loss_fns
 from experiments.benchmarks.machine import machine_info
+from experiments.common import xla_cpu
 
 _SIZE = flags.DEFINE_list("size", ["128", "64", "10"], "B, d, K.")
 _CALLS = flags.DEFINE_integer("calls", 2000, "Timed calls of each function.")
+_TUNING = flags.DEFINE_bool("xla_cpu_tuning", True, "Add experiments.common.xla_cpu.TUNED_FLAGS to "
+                            "XLA_FLAGS (the trainer's); --noxla_cpu_tuning: XLA's defaults.")
 _LOOP = 20
 
 
@@ -74,6 +77,7 @@ def measure(batch: int, dim: int, classes: int, calls: int) -> dict:
 
 def main(argv):
   del argv
+  xla_cpu.configure(_TUNING.value)
   batch, dim, classes = (int(x) for x in _SIZE.value)
   result = {"machine": machine_info(), "command": "python -m experiments.benchmarks.call_floor "
             + " ".join(sys.argv[1:]), "size": [batch, dim, classes],

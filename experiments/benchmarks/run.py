@@ -78,6 +78,8 @@ def define_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_multi_string("against", [], "against: a version of the libraries, LABEL=TREE (a "
                             "folder holding mr2_jax, reweight_jax and mr2_reweight_core); repeat "
                             "for more. This checkout is timed after them.", flag_values=flag_values)
+  flags.DEFINE_multi_string("against_size", [], "against: a size B,d,K to time (repeat for more); "
+                            "default every size of the loss benchmark.", flag_values=flag_values)
 
 
 def benchmarks_command(args: flags.FlagValues) -> None:
@@ -110,7 +112,8 @@ def benchmarks_command(args: flags.FlagValues) -> None:
     print("against ...", flush=True)
     versions = dict(v.split("=", 1) for v in args.against)
     versions["this checkout"] = str(REPO)
-    results["against"] = bench_against(versions, quick=args.quick)
+    sizes = [tuple(int(x) for x in size.split(",")) for size in args.against_size] or None
+    results["against"] = bench_against(versions, quick=args.quick, sizes=sizes)
   if "cpu_gap" in sections:
     print("cpu_gap ...", flush=True)
     extra = dict(v.split("=", 1) for v in args.gap_variant)

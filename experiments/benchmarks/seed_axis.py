@@ -31,6 +31,7 @@ from ml_collections import config_flags
 from experiments.benchmarks.machine import machine_info
 from experiments.benchmarks.report import write_report
 from experiments.benchmarks.timing import REPO
+from experiments.benchmarks.timing import timed_config
 from experiments.train import loop
 from experiments.train import seed_axis
 
@@ -53,15 +54,6 @@ _TAG = flags.DEFINE_string("tag", "cpu", "Output file suffix.")
 _VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), f"The variants to run, of {list(VARIANTS)}.")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: run one variant, 'S,device_input,by'.")
 
-
-
-def timed_config(config, seed: int, device_input: bool, window: int):
-  config = config.copy_and_resolve_references()
-  config.seed, config.input_on_device, config.progress_bar = seed, device_input, False
-  config.log_every_steps, config.checkpoint_every_steps = window, 10**9
-  config.test_every_epochs = config.class_loss_every_epochs = 0
-  config.keep_checkpoints = 1
-  return config
 
 
 def train_variant(config, seeds: int, device_input: bool, by: str, steps: int, window: int,

@@ -31,8 +31,8 @@ from ml_collections import config_flags
 
 from experiments.benchmarks.machine import machine_info
 from experiments.benchmarks.report import write_report
-from experiments.benchmarks.seed_axis import timed_config
 from experiments.benchmarks.timing import REPO
+from experiments.benchmarks.timing import timed_config
 from experiments.data import cached_features
 from experiments.methods import registry
 from experiments.train import loop

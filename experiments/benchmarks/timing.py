@@ -83,3 +83,13 @@ def steal_share(start: tuple[int, int] | None, path: str = "/proc/stat") -> floa
     return None
   return (end[0] - start[0]) / (end[1] - start[1])
 
+
+def timed_config(config, seed: int, device_input: bool, window: int):
+  """A copy of `config` for a timed training run of the trainer's own loop: `seed`, the input on the
+  device or not, logged every `window` steps, no evaluation pass, no checkpoint but the last."""
+  config = config.copy_and_resolve_references()
+  config.seed, config.input_on_device, config.progress_bar = seed, device_input, False
+  config.log_every_steps, config.checkpoint_every_steps = window, 10**9
+  config.test_every_epochs = config.class_loss_every_epochs = 0
+  config.keep_checkpoints = 1
+  return config

@@ -12,6 +12,8 @@ seed axis's bounds (1e-4 relative on a number, 1e-3 on a leaf).
 """
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -134,3 +136,12 @@ def test_seed_ranges():
     method_comparison.parse_seeds(["0-2", "1"])
   with pytest.raises(ConfigError, match="neither"):
     method_comparison.parse_seeds(["x"])
+
+
+def test_the_cli_refuses_a_field_not_traceable_in_one_line_before_any_run(tmp_path):
+  done = subprocess.run([sys.executable, "-m", "experiments.compare", "--methods=ce,mr2",
+                         "--sweep=mr2.p=2,3", "--seeds=0-1", f"--workdir={tmp_path / 'w'}"],
+                        capture_output=True, text=True, check=False)
+  assert done.returncode != 0
+  assert "mr2.p is not a field 'mr2' declares traceable" in done.stderr
+  assert "Traceback" not in done.stderr and not (tmp_path / "w").exists()
