@@ -38,6 +38,7 @@ import functools
 import json
 import os
 import pathlib
+import pickle
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, cast
@@ -174,13 +175,16 @@ class StackedRunner:
 
 def make_stacked_runner(parallel: str, loss_fn, task: steps.Task, learning_rate_fn,
                         devices=None, by: str = "vmap",
-                        swept: dict[str, np.ndarray] | None = None) -> StackedRunner:
+                        swept: dict[str, np.ndarray] | None = None,
+                        reads: Sequence[int] | None = None) -> StackedRunner:
   """`steps.train_step` over the leading (seed) axis of the state and the batch, jitted: `vmap`ped
   (one batched step; a convolution with per-seed weights becomes a grouped one) or, `by='map'`,
   `lax.map`ped (the seeds' steps in sequence inside one program, each the solo step); on one device
   ('none'), or with the batch axis sharded over a mesh of `devices` ('jit'). `swept`: the members'
   values of swept fields ({field: [S]}, `swept_values`), an argument of the compiled step mapped
-  with the state."""
+  with the state. `reads` (`shared_pipelines`): member i trains on row `reads[i]` of the stacked
+  batch, which then holds one batch per distinct pipeline; one row for all is not copied (`vmap`
+  with the batch unmapped)."""
   solo = functools.partial(steps.train_step, loss_fn=loss_fn, task=task,
                            learning_rate_fn=learning_rate_fn, axis_name=None)
   if by not in BY:
@@ -188,9 +192,17 @@ def make_stacked_runner(parallel: str, loss_fn, task: steps.Task, learning_rate_
 
   def member(state, batch, values):
     return solo(state, batch, swept=values or None)
-  train = (jax.vmap(member) if by == "vmap"
-           else lambda state, batch, values: jax.lax.map(lambda three: member(*three),
-                                                         (state, batch, values)))
+  one_batch = reads is not None and len(set(reads)) == 1 and by == "vmap"
+
+  def train(state, batch, values):
+    if one_batch:   # every member reads the one batch: mapped over the state alone
+      return jax.vmap(member, in_axes=(0, None, 0))(state, jax.tree.map(lambda x: x[0], batch),
+                                                    values)
+    if reads is not None and list(reads) != list(range(len(reads))):
+      batch = jax.tree.map(lambda x: x[np.asarray(reads)], batch)
+    if by == "vmap":
+      return jax.vmap(member)(state, batch, values)
+    return jax.lax.map(lambda three: member(*three), (state, batch, values))
   values = {field: jnp.asarray(v, jnp.float32) for field, v in (swept or {}).items()}
   jitted = jax.jit(train, donate_argnums=(0,))
 
@@ -300,16 +312,30 @@ class SeedEvents:
       events.close()
 
 
+def shared_pipelines(runs, input_states) -> list[int]:
+  """For each member, the position among the distinct pipelines of the one it reads: members with
+  the same seed and the same input state (a sweep's values of one seed) get the same batches from
+  their solo pipelines, so one pipeline serves them all (`stacked_batches`); the seeds of a plain
+  stack read one each."""
+  keys = [(run.config.seed, pickle.dumps(state)) for run, state in zip(runs, input_states)]
+  distinct = list(dict.fromkeys(keys))
+  return [distinct.index(key) for key in keys]
+
+
 def stacked_batches(runs, input_states, step: int, place: Callable[[dict], dict],
-                    device_crops: Sequence[Any] | None):
-  """(step, stacked batch, input states) from the seeds' solo input pipelines (`loop.train_input`),
-  zipped; with `input_on_device`, each seed's images cut on the device (`device_crops`) before
+                    device_crops: Sequence[Any] | None, reads: Sequence[int] | None = None):
+  """(step, stacked batch, input states) from the members' solo input pipelines
+  (`loop.train_input`), zipped: one pipeline per distinct entry of `reads` (`shared_pipelines`;
+  default one per member), the batch holding one row per pipeline and the input states one per
+  member; with `input_on_device`, each seed's images cut on the device (`device_crops`) before
   stacking."""
+  reads = list(range(len(runs))) if reads is None else list(reads)
+  first = [reads.index(r) for r in range(max(reads) + 1)]   # the member that owns each pipeline
   with contextlib.ExitStack() as stack_of_pipelines:
     pipelines = [stack_of_pipelines.enter_context(contextlib.closing(cast(Generator, (
-        loop.train_input(run, input_state).batches(step, crops or (lambda batch: batch))))))
-        for run, input_state, crops in zip(runs, input_states,
-                                           device_crops or [None] * len(runs))]
+        loop.train_input(runs[i], input_states[i]).batches(
+            step, device_crops[i] if device_crops else (lambda batch: batch))))))
+        for i in first]
     for items in zip(*pipelines):
       batch_steps = {batch_step for batch_step, _, _ in items}
       if len(batch_steps) != 1:
@@ -320,7 +346,7 @@ def stacked_batches(runs, input_states, step: int, place: Callable[[dict], dict]
         stacked = jax.tree.map(lambda *rows: jnp.stack(rows), *batches)
       else:
         stacked = place(jax.tree.map(lambda *rows: np.stack(rows), *batches))
-      yield batch_steps.pop(), stacked, [state for _, _, state in items]
+      yield batch_steps.pop(), stacked, [items[r][2] for r in reads]
 
 
 def device_crops_of(runs, solo_runner) -> list[Any] | None:
@@ -346,12 +372,13 @@ def train_seeds(runs, managers, states, input_states, step: int, by: str = "vmap
   config = run.config
   loss_fn = registry.make_loss_fn(config)
   solo = runners.make_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn)
+  reads = shared_pipelines(runs, input_states)
   stacked_runner = make_stacked_runner(config.parallel, loss_fn, run.task, run.learning_rate_fn,
-                                       by=by, swept=swept)
+                                       by=by, swept=swept, reads=reads)
   stacked = stacked_runner.place_state(stack([jax.device_get(s) for s in states]))
   events = SeedEvents(runs, solo, managers, step)
   crops = device_crops_of(runs, solo)
-  batches = stacked_batches(runs, input_states, step, stacked_runner.place_batch, crops)
+  batches = stacked_batches(runs, input_states, step, stacked_runner.place_batch, crops, reads)
   try:
     stacked, step = loop.run_steps(batches, stacked, step, run.total_steps, stacked_runner.step,
                                    events.after_step)

@@ -14,6 +14,7 @@ seed axis's bounds (1e-4 relative on a number, 1e-3 on a leaf).
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -145,3 +146,15 @@ def test_the_cli_refuses_a_field_not_traceable_in_one_line_before_any_run(tmp_pa
   assert done.returncode != 0
   assert "mr2.p is not a field 'mr2' declares traceable" in done.stderr
   assert "Traceback" not in done.stderr and not (tmp_path / "w").exists()
+
+
+def test_members_of_one_seed_share_one_input_pipeline():
+  """A sweep's members of one seed read the same batches from their solo pipelines: one pipeline
+  serves them (the stacked batch holds one row per seed); a state that differs keeps its own."""
+  def run(seed):
+    return types.SimpleNamespace(config=types.SimpleNamespace(seed=seed))
+  runs = [run(s) for s in (0, 1, 0, 1)]
+  assert seed_axis.shared_pipelines(runs, [None] * 4) == [0, 1, 0, 1]
+  assert seed_axis.shared_pipelines([run(0)] * 3, [None] * 3) == [0, 0, 0]
+  states = [{"epoch": 1}, {"epoch": 1}, {"epoch": 2}]
+  assert seed_axis.shared_pipelines([run(0)] * 3, states) == [0, 0, 1]
