@@ -82,6 +82,23 @@ TITLES = {
         "Study 8, full CIFAR-10-LT (IF 100) at the 200-epoch recipe: all tables", "README.md"),
     "cifar10_balanced_200/report": (
         "Study 8, balanced CIFAR-10 (1,000 per class) at 200 epochs: all tables", "README.md"),
+    "settings/probe_lt_reweight/reweight_alpha/curves": (
+        "Study 9, the reweighting's α on the linear probe, long-tailed CIFAR-10 (IF 100)",
+        "../../README.md"),
+    "settings/probe_lt_reweight/reweight_gamma/curves": (
+        "Study 9, the reweighting's macro γ on the linear probe, long-tailed CIFAR-10 (IF 100)",
+        "../../README.md"),
+    "settings/probe_lt_reweight/reweight_max_weight/curves": (
+        "Study 9, the reweighting's weight clip on the linear probe, long-tailed CIFAR-10 (IF 100)",
+        "../../README.md"),
+    "settings/probe_lt_reweight/stop_gradient/report": (
+        "Study 9, the reweighting with and without stop_gradient on the linear probe (IF 100)",
+        "../../README.md"),
+    "settings/adapter_mr2/mr2_lam/curves": (
+        "Study 9, MR2's λ on the MLP adapter over cached features, balanced CIFAR-10",
+        "../../README.md"),
+    "settings/digits_mr2/mr2_lam/curves": (
+        "Study 9, MR2's λ on balanced digits (small CNN)", "../../README.md"),
 }
 
 # The order of the results pages on the site: the overview, then each study's pages in the
@@ -99,6 +116,11 @@ PAGE_ORDER = (
     "pipelines_cifar10_lt/glmc_rw_vs_glmc/report",
     "cifar10_lt_200/README", "cifar10_lt_200/report", "cifar10_lt_200/authors_code/README",
     "cifar10_balanced_200/README", "cifar10_balanced_200/report",
+    "settings/README", "settings/probe_lt_reweight/reweight_alpha/curves",
+    "settings/probe_lt_reweight/reweight_gamma/curves",
+    "settings/probe_lt_reweight/reweight_max_weight/curves",
+    "settings/probe_lt_reweight/stop_gradient/report", "settings/adapter_mr2/mr2_lam/curves",
+    "settings/digits_mr2/mr2_lam/curves",
     "accelerator_logs/2026-12-04/README")
 
 # The harness's method names, as the generated tables print them.
@@ -111,6 +133,7 @@ METHOD_NAMES = {
     "ir_batch": "inverse reweighting, batch level only",
     "ir_macro": "inverse reweighting with the macro factor",
     "ir_macro_stopgrad": "the same with the weights held constant (stop-gradient)",
+    "inverse_reweight_sg": "inverse reweighting with the weights held constant (stop-gradient)",
     "inverse_reweight": "inverse reweighting (batch level and macro factor)",
     "mr2": "MR2, paper form (logit margin γ + representation margin ℓ_s̄)",
     "mr2_released": "MR2 in the released code's form",
@@ -179,6 +202,11 @@ def plot_caption(name: str, one_seed: bool = False) -> str:
             "ordered by the first method's accuracy (the reference, CE or ERM), best first, so "
             f"the right end holds the classes it gets least right; {spread}. Read how far each "
             "method lifts the right end and what it gives up at the left.")
+  if name == "curves.png":
+    return ("The swept hyperparameter's values on the x axis (evenly spaced, the default marked): "
+            "left, the final-epoch test accuracy of the groups; right, ρ on the training set; "
+            "each point the mean over seeds, its bar the 95 % t-interval of the mean. Read where "
+            "the groups rise or fall against the default, and whether the bars leave its level.")
   if name == "overall_accuracy.png":
     spread = "one seed, no error bars" if one_seed else "error bars ±1 sample std over seeds"
     return (f"Overall test accuracy at each imbalance factor, one line per method, {spread}. "

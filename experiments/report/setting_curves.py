@@ -4,7 +4,7 @@ and a figure of the metrics against the swept values, with 95 % intervals over s
 with its verdict in the project's form (`experiments.report.claims.verdict`).
 
     python -m experiments.report.setting_curves --workdir=workdirs/settings/probe_lt \
-        --method=inverse_reweight --field=reweight.alpha --default=0 --out=results/settings/alpha
+        --method=inverse_reweight --field=reweight.alpha --default=0 --out=results/settings/probe_lt
 
 A member is a run folder `<workdir>/<method>-<field><value>/seed<s>` whose summary.json records its
 values under `sweep` (`experiments.train.seed_axis`); the reference's runs are
@@ -154,22 +154,23 @@ def define_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_float("default", None, "The method's default value of the field (a swept value).",
                      required=True, flag_values=flag_values)
   flags.DEFINE_string("reference", "ce", "The reference method's folder.", flag_values=flag_values)
-  flags.DEFINE_string("out", None, "Output folder (<field>.md, .json, .png).", required=True,
+  flags.DEFINE_string("out", None, "Output folder (<tree>_<field>/curves.md, .json, .png).",
+                      required=True,
                       flag_values=flag_values)
 
 
 def report(workdir: pathlib.Path, method: str, field: str, default: float, reference: str,
            out: pathlib.Path) -> str:
-  """Writes `<field>.md`, `.json` and `.png` to `out`; returns the Markdown."""
+  """Writes curves.md, .json and .png to `out`/<tree>_<field>/; returns the Markdown."""
   by_value = members(workdir, method, field)
   reference_runs = run_tables.load_summaries(sorted((workdir / reference).glob("seed*")))
   table = curves(by_value, reference_runs, default)
+  out = out / field.replace(".", "_")
   out.mkdir(parents=True, exist_ok=True)
-  stem = field.replace(".", "_")
   text = markdown(table, field, default, reference)
-  (out / f"{stem}.md").write_text(text)
-  (out / f"{stem}.json").write_text(json.dumps(table, indent=2) + "\n")
-  plot(table, field, default, out / f"{stem}.png")
+  (out / "curves.md").write_text(text)
+  (out / "curves.json").write_text(json.dumps(table, indent=2) + "\n")
+  plot(table, field, default, out / "curves.png")
   return text
 
 

@@ -53,7 +53,7 @@ def test_members_are_found_by_their_recorded_values(workdir):
 def test_the_table_verdicts_and_figure(workdir, tmp_path):
   out = tmp_path / "out"
   text = setting_curves.report(workdir, "inverse_reweight", "reweight.alpha", 0.0, "ce", out)
-  table = json.loads((out / "reweight_alpha.json").read_text())
+  table = json.loads((out / "reweight_alpha" / "curves.json").read_text())
   overall = [json.loads((workdir / "inverse_reweight-alpha1" / f"seed{s}" / "summary.json"
                          ).read_text())["overall_accuracy"] for s in SEEDS]
   cell = table["values"]["1.0"]["overall"]
@@ -68,7 +68,7 @@ def test_the_table_verdicts_and_figure(workdir, tmp_path):
   assert "ρ (training set): supported (a fall)" in text.split("- **1**")[1].split("\n")[0]
   assert "- **0**" not in text.split("Paired Δ against ce")[0]   # the default is not paired with itself
   assert "| 0 (default) |" in text
-  assert (out / "reweight_alpha.png").stat().st_size > 10_000
+  assert (out / "reweight_alpha" / "curves.png").stat().st_size > 10_000
 
 
 def test_a_default_that_was_not_swept_is_refused(workdir, tmp_path):
