@@ -30,7 +30,7 @@ from experiments.report import seed_stats
 from mr2_reweight_core import metrics as perclass_metrics
 
 # The metrics drawn and tabled, in this order, where the runs have them.
-METRICS = ("overall", "worst_class", "easy", "hard", "many_shot", "few_shot", "rho")
+METRICS = ("overall", "worst_class", "easy", "hard", "many_shot", "medium_shot", "few_shot", "rho")
 
 
 def members(workdir: pathlib.Path, method: str, field: str) -> dict[float, list[dict]]:
