@@ -36,13 +36,7 @@ case $mode in
     du -sh .data/cifar10_slim ;;
   --device)
     out=${2:?the device tool\'s \$OUT}
-    if compgen -G ".whl/*.whl" > /dev/null; then
-      "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl
-      export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-    fi
-    export PYTHONPATH=$PWD:${PYTHONPATH:-}
-    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
+    source tools/wheels.sh --install
     "$python" -m tools.accelerator_runs "${call[@]}" --data_dir=.data/cifar10_slim \
       --workdir=/tmp/seed_axis_call --out="$out" --deadline_s=480 ;;
   --dry_run)

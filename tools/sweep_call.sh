@@ -27,13 +27,7 @@ digits=(--config=experiments/configs/digits.py --loss=mr2 --field=mr2.lam --low=
 case $mode in
   --device)
     out=${2:?the device tool\'s \$OUT}
-    if compgen -G ".whl/*.whl" > /dev/null; then
-      "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl
-      export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-    fi
-    export PYTHONPATH=$PWD:${PYTHONPATH:-}
-    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
+    source tools/wheels.sh --install
     run "$out" accelerator_features 400 100 1,8,32 "${features[@]}" --synthetic_features=12406,1280
     run "$out" accelerator_digits 200 50 1,8,32 "${digits[@]}" ;;
   --dry_run)

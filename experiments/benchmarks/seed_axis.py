@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 from typing import Any
 
-import numpy as np
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
 from experiments.benchmarks.machine import machine_info
 from experiments.benchmarks.report import write_report
+from experiments.benchmarks import trainer_rates
 from experiments.benchmarks.timing import REPO
 from experiments.benchmarks.timing import timed_config
-from experiments.train import loop
-from experiments.train import seed_axis
 
 # key → (name, seeds on the axis (None: --seeds), input on the device, how the step runs over them)
 VARIANTS = {"s1_host": ("S=1, host input", 1, False, "vmap"),
@@ -62,17 +59,8 @@ def train_variant(config, seeds: int, device_input: bool, by: str, steps: int, w
   vmapped or mapped over them) or one solo run, trained `steps` steps by the trainer's loop in
   `workdir`."""
   configs = [timed_config(config, s, device_input, window) for s in range(seeds)]
-  workdirs = [workdir / f"seed{s}" for s in range(seeds)]
-  if seeds == 1:
-    run = loop.plan(configs[0], workdirs[0], steps)
-    loop.train(run, *loop.start(run, False))
-  else:
-    seed_axis.check_stackable(configs)
-    runs = [loop.plan(c, w, steps) for c, w in zip(configs, workdirs)]
-    seed_axis.train_seeds(runs, *seed_axis.start_seeds(runs, False), by=by)
-  per_seed = [[json.loads(line)["images_per_sec"]
-               for line in (w / "metrics.jsonl").read_text().splitlines()][1:] for w in workdirs]
-  return [float(x) for x in np.sum(per_seed, axis=0)]
+  return trainer_rates.window_rates(configs, [workdir / f"seed{s}" for s in range(seeds)], steps,
+                                    stacked=seeds > 1, by=by)
 
 
 def run_worker(spec: str) -> None:
@@ -91,21 +79,11 @@ def measure(flag_args: list[str]) -> dict[str, Any]:
     raise ValueError(f"--variants: unknown {unknown}; known: {list(VARIANTS)}")
   variants = {name.format(S=_SEEDS.value): (seeds or _SEEDS.value, device, by)
               for key, (name, seeds, device, by) in VARIANTS.items() if key in _VARIANTS.value}
-  rates: dict[str, list[float]] = {name: [] for name in variants}
-  for round_index in range(_ROUNDS.value):
-    for name, (seeds, device, by) in variants.items():
-      worker = subprocess.run([sys.executable, "-m", "experiments.benchmarks.seed_axis",
-                               *flag_args, f"--worker={seeds},{int(device)},{by}"], cwd=REPO,
-                              capture_output=True, text=True, check=False)
-      if worker.returncode:
-        raise RuntimeError(f"{name}: the worker failed:\n{worker.stderr[-3000:]}")
-      rates[name] += json.loads(worker.stdout.split("RATES ", 1)[1])
-      print(f"round {round_index + 1}, {name}: {np.median(rates[name]):.0f} images/s", flush=True)
-  base = float(np.median(next(iter(rates.values()))))
-  return {name: {"images_per_sec_median": float(np.median(r)), "min": float(np.min(r)),
-                 "max": float(np.max(r)), "windows": len(r),
-                 "ratio_to_first": float(np.median(r)) / base}
-          for name, r in rates.items()}
+  rates = trainer_rates.interleaved(
+      "experiments.benchmarks.seed_axis", flag_args,
+      {name: f"{seeds},{int(device)},{by}" for name, (seeds, device, by) in variants.items()},
+      _ROUNDS.value, "images")
+  return trainer_rates.summary(rates, "images")
 
 
 def to_markdown(results: dict[str, Any]) -> list[str]:
@@ -113,12 +91,9 @@ def to_markdown(results: dict[str, Any]) -> list[str]:
   lines = [f"Aggregate training images/s (all seeds), {config['model']} on {config['dataset']}, "
            f"batch {config['batch_size']} per seed, {results['steps']} steps per variant, median "
            f"over {results['rounds']} rounds' windows after the first (min–max); ratios within "
-           "this run.", "", f"| variant | images/s | min–max | × {next(iter(results['variants']))} |",
-           "|---|---|---|---|"]
-  for name, r in results["variants"].items():
-    lines.append(f"| {name} | {r['images_per_sec_median']:.0f} | {r['min']:.0f}–{r['max']:.0f} | "
-                 f"{r['ratio_to_first']:.2f} |")
-  return lines
+           "this run.", ""]
+  return lines + trainer_rates.markdown_rows(results["variants"], "images",
+                                             next(iter(results["variants"])))
 
 
 def main(argv):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 from typing import Any
@@ -31,11 +30,11 @@ from ml_collections import config_flags
 
 from experiments.benchmarks.machine import machine_info
 from experiments.benchmarks.report import write_report
+from experiments.benchmarks import trainer_rates
 from experiments.benchmarks.timing import REPO
 from experiments.benchmarks.timing import timed_config
 from experiments.data import cached_features
 from experiments.methods import registry
-from experiments.train import loop
 from experiments.train import seed_axis
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
@@ -94,41 +93,20 @@ def train_variant(config, members: int, steps: int, window: int, workdir: pathli
   """Aggregate examples/s per logging window after the first: `members` (0: one run alone, the
   trainer's solo loop) trained `steps` steps in `workdir`."""
   configs = member_configs(config, max(members, 1), window)
-  workdirs = [workdir / f"member{i}" for i in range(len(configs))]
-  if members == 0:
-    run = loop.plan(configs[0], workdirs[0], steps)
-    loop.train(run, *loop.start(run, False))
-  else:
-    seed_axis.check_stackable(configs)
-    runs = [loop.plan(c, w, steps) for c, w in zip(configs, workdirs)]
-    seed_axis.train_seeds(runs, *seed_axis.start_seeds(runs, False), by=by,
-                          swept=seed_axis.swept_values(configs))
-  per_member = [[json.loads(line)["images_per_sec"]
-                 for line in (w / "metrics.jsonl").read_text().splitlines()][1:] for w in workdirs]
-  return [float(x) for x in np.sum(per_member, axis=0)]
+  return trainer_rates.window_rates(configs, [workdir / f"member{i}" for i in range(len(configs))],
+                                    steps, stacked=members > 0, by=by)
 
 
 def measure(flag_args: list[str]) -> dict[str, Any]:
   """Every variant in its own process (given this command's `flag_args`), `--rounds` rounds,
-  interleaved; ratios to the run alone."""
+  interleaved; ratios to the run alone (`ratio_to_first`)."""
   variants = {"one run alone (= S separate runs together)": 0}
   variants.update({f"S = {int(s)} in one program": int(s) for s in _MEMBERS.value})
-  rates: dict[str, list[float]] = {name: [] for name in variants}
-  for round_index in range(_ROUNDS.value):
-    for name, members in variants.items():
-      worker = subprocess.run([sys.executable, "-m", "experiments.benchmarks.sweep", *flag_args,
-                               f"--worker={members}"], cwd=REPO, capture_output=True, text=True,
-                              check=False)
-      if worker.returncode:
-        raise RuntimeError(f"{name}: the worker failed:\n{worker.stderr[-3000:]}")
-      rates[name] += json.loads(worker.stdout.split("RATES ", 1)[1])
-      print(f"round {round_index + 1}, {name}: {np.median(rates[name]):.0f} examples/s",
-            flush=True)
-  base = float(np.median(next(iter(rates.values()))))
-  return {name: {"members": variants[name], "examples_per_sec_median": float(np.median(r)),
-                 "min": float(np.min(r)), "max": float(np.max(r)), "windows": len(r),
-                 "ratio_to_separate": float(np.median(r)) / base}
-          for name, r in rates.items()}
+  rates = trainer_rates.interleaved("experiments.benchmarks.sweep", flag_args,
+                                    {name: str(members) for name, members in variants.items()},
+                                    _ROUNDS.value, "examples")
+  return {name: {"members": variants[name], **row}
+          for name, row in trainer_rates.summary(rates, "examples").items()}
 
 
 def to_markdown(results: dict[str, Any]) -> list[str]:
@@ -138,12 +116,8 @@ def to_markdown(results: dict[str, Any]) -> list[str]:
            f"{', imbalance factor %g' % config['imbalance_factor'] if config['imbalance_factor'] > 1 else ''}, "
            f"batch {config['batch_size']} per member, {results['steps']} steps per variant, "
            f"median over {results['rounds']} rounds' windows after the first (min–max); ratios "
-           "within this run.", "",
-           "| variant | examples/s | min–max | × separate runs |", "|---|---|---|---|"]
-  for name, r in results["variants"].items():
-    lines.append(f"| {name} | {r['examples_per_sec_median']:.0f} | {r['min']:.0f}–{r['max']:.0f} "
-                 f"| {r['ratio_to_separate']:.2f} |")
-  return lines
+           "within this run.", ""]
+  return lines + trainer_rates.markdown_rows(results["variants"], "examples", "separate runs")
 
 
 def main(argv):

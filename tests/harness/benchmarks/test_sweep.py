@@ -29,7 +29,7 @@ def test_the_benchmark_runs_its_variants_and_writes_its_report(tmp_path):
   for row in result["variants"].values():
     assert row["windows"] == 2 and row["examples_per_sec_median"] > 0
   assert result["variants"]["one run alone (= S separate runs together)"][
-      "ratio_to_separate"] == 1.0
+      "ratio_to_first"] == 1.0
   markdown = (tmp_path / "benchmarks_sweep_test.md").read_text()
   assert markdown.count("in one program |") == 2 and "features:synthetic (600,16)" in markdown
 
