@@ -47,7 +47,14 @@ for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
       compare "$study" "$probe" ce,inverse_reweight,inverse_reweight_sg=inverse_reweight:reweight.stop_gradient=True "${lt[@]}"
       curves "$study" inverse_reweight reweight.alpha 0
       curves "$study" inverse_reweight reweight.gamma 1
-      curves "$study" inverse_reweight reweight.max_weight 10 ;;
+      curves "$study" inverse_reweight reweight.max_weight 10
+      runs() { echo "$1=$(printf "$work/$study/$2/seed%s," 0 1 2 3 4 | sed 's/,$//')"; }
+      cmd=("$python" -m experiments.report.run_tables --runs="$(runs ce ce)"
+           --runs="$(runs inverse_reweight inverse_reweight)"
+           --runs="$(runs inverse_reweight_sg inverse_reweight_sg)" --reference=ce
+           --paired_against=inverse_reweight --out="$results/$study/stop_gradient")
+      echo "${cmd[*]}" | tee -a "$results/$study/commands.txt"
+      "${cmd[@]}" > /dev/null ;;
     adapter_mr2)
       compare "$study" "$probe" ce,mr2 --config.model=mlp_adapter --sweep=mr2.lam=0,0.01,0.03,0.1,0.3,1
       curves "$study" mr2 mr2.lam 0.1 ;;

@@ -54,7 +54,9 @@ def curves(by_value: dict[float, list[dict]], reference: list[dict], default: fl
     raise KeyError(f"default {default:g} is not among the swept values {sorted(by_value)}")
   groups = perclass_metrics.difficulty_tertiles(
       np.mean([s["per_class_accuracy"] for s in reference], axis=0))
-  out = {"groups": groups.tolist(), "values": {}}
+  out = {"groups": groups.tolist(), "values": {},
+         "test_class_counts": reference[0].get("test_class_counts"),
+         "train_class_counts": reference[0].get("train_class_counts")}
   for value, summaries in by_value.items():
     per_seed = {s["seed"]: run_tables._metrics_of(s, groups) for s in summaries}  # pylint: disable=protected-access
     names = [m for m in METRICS if all(m in metrics for metrics in per_seed.values())]
@@ -71,13 +73,21 @@ def curves(by_value: dict[float, list[dict]], reference: list[dict], default: fl
   return out
 
 
-def _verdict(delta: dict | None, metric: str) -> str:
+def _verdict(delta: dict | None, metric: str, table: dict) -> str:
+  """`claims.verdict` of a paired Δ, with what one test image weighs in the metric (where the
+  runs recorded their test images per class): seeds whose Δs differ by at most one image are read
+  by the sign test, not the t-interval."""
   if delta is None:
     return ""
   scale, digits = run_tables.DELTA_FORMAT.get(metric, (100.0, 1))
   sides = claims.FORMATS.get(metric, claims.ACCURACY)[3]
-  return claims.verdict(seed_stats.PairedDelta.from_json(delta), scale=scale, digits=digits,
-                        sides=sides)
+  step = 0.0
+  if metric not in claims.FORMATS and table.get("test_class_counts") is not None:
+    counts = {"_test_class_counts": table["test_class_counts"], "_groups": table["groups"]}
+    classes = claims.group_classes(metric, counts, table.get("train_class_counts") or [])
+    step = claims.resolution(counts, metric, classes)
+  return claims.verdict(seed_stats.PairedDelta.from_json(delta), resolution=step, scale=scale,
+                        digits=digits, sides=sides)
 
 
 def markdown(table: dict, field: str, default: float, reference: str) -> str:
@@ -105,7 +115,8 @@ def markdown(table: dict, field: str, default: float, reference: str) -> str:
     for value in values:
       if against == "default" and value == default:
         continue
-      parts = [f"{claims.LABELS.get(m, m)}: {_verdict(table['values'][value][m]['delta'][against], m)}"
+      parts = [f"{claims.LABELS.get(m, m)}: "
+               f"{_verdict(table['values'][value][m]['delta'][against], m, table)}"
                for m in names if table["values"][value][m]["delta"][against] is not None]
       lines.append(f"- **{value:g}**: " + "; ".join(parts))
   return "\n".join(lines) + "\n"
