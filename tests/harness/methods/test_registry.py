@@ -559,3 +559,26 @@ def test_a_traced_value_of_a_traceable_field_gives_the_static_values_loss(name, 
   first, second = (jax.tree.map(lambda x, i=i: np.asarray(x[i]), traced) for i in (0, 1))
   assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(first),
                                                    jax.tree.leaves(second)))
+
+
+def test_a_traced_zero_lam_computes_the_representation_margin_that_a_static_zero_skips():
+  """What docs/guides/harness.md says of a sweep member at λ = 0: the loss and its gradient are
+  the solo run's (λ · ℓ_s̄ = 0), but the logged ℓ_s̄ is computed (a Python 0 skips it: zeros)."""
+  logits, features, labels = (jnp.asarray(x) for x in batch(3))
+  state = init_state(config_for("mr2"))
+  config = config_for("mr2")
+  config.mr2.lam = 0.0
+
+  def run_with(swept):
+    def scalar(f):
+      info = step_info(START, 1, name="mr2")._replace(swept=swept)
+      loss, _, metrics = registry.make_loss_fn(config)(logits, f, labels, state, info)
+      return loss, metrics
+    return jax.value_and_grad(scalar, has_aux=True)(features)
+
+  (static_loss, static_metrics), static_grad = jax.jit(lambda: run_with({}))()
+  (traced_loss, traced_metrics), traced_grad = jax.jit(
+      lambda v: run_with({"mr2.lam": v}))(jnp.float32(0.0))
+  chex.assert_trees_all_close((static_loss, static_grad), (traced_loss, traced_grad), rtol=1e-6)
+  assert float(static_metrics["representation_margin"]) == 0.0
+  assert float(traced_metrics["representation_margin"]) > 0.0
