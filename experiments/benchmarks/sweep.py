@@ -34,7 +34,7 @@ from experiments.benchmarks import trainer_rates
 from experiments.benchmarks.timing import REPO
 from experiments.benchmarks.timing import timed_config
 from experiments.data import cached_features
-from experiments.methods import registry
+from experiments.studies import method_comparison
 from experiments.train import seed_axis
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/digits_lt.py",
@@ -77,15 +77,11 @@ def values(members: int) -> list[float]:
 
 
 def member_configs(config, members: int, window: int) -> list[Any]:
-  key, name = _FIELD.value.split(".", 1)
-  configs = []
-  for value in values(members):
-    member = timed_config(config, 0, False, window)
-    member.loss = _LOSS.value
-    member = registry.with_method_trees(member)
-    member[key][name] = value
-    configs.append(member)
-  return configs
+  """The members' configs: `compare`'s method spec `--loss` with the member's value of `--field`
+  (seed 0), timed (`timed_config`)."""
+  return [timed_config(method_comparison.method_config(
+      config, f"member={_LOSS.value}:{_FIELD.value}={value!r}", 0)[1], 0, False, window)
+          for value in values(members)]
 
 
 def train_variant(config, members: int, steps: int, window: int, workdir: pathlib.Path,

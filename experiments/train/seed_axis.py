@@ -122,7 +122,7 @@ def check_stackable(configs: Sequence[ml_collections.ConfigDict]) -> None:
           f"{config.seed}) differ in "
           f"{differing}; only {PER_SEED_FIELDS} and the fields {configs[0].loss!r} declares "
           f"traceable {list(traceable)} may differ (train the others as separate runs)")
-  swept = swept_fields(configs)
+  swept = swept_fields(configs, flat)
   for field in swept:
     values = [fields.get(field) for fields in flat]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
@@ -134,9 +134,11 @@ def check_stackable(configs: Sequence[ml_collections.ConfigDict]) -> None:
     raise ConfigError(f"seed axis: the {what} {listed} repeat")
 
 
-def swept_fields(configs: Sequence[ml_collections.ConfigDict]) -> tuple[str, ...]:
-  """The traceable fields whose values differ between the configs (in declaration order)."""
-  flat = [flat_config(config) for config in configs]
+def swept_fields(configs: Sequence[ml_collections.ConfigDict],
+                 flat: Sequence[dict[str, Any]] | None = None) -> tuple[str, ...]:
+  """The traceable fields whose values differ between the configs (in declaration order);
+  `flat`: the configs' `flat_config`s where the caller has them."""
+  flat = flat or [flat_config(config) for config in configs]
   return tuple(f for f in registry.traceable_fields(str(configs[0].loss))
                if len({json.dumps(fields.get(f)) for fields in flat}) > 1)
 
@@ -145,7 +147,7 @@ def swept_values(configs: Sequence[ml_collections.ConfigDict]) -> dict[str, np.n
   """{field: float32 [S], the members' values} of the swept fields (`swept_fields`)."""
   flat = [flat_config(config) for config in configs]
   return {field: np.asarray([float(fields[field]) for fields in flat], np.float32)
-          for field in swept_fields(configs)}
+          for field in swept_fields(configs, flat)}
 
 
 def check_same_program(runs: Sequence[loop.Plan]) -> None:
