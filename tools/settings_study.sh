@@ -10,8 +10,9 @@
 #   probe_lt_reweight  the reweighting's α, γ and max_weight, and its stop_gradient, on the linear
 #                      probe, long-tailed (IF 100), against CE
 #   adapter_mr2        MR2's λ on the MLP adapter (a trainable layer: the representation margin has
-#                      something to act on), balanced, against CE
-#   digits_mr2         MR2's λ on balanced digits (small CNN), against CE
+#                      something to act on), balanced, against CE; on the adapter's features as they
+#                      are and L2-normalised (mr2.features=l2, with the paper's p = 3 for the margins)
+#   digits_mr2         MR2's λ on balanced digits (small CNN), against CE; raw and L2-normalised
 # Each run's files stay in workdirs/settings/<study>; the tables and figures go to
 # results/settings/<study>/, the commands to results/settings/<study>/commands.txt.
 set -euo pipefail
@@ -29,13 +30,18 @@ compare() {  # compare STUDY CONFIG METHODS [flags...]
   echo "${cmd[*]}" | tee -a "$results/$study/commands.txt"
   "${cmd[@]}"
 }
-curves() {  # curves STUDY METHOD FIELD DEFAULT
+curves() {  # curves STUDY METHOD FIELD DEFAULT [--name=FOLDER]
   local cmd=("$python" -m experiments.report.setting_curves --workdir="$work/$1" --method="$2"
-             --field="$3" --default="$4" --out="$results/$1")
+             --field="$3" --default="$4" --out="$results/$1" "${@:5}")
   echo "${cmd[*]}" | tee -a "$results/$1/commands.txt"
   "${cmd[@]}" > /dev/null
 }
 probe=experiments/configs/probe_cifar10.py
+# MR2 reading L2-normalised features (the vector a cosine head classifies), p = 3 as the paper sets
+# it there (at p = 2 every margin would be equal); on unit vectors pair distances are at most 4, so
+# λ is swept a decade further.
+mr2_l2=mr2_l2=mr2:mr2.features=l2:mr2.p=3
+lams_l2=0,0.01,0.03,0.1,0.3,1,3,10
 for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
   rm -f "$results/$study/commands.txt"
   case $study in
@@ -57,10 +63,14 @@ for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
       "${cmd[@]}" > /dev/null ;;
     adapter_mr2)
       compare "$study" "$probe" ce,mr2 --config.model=mlp_adapter --sweep=mr2.lam=0,0.01,0.03,0.1,0.3,1
-      curves "$study" mr2 mr2.lam 0.1 ;;
+      compare "$study" "$probe" ce,"$mr2_l2" --config.model=mlp_adapter --sweep=mr2.lam=$lams_l2
+      curves "$study" mr2 mr2.lam 0.1
+      curves "$study" mr2_l2 mr2.lam 0.1 --name=mr2_l2_lam ;;
     digits_mr2)
       compare "$study" experiments/configs/digits.py ce,mr2 --sweep=mr2.lam=0,0.01,0.03,0.1,0.3,1
-      curves "$study" mr2 mr2.lam 0.1 ;;
+      compare "$study" experiments/configs/digits.py ce,"$mr2_l2" --sweep=mr2.lam=$lams_l2
+      curves "$study" mr2 mr2.lam 0.1
+      curves "$study" mr2_l2 mr2.lam 0.1 --name=mr2_l2_lam ;;
     *) echo "unknown study $study" >&2; exit 2 ;;
   esac
 done

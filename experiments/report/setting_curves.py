@@ -165,18 +165,22 @@ def define_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_float("default", None, "The method's default value of the field (a swept value).",
                      required=True, flag_values=flag_values)
   flags.DEFINE_string("reference", "ce", "The reference method's folder.", flag_values=flag_values)
-  flags.DEFINE_string("out", None, "Output folder (<tree>_<field>/curves.md, .json, .png).",
+  flags.DEFINE_string("out", None, "Output folder (<name>/curves.md, .json, .png).",
                       required=True,
+                      flag_values=flag_values)
+  flags.DEFINE_string("name", None, "The figure's folder in --out (default <tree>_<field>, e.g. "
+                      "reweight_alpha; a variant's sweep needs its own, e.g. mr2_l2_lam).",
                       flag_values=flag_values)
 
 
 def report(workdir: pathlib.Path, method: str, field: str, default: float, reference: str,
-           out: pathlib.Path) -> str:
-  """Writes curves.md, .json and .png to `out`/<tree>_<field>/; returns the Markdown."""
+           out: pathlib.Path, name: str | None = None) -> str:
+  """Writes curves.md, .json and .png to `out`/`name` (default <tree>_<field>); returns the
+  Markdown."""
   by_value = members(workdir, method, field)
   reference_runs = run_tables.load_summaries(sorted((workdir / reference).glob("seed*")))
   table = curves(by_value, reference_runs, default)
-  out = out / field.replace(".", "_")
+  out = out / (name or field.replace(".", "_"))
   out.mkdir(parents=True, exist_ok=True)
   text = markdown(table, field, default, reference)
   (out / "curves.md").write_text(text)
@@ -187,7 +191,7 @@ def report(workdir: pathlib.Path, method: str, field: str, default: float, refer
 
 def setting_curves_command(args: flags.FlagValues) -> None:
   print(report(pathlib.Path(args.workdir), args.method, args.field, args.default, args.reference,
-               pathlib.Path(args.out)))
+               pathlib.Path(args.out), args.name))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -153,6 +153,13 @@ class RunCounter:
     self.done += 1
 
 
+def finished_apart(group: list[int], dirs) -> tuple[list[int], list[int]]:
+  """(the finished runs of a stacked group, the others): a run whose folder holds its summary.json
+  only re-evaluates its final state, so the new members of an extended sweep stack on their own."""
+  done = [i for i in group if (pathlib.Path(dirs[i]) / "summary.json").is_file()]
+  return done, [i for i in group if i not in done]
+
+
 def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path, *,
             start_deferred_from_reference: bool = True, counter: RunCounter | None = None,
             stack_seeds: bool = False, stack_by: str = "vmap",
@@ -207,13 +214,16 @@ def compare(base, specs, seeds, workdir: pathlib.Path, report_dir: pathlib.Path,
     groups = ([list(range(len(configs)))] if len(members[spec]) > 1
               else [list(range(len(seeds)))] if stack_seeds
               else [[i] for i in range(len(seeds))])
+    if stacked:  # finished runs are re-evaluated apart: a sweep extended by values trains the new
+      groups = [part for group in groups for part in finished_apart(group, dirs) if part]
     for group in groups:
       names = ", ".join(f"{labels[i][0]} seed {labels[i][1]}" for i in group)
       print(counter.starting(names, len(group)), flush=True)
       began = time.perf_counter()
       if stacked:
-        summaries = seed_axis.train_and_evaluate_seeds([configs[i] for i in group],
-                                                       [dirs[i] for i in group], by=stack_by)
+        summaries = seed_axis.train_and_evaluate_seeds(
+            [configs[i] for i in group], [dirs[i] for i in group], by=stack_by,
+            sweep=[f for f in sweep if f in registry.traceable_fields(parse_method(spec)[1])])
       else:
         summaries = [loop.train_and_evaluate(configs[group[0]], dirs[group[0]])]
       for i, summary in zip(group, summaries):

@@ -102,9 +102,11 @@ def member_fields(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   return PER_SEED_FIELDS + registry.traceable_fields(str(config.loss))
 
 
-def check_stackable(configs: Sequence[ml_collections.ConfigDict]) -> None:
+def check_stackable(configs: Sequence[ml_collections.ConfigDict],
+                    sweep: Sequence[str] = ()) -> None:
   """Raises `ConfigError` unless the configs differ in `member_fields` only, no two of them are
-  the same run (seed and swept values), and a swept field has a number in every member."""
+  the same run (seed and swept values), and a swept field (`swept_fields`) has a number in every
+  member."""
   if not configs:
     raise ConfigError("seed axis: no config given")
   if configs[0].parallel not in PARALLEL:
@@ -122,7 +124,7 @@ def check_stackable(configs: Sequence[ml_collections.ConfigDict]) -> None:
           f"{config.seed}) differ in "
           f"{differing}; only {PER_SEED_FIELDS} and the fields {configs[0].loss!r} declares "
           f"traceable {list(traceable)} may differ (train the others as separate runs)")
-  swept = swept_fields(configs, flat)
+  swept = swept_fields(configs, flat, sweep)
   for field in swept:
     values = [fields.get(field) for fields in flat]
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
@@ -135,19 +137,28 @@ def check_stackable(configs: Sequence[ml_collections.ConfigDict]) -> None:
 
 
 def swept_fields(configs: Sequence[ml_collections.ConfigDict],
-                 flat: Sequence[dict[str, Any]] | None = None) -> tuple[str, ...]:
-  """The traceable fields whose values differ between the configs (in declaration order);
-  `flat`: the configs' `flat_config`s where the caller has them."""
+                 flat: Sequence[dict[str, Any]] | None = None,
+                 sweep: Sequence[str] = ()) -> tuple[str, ...]:
+  """The traceable fields whose values differ between the configs, and those of `sweep` (the
+  fields a sweep varies, traced and recorded even where these members agree: the new value of an
+  extended sweep), in declaration order; `flat`: the configs' `flat_config`s where the caller has
+  them. A field of `sweep` the method does not declare traceable is a `ConfigError`."""
+  traceable = registry.traceable_fields(str(configs[0].loss))
+  undeclared = [f for f in sweep if f not in traceable]
+  if undeclared:
+    raise ConfigError(f"sweep: {configs[0].loss!r} declares no traceable field {undeclared} "
+                      f"(its traceable fields: {list(traceable)})")
   flat = flat or [flat_config(config) for config in configs]
-  return tuple(f for f in registry.traceable_fields(str(configs[0].loss))
-               if len({json.dumps(fields.get(f)) for fields in flat}) > 1)
+  return tuple(f for f in traceable
+               if f in sweep or len({json.dumps(fields.get(f)) for fields in flat}) > 1)
 
 
-def swept_values(configs: Sequence[ml_collections.ConfigDict]) -> dict[str, np.ndarray]:
+def swept_values(configs: Sequence[ml_collections.ConfigDict],
+                 sweep: Sequence[str] = ()) -> dict[str, np.ndarray]:
   """{field: float32 [S], the members' values} of the swept fields (`swept_fields`)."""
   flat = [flat_config(config) for config in configs]
   return {field: np.asarray([float(fields[field]) for fields in flat], np.float32)
-          for field in swept_fields(configs, flat)}
+          for field in swept_fields(configs, flat, sweep)}
 
 
 def check_same_program(runs: Sequence[loop.Plan]) -> None:
@@ -233,6 +244,8 @@ def start_seeds(runs: Sequence[loop.Plan], resume_from_previous: bool):
   managers = [manager for manager, _, _ in started]
   latest = [manager.latest_step() for manager in managers]
   seeds = [run.config.seed for run in runs]
+  # Each run by its folder (`<method>/seed<s>`: a sweep's members share their seeds).
+  by_run = {f"{run.workdir.parent.name}/{run.workdir.name}": step for run, step in zip(runs, latest)}
   if len(set(latest)) == 1:
     steps = {int(state.step) for _, state, _ in started}
     if len(steps) != 1:
@@ -241,17 +254,16 @@ def start_seeds(runs: Sequence[loop.Plan], resume_from_previous: bool):
     return managers, [s for _, s, _ in started], [i for _, _, i in started], steps.pop()
   if None in latest:
     raise checkpoints.CheckpointError(
-        f"seed axis: some seeds have checkpoints (latest steps {dict(zip(seeds, latest))}) and "
-        "others none; remove the seeds' checkpoints folders to start afresh, or train the seeds "
-        "as separate runs")
+        f"seed axis: some runs have checkpoints and others none (latest steps {by_run}); remove "
+        "their checkpoints folders to start afresh, or train them as separate runs")
   common = min(step for step in latest if step is not None)
   for seed, manager in zip(seeds, managers):  # every seed checked before any is rolled back
     later = [s for s in manager.all_steps() if s > common]
     if later and (common not in manager.all_steps() or len(later) > 1):
       raise checkpoints.CheckpointError(
           f"seed axis: seed {seed}'s checkpoints {sorted(manager.all_steps())} are not one save "
-          f"ahead of step {common}, the latest of seeds {dict(zip(seeds, latest))}; train the "
-          "seeds as separate runs")
+          f"ahead of step {common}, the latest of the runs {by_run}; train them as separate "
+          "runs")
   states, input_states = [], []
   for run, manager, (_, state, input_state) in zip(runs, managers, started):
     if manager.latest_step() != common:
@@ -396,7 +408,8 @@ def train_seeds(runs, managers, states, input_states, step: int, by: str = "vmap
 def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
                              workdirs: Sequence[str | os.PathLike], *,
                              max_steps: int | None = None, resume_from_previous: bool = False,
-                             by: str = "vmap") -> list[dict[str, Any]]:
+                             by: str = "vmap", sweep: Sequence[str] = ()
+                             ) -> list[dict[str, Any]]:
   """Trains the configs (one per seed or sweep member, equal but for `member_fields`) as one
   program, each in its workdir as `loop.train_and_evaluate` would, and writes each one's
   summary.json (a sweep member's records its values under 'sweep').
@@ -411,6 +424,8 @@ def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
       one program, `lax.map`). Neither pays on a CPU: a ResNet-32 on this 2-core CPU trained three
       seeds at 39 images/s together vmapped and about 5 mapped, against 179 for one run alone
       (results/benchmarks/RESULTS.md, "Seeds as a batch axis"); train seeds as separate runs there.
+    sweep: the traceable fields the members' sweep varies ('<tree>.<field>'), traced and recorded
+      in each summary even where these members agree (`swept_fields`).
 
   Returns:
     The seeds' summary dicts, in the order of `configs`.
@@ -419,12 +434,12 @@ def train_and_evaluate_seeds(configs: Sequence[ml_collections.ConfigDict],
     raise ConfigError(f"seed axis: {len(configs)} configs for {len(workdirs)} workdirs")
   if len({pathlib.Path(w).resolve() for w in workdirs}) != len(workdirs):
     raise ConfigError("seed axis: two seeds share a workdir")
-  check_stackable(configs)
+  check_stackable(configs, sweep)
   if by not in BY:
     raise ConfigError(f"seed axis: by={by!r} is not one of {BY}")
   runs = [loop.plan(config, workdir, max_steps) for config, workdir in zip(configs, workdirs)]
   check_same_program(runs)
-  swept = swept_values(configs)
+  swept = swept_values(configs, sweep)
   managers, states, input_states, step = start_seeds(runs, resume_from_previous)
   solo, states, step = train_seeds(runs, managers, states, input_states, step, by, swept)
   # How it ran: stacked with these seeds, the step vmapped or mapped over them; a sweep member's

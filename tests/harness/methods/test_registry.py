@@ -582,3 +582,47 @@ def test_a_traced_zero_lam_computes_the_representation_margin_that_a_static_zero
   chex.assert_trees_all_close((static_loss, static_grad), (traced_loss, traced_grad), rtol=1e-6)
   assert float(static_metrics["representation_margin"]) == 0.0
   assert float(traced_metrics["representation_margin"]) > 0.0
+
+
+@pytest.mark.parametrize("name", ["mr2", "mr2+inverse_reweight"])
+def test_l2_features_are_what_mr2_reads_against_the_float64_reference(name):
+  """`config.mr2.features='l2'`: MR2's statistics and ℓ_s̄ read φ/‖φ‖₂ (the head's logits are
+  given): the loss equals the spec's objective on the normalised features, float64, and the raw
+  features' loss differs. The combination's per-example terms read them too."""
+  config = config_for(name)
+  config.mr2.features = "l2"
+  config.mr2.p = 3.0
+  schema.validate_method(config)
+  state, (loss, new_state, _), (logits, features, labels) = run(name, START, True, seed=2,
+                                                                config=config)
+  unit = features.astype(np.float64) / np.linalg.norm(features.astype(np.float64), axis=1,
+                                                      keepdims=True)
+  cs = state["class_stats"]
+  a, v, seen = (np.asarray(x) for x in (cs.sq_mean_norm, cs.mean_sq_deviation, cs.seen))
+  expected, a_new, _, _, gamma, s_bar = ref_mr2.mr2_objective_paper(logits, unit, labels, a, v,
+                                                                     seen, p=3.0)
+  if name.endswith(REWEIGHTED):
+    per_example = (ref_mr2.margin_cross_entropy(logits, labels, gamma) +
+                   0.1 * ref_mr2.representation_margin_loss(unit, labels, s_bar))
+    beta = ref_rw.macro_factor((np.bincount(labels, minlength=K) > 0).astype(float))
+    expected = ref_rw.inverse_reweighted_loss_value(per_example, labels, K, beta, np.ones(K))[0]
+  np.testing.assert_allclose(float(loss), expected, rtol=2e-5)
+  np.testing.assert_allclose(np.asarray(new_state["class_stats"].sq_mean_norm), a_new, rtol=2e-5)
+  raw = config_for(name)
+  raw.mr2.p = 3.0
+  _, (raw_loss, _, _), _ = run(name, START, True, seed=2, config=raw)
+  assert abs(float(raw_loss) - float(loss)) > 1e-3
+
+
+@pytest.mark.parametrize("p, form, uniform, refused", [
+    (None, "paper", False, True), (2.0, "released", False, True), (None, "released", False, False),
+    (3.0, "paper", False, False), (None, "paper", True, False)])
+def test_l2_features_refuse_the_p_that_makes_every_margin_equal(p, form, uniform, refused):
+  """On unit vectors a_k + v_k = 1 at p = 2: every γ_k would be c̄ without saying so."""
+  config = config_for("mr2")
+  config.mr2.update(features="l2", p=p, form=form, uniform_margin=uniform)
+  if refused:
+    with pytest.raises(ConfigError, match=r"config\.mr2\.p: .*features='l2'"):
+      schema.validate_method(config)
+  else:
+    schema.validate_method(config)

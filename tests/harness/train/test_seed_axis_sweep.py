@@ -69,6 +69,18 @@ def test_a_sweep_with_seeds_and_two_fields_records_each_members_values(tmp_path)
   assert [s["seed"] for s in summaries] == [0, 1, 0, 1]
 
 
+def test_a_declared_sweep_field_is_traced_where_the_members_agree_and_refused_if_not_traceable():
+  """An extended sweep's new value alone (its seeds agree on it) is still a member of the sweep;
+  a declared field its method does not trace is refused, named."""
+  configs = [member_config("mr2", seed, mr2__lam=0.3) for seed in (0, 1)]
+  assert seed_axis.swept_fields(configs) == ()
+  assert seed_axis.swept_fields(configs, sweep=["mr2.lam"]) == ("mr2.lam",)
+  assert seed_axis.swept_values(configs, ["mr2.lam"])["mr2.lam"].tolist() == [
+      pytest.approx(0.3)] * 2
+  with pytest.raises(ConfigError, match=r"'mr2' declares no traceable field \['mr2.form'\]"):
+    seed_axis.swept_fields(configs, sweep=["mr2.form"])
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda c: setattr(c.mr2, "form", "released"), r"differ in \['mr2.form'\]"),
     (lambda c: setattr(c.mr2, "p", 3.0), r"differ in \['mr2.p'\]"),
@@ -117,6 +129,19 @@ def test_compare_trains_a_sweep_as_members_the_report_reads_as_runs(tmp_path):
       assert summary["seed_axis"] == [0, 1, 0, 1]
       assert config["reweight"]["alpha"] == float(alpha)
       assert config["init_from"].endswith(f"ce/seed{seed}:1")   # the deferred start from CE
+  # Extended by a value: the finished members are re-evaluated as they were (a stack of their
+  # own), and the new value's seeds train as one program.
+  before = {seed: json.loads((tmp_path / "work" / "inverse_reweight-alpha2" / f"seed{seed}" /
+                              "summary.json").read_text()) for seed in (0, 1)}
+  method_comparison.compare(base, ["ce", "inverse_reweight"], [0, 1], tmp_path / "work",
+                            tmp_path / "report", sweep={"reweight.alpha": [0.0, 2.0, 5.0]})
+  for seed in (0, 1):
+    old = json.loads((tmp_path / "work" / "inverse_reweight-alpha2" / f"seed{seed}" /
+                      "summary.json").read_text())
+    assert old["overall_accuracy"] == before[seed]["overall_accuracy"]
+    new = json.loads((tmp_path / "work" / "inverse_reweight-alpha5" / f"seed{seed}" /
+                      "summary.json").read_text())
+    assert new["sweep"] == {"reweight.alpha": 5.0} and new["seed_axis"] == [0, 1]
 
 
 @pytest.mark.parametrize("texts, message", [
