@@ -99,14 +99,17 @@ def _diagnose_workdir(args: flags.FlagValues) -> tuple[dict[str, Any], pathlib.P
   data = features_from_workdir(workdir, ("train", "test"))
   train, test = data["train"], data["test"]
   c_bar = args.c_bar if args.c_bar is not None else float(_mr2(train.config).c_bar)
+  l2 = _mr2(train.config).features == "l2"  # the run's MR2 read φ/‖φ‖₂
   p = args.p if args.p is not None else _mr2_p(train.config)
   result = diagnose(train.features, train.labels, train.num_classes,
                     classifier=train.classifier, bias=train.bias, logits=train.logits,
                     c_bar=c_bar, p=p, eval_labels=test.labels, eval_logits=test.logits,
-                    top_pairs=args.top_pairs, class_names=train.class_names)
+                    top_pairs=args.top_pairs, class_names=train.class_names,
+                    l2_statistics=l2)
   result["sources"] = {
       "statistics": f"the training split ({len(train.labels)} examples, as trained on; "
-                    f"model in inference mode, no augmentation)",
+                    f"model in inference mode, no augmentation"
+                    f"{'; A_k, V_k of the L2-normalised features, as MR2 read them' if l2 else ''})",
       "accuracy": f"the test split ({len(test.labels)} examples)"}
   result["run"] = _run_info(workdir.resolve(), train)
   return result, pathlib.Path(args.out) if args.out else workdir / "diagnose"

@@ -168,7 +168,8 @@ def _nc_metrics(features, labels, num_classes, classifier, bias, logits, present
 
 def diagnose(features, labels, num_classes: int, classifier=None, bias=None, logits=None,
              c_bar: float = 1.0, *, p: float = 2.0, eval_labels=None, eval_logits=None,
-             top_pairs: int = 10, class_names: Sequence[str] | None = None) -> dict[str, Any]:
+             top_pairs: int = 10, class_names: Sequence[str] | None = None,
+             l2_statistics: bool = False) -> dict[str, Any]:
   """Per-class diagnosis of one model (pure computation; see the module docstring).
 
   Args:
@@ -184,6 +185,8 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
       test split) for the accuracy and the confusions; default the statistics set itself.
     top_pairs: how many off-diagonal (true → predicted) pairs to list.
     class_names: optional K names.
+    l2_statistics: A_k and V_k (and γ) of φ/‖φ‖₂, as MR2 reads them with `config.mr2.features='l2'`;
+      the Neural-Collapse metrics always read φ.
 
   Returns:
     A dict of plain Python / NumPy values: per-class arrays [K] (NaN where undefined), the
@@ -237,9 +240,10 @@ def diagnose(features, labels, num_classes: int, classifier=None, bias=None, log
   # statistics sets A_k = a_k and V_k = v_k of the set (MR2 spec, 'Per-class statistics').
   counts = np.bincount(labels, minlength=num_classes)
   present = counts > 0
+  read = jnp.asarray(features, jnp.float32)
   stats = mr2_jax.update_class_stats(mr2_jax.init_class_stats(num_classes),
-                                     jnp.asarray(features, jnp.float32), jnp.asarray(labels),
-                                     decay=0.0, p=p)
+                                     mr2_jax.l2_normalize(read) if l2_statistics else read,
+                                     jnp.asarray(labels), decay=0.0, p=p)
   sq_mean_norm = np.where(present, np.asarray(stats.sq_mean_norm, np.float64), np.nan)
   mean_sq_deviation = np.where(present, np.asarray(stats.mean_sq_deviation, np.float64), np.nan)
   spread = sq_mean_norm + mean_sq_deviation

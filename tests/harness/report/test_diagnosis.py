@@ -324,3 +324,24 @@ def test_interrupted_training_workdir(tmp_path, capsys):
   (workdir / "config.json").write_text(json.dumps({**saved_config, "head": "cosine"}))
   assert diagnose_cli.main(["--workdir", str(workdir), "--out", str(tmp_path / "out2")]) == 2
   assert "parameters do not fit the model of config.json" in capsys.readouterr().err
+
+
+def test_l2_statistics_read_the_normalised_features_and_nc_the_features_as_given():
+  """`l2_statistics` (a run with `config.mr2.features='l2'`): A_k, V_k, γ of φ/‖φ‖₂ from float64
+  NumPy (p = 3, the paper's choice there); the NC metrics as without it."""
+  features, labels, classifier, bias = _synthetic(3)
+  plain = diagnosis.diagnose(features, labels, NUM_CLASSES, classifier=classifier, bias=bias, p=3.0)
+  l2 = diagnosis.diagnose(features, labels, NUM_CLASSES, classifier=classifier, bias=bias, p=3.0,
+                          l2_statistics=True)
+  unit = features / np.linalg.norm(features, axis=1, keepdims=True)
+  for k, n in enumerate(CLASS_SIZES):
+    if n == 0:
+      assert np.isnan(l2["A"][k])
+      continue
+    rows = unit[labels == k]
+    mean = rows.mean(axis=0)
+    lp_sq = lambda x: np.sum(np.abs(x) ** 3, axis=-1) ** (2 / 3)  # noqa: E731
+    np.testing.assert_allclose(l2["A"][k], lp_sq(mean), rtol=1e-5)
+    np.testing.assert_allclose(l2["V"][k], np.mean(lp_sq(rows - mean)), rtol=1e-4, atol=1e-7)
+  assert not np.allclose(l2["A"], plain["A"], equal_nan=True)
+  assert l2["nc"] == plain["nc"]
