@@ -106,7 +106,9 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
   return table
 
 
-def _metrics_of(summary: dict, groups) -> dict[str, float]:
+def metrics_of(summary: dict, groups) -> dict[str, float]:
+  """{metric: value} of one run's summary.json: overall, worst class, the difficulty groups (with
+  `groups`, ERM's), Many/Medium/Few shot where recorded, and ρ on the training set."""
   accuracy = np.asarray(summary["per_class_accuracy"], np.float64)
   metrics = {"overall": summary["overall_accuracy"], "worst_class": summary["worst_class_accuracy"]}
   if groups is not None:
@@ -127,7 +129,7 @@ DELTA_FORMAT = {"rho": (1.0, 3)}
 def _images_of(summary: dict, groups) -> dict[str, float] | None:
   """Correctly classified test images of each class group, Σ_{k ∈ g} acc_k · n_k with n_k the test
   images of class k (summary.json's `test_class_counts`); None for a run that did not record them.
-  The keys are `_metrics_of`'s group metrics (and "overall"): their paired Δ in whole images."""
+  The keys are `metrics_of`'s group metrics (and "overall"): their paired Δ in whole images."""
   if "test_class_counts" not in summary:
     return None
   correct = (np.asarray(summary["per_class_accuracy"], np.float64)
@@ -144,17 +146,17 @@ def _images_of(summary: dict, groups) -> dict[str, float] | None:
   return images
 
 
-def _paired(summaries: list[dict], reference: list[dict], metrics_of) -> dict[str, dict] | None:
-  """`seed_stats.paired_delta`'s JSON, per metric that every run of both has, of `metrics_of(summary)`
-  (method − reference on the *same* seed); None when a run has none (`metrics_of` gave None).
+def _paired(summaries: list[dict], reference: list[dict], read) -> dict[str, dict] | None:
+  """`seed_stats.paired_delta`'s JSON, per metric that every run of both has, of `read(summary)`
+  (method − reference on the *same* seed); None when a run has none (`read` gave None).
   Seeds must match between the two methods."""
   by_seed = {s["seed"]: s for s in reference}
   seeds = [s["seed"] for s in summaries]
   if sorted(seeds) != sorted(by_seed):
     raise ValueError(f"paired comparison needs the same seeds: {sorted(seeds)} vs "
                      f"{sorted(by_seed)}")
-  ours = {s["seed"]: metrics_of(s) for s in summaries}
-  theirs = {seed: metrics_of(by_seed[seed]) for seed in ours}
+  ours = {s["seed"]: read(s) for s in summaries}
+  theirs = {seed: read(by_seed[seed]) for seed in ours}
   if any(m is None for m in (*ours.values(), *theirs.values())):
     return None
   common = [k for k in next(iter(ours.values()))
@@ -167,7 +169,7 @@ def paired_deltas(summaries: list[dict], reference: list[dict], groups) -> dict[
   """Per metric: the paired Δ (method − reference) on the *same* seed, as its JSON object (mean Δ,
   sample std, seeds ahead / behind / paired, the 95 % t-interval, the sign-test p and the per-seed
   Δs)."""
-  return _paired(summaries, reference, lambda s: _metrics_of(s, groups))
+  return _paired(summaries, reference, lambda s: metrics_of(s, groups))
 
 
 def paired_image_deltas(summaries: list[dict], reference: list[dict], groups

@@ -58,7 +58,7 @@ def curves(by_value: dict[float, list[dict]], reference: list[dict], default: fl
          "test_class_counts": reference[0].get("test_class_counts"),
          "train_class_counts": reference[0].get("train_class_counts")}
   for value, summaries in by_value.items():
-    per_seed = {s["seed"]: run_tables._metrics_of(s, groups) for s in summaries}  # pylint: disable=protected-access
+    per_seed = {s["seed"]: run_tables.metrics_of(s, groups) for s in summaries}
     names = [m for m in METRICS if all(m in metrics for metrics in per_seed.values())]
     row = {}
     for name in names:
