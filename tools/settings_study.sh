@@ -7,8 +7,8 @@
 #
 # Studies (the frozen-feature recipes read EfficientNet-Lite0's cached CIFAR-10 features,
 # `python -m experiments.studies.linear_probe features --data_dir=DATA` once):
-#   probe_lt_reweight  the reweighting's α, γ and max_weight, and its stop_gradient, on the linear
-#                      probe, long-tailed (IF 100), against CE
+#   probe_lt_reweight  the reweighting's α, γ and max_weight, its stop_gradient and its start
+#                      epoch, on the linear probe, long-tailed (IF 100), against CE
 #   adapter_mr2        MR2's λ on the MLP adapter (a trainable layer: the representation margin has
 #                      something to act on), balanced, against CE; on the adapter's features as they
 #                      are and L2-normalised (mr2.features=l2, with the paper's p = 3 for the margins)
@@ -42,6 +42,11 @@ probe=experiments/configs/probe_cifar10.py
 # λ is swept a decade further.
 mr2_l2=mr2_l2=mr2:mr2.features=l2:mr2.p=3
 lams_l2=0,0.01,0.03,0.1,0.3,1,3,10
+starts() {  # starts E...: the reweighting's variants inverse_reweight_start<E>, comma-separated
+  local e out=()
+  for e in "$@"; do out+=("inverse_reweight_start$e=inverse_reweight:reweight.start_epoch=$e"); done
+  (IFS=,; echo "${out[*]}")
+}
 for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
   rm -f "$results/$study/commands.txt"
   case $study in
@@ -51,6 +56,11 @@ for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
       compare "$study" "$probe" ce,inverse_reweight "${lt[@]}" --sweep=reweight.gamma=0,0.5,1,2
       compare "$study" "$probe" ce,inverse_reweight "${lt[@]}" --sweep=reweight.max_weight=2,5,10,100
       compare "$study" "$probe" ce,inverse_reweight,inverse_reweight_sg=inverse_reweight:reweight.stop_gradient=True "${lt[@]}"
+      # The start epoch picks the compiled branch (not traceable): one run per value, from epoch
+      # 0 (the default) to the last 5 of the 30 epochs, each training its CE epochs itself (CE's
+      # runs keep no checkpoint at those epochs).
+      compare "$study" "$probe" ce,inverse_reweight,"$(starts 10 20 25)" "${lt[@]}" \
+        --nostart_deferred_from_reference
       curves "$study" inverse_reweight reweight.alpha 0
       curves "$study" inverse_reweight reweight.gamma 1
       curves "$study" inverse_reweight reweight.max_weight 10
@@ -59,6 +69,14 @@ for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
            --runs="$(runs inverse_reweight inverse_reweight)"
            --runs="$(runs inverse_reweight_sg inverse_reweight_sg)" --reference=ce
            --paired_against=inverse_reweight --out="$results/$study/stop_gradient")
+      echo "${cmd[*]}" | tee -a "$results/$study/commands.txt"
+      "${cmd[@]}" > /dev/null
+      cmd=("$python" -m experiments.report.run_tables --runs="$(runs ce ce)"
+           --runs="$(runs inverse_reweight inverse_reweight)")
+      for epoch in 10 20 25; do
+        cmd+=(--runs="$(runs inverse_reweight_start$epoch inverse_reweight_start$epoch)")
+      done
+      cmd+=(--reference=ce --paired_against=inverse_reweight --out="$results/$study/start_epoch")
       echo "${cmd[*]}" | tee -a "$results/$study/commands.txt"
       "${cmd[@]}" > /dev/null ;;
     adapter_mr2)

@@ -99,6 +99,14 @@ TITLES = {
         "../../README.md"),
     "settings/digits_mr2/mr2_lam/curves": (
         "Study 9, MR2's λ on balanced digits (small CNN)", "../../README.md"),
+    "settings/probe_lt_reweight/start_epoch/report": (
+        "Study 9, the reweighting's start epoch on the linear probe (IF 100)", "../../README.md"),
+    "settings/adapter_mr2/mr2_l2_lam/curves": (
+        "Study 9, MR2's λ on L2-normalised features of the MLP adapter, balanced CIFAR-10",
+        "../../README.md"),
+    "settings/digits_mr2/mr2_l2_lam/curves": (
+        "Study 9, MR2's λ on L2-normalised features, balanced digits (small CNN)",
+        "../../README.md"),
 }
 
 # The order of the results pages on the site: the overview, then each study's pages in the
@@ -119,8 +127,10 @@ PAGE_ORDER = (
     "settings/README", "settings/probe_lt_reweight/reweight_alpha/curves",
     "settings/probe_lt_reweight/reweight_gamma/curves",
     "settings/probe_lt_reweight/reweight_max_weight/curves",
-    "settings/probe_lt_reweight/stop_gradient/report", "settings/adapter_mr2/mr2_lam/curves",
-    "settings/digits_mr2/mr2_lam/curves",
+    "settings/probe_lt_reweight/stop_gradient/report",
+    "settings/probe_lt_reweight/start_epoch/report", "settings/adapter_mr2/mr2_lam/curves",
+    "settings/adapter_mr2/mr2_l2_lam/curves", "settings/digits_mr2/mr2_lam/curves",
+    "settings/digits_mr2/mr2_l2_lam/curves",
     "accelerator_logs/2026-12-04/README")
 
 # The harness's method names, as the generated tables print them.
@@ -135,6 +145,9 @@ METHOD_NAMES = {
     "ir_macro_stopgrad": "the same with the weights held constant (stop-gradient)",
     "inverse_reweight_sg": "inverse reweighting with the weights held constant (stop-gradient)",
     "inverse_reweight": "inverse reweighting (batch level and macro factor)",
+    "inverse_reweight_start10": "inverse reweighting from epoch 10 (CE before)",
+    "inverse_reweight_start20": "inverse reweighting from epoch 20 (CE before)",
+    "inverse_reweight_start25": "inverse reweighting from epoch 25 (CE before)",
     "mr2": "MR2, paper form (logit margin γ + representation margin ℓ_s̄)",
     "mr2_released": "MR2 in the released code's form",
     "mr2_gamma_only": "MR2's logit margin γ alone (λ = 0)",
