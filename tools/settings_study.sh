@@ -78,7 +78,9 @@ for study in ${@:-probe_lt_reweight adapter_mr2 digits_mr2}; do
       done
       cmd+=(--reference=ce --paired_against=inverse_reweight --out="$results/$study/start_epoch")
       echo "${cmd[*]}" | tee -a "$results/$study/commands.txt"
-      "${cmd[@]}" > /dev/null ;;
+      "${cmd[@]}" > /dev/null
+      curves "$study" inverse_reweight reweight.start_epoch 0 --name=start_epoch_curves \
+        --runs=inverse_reweight,inverse_reweight_start10,inverse_reweight_start20,inverse_reweight_start25 ;;
     adapter_mr2)
       compare "$study" "$probe" ce,mr2 --config.model=mlp_adapter --sweep=mr2.lam=0,0.01,0.03,0.1,0.3,1
       compare "$study" "$probe" ce,"$mr2_l2" --config.model=mlp_adapter --sweep=mr2.lam=$lams_l2

@@ -100,6 +100,9 @@ TITLES = {
     "settings/digits_mr2/mr2_lam/curves": (
         "Study 9, MR2's λ on balanced digits (small CNN)", "../../README.md"),
     "settings/probe_lt_reweight/start_epoch/report": (
+        "Study 9, the reweighting's start epoch on the linear probe (IF 100): all tables",
+        "../../README.md"),
+    "settings/probe_lt_reweight/start_epoch_curves/curves": (
         "Study 9, the reweighting's start epoch on the linear probe (IF 100)", "../../README.md"),
     "settings/adapter_mr2/mr2_l2_lam/curves": (
         "Study 9, MR2's λ on L2-normalised features of the MLP adapter, balanced CIFAR-10",
@@ -128,6 +131,7 @@ PAGE_ORDER = (
     "settings/probe_lt_reweight/reweight_gamma/curves",
     "settings/probe_lt_reweight/reweight_max_weight/curves",
     "settings/probe_lt_reweight/stop_gradient/report",
+    "settings/probe_lt_reweight/start_epoch_curves/curves",
     "settings/probe_lt_reweight/start_epoch/report", "settings/adapter_mr2/mr2_lam/curves",
     "settings/adapter_mr2/mr2_l2_lam/curves", "settings/digits_mr2/mr2_lam/curves",
     "settings/digits_mr2/mr2_l2_lam/curves",

@@ -7,7 +7,9 @@ with its verdict in the project's form (`experiments.report.claims.verdict`).
         --method=inverse_reweight --field=reweight.alpha --default=0 --out=results/settings/probe_lt
 
 A member is a run folder `<workdir>/<method>-<field><value>/seed<s>` whose summary.json records its
-values under `sweep` (`experiments.train.seed_axis`); the reference's runs are
+values under `sweep` (`experiments.train.seed_axis`), or, for a field no sweep can trace (a start
+epoch: separate runs, `compare --methods=name=loss:field=value`), each run folder named in
+`--runs=<name>,...`, its value read from its config.json; the reference's runs are
 `<workdir>/<reference>/seed<s>`. Easy / Medium / Hard come from the reference's mean per-class
 accuracy (as in every report); Many / Medium / Few-shot from the training counts; ρ is the run's
 `train_rho` (the training-set ρ at the end) where recorded.
@@ -45,6 +47,30 @@ def members(workdir: pathlib.Path, method: str, field: str) -> dict[float, list[
     raise FileNotFoundError(f"{workdir}: no member of {method!r} that swept {field} (summary.json's "
                             "`sweep`)")
   return {value: sorted(runs, key=lambda s: s["seed"]) for value, runs in sorted(found.items())}
+
+
+def named_runs(workdir: pathlib.Path, names: Sequence[str], field: str
+               ) -> dict[float, list[dict]]:
+  """{value: the runs' summaries, seed order} of the run folders `names` (`<workdir>/<name>/seed<s>`),
+  each value `field` of the run's config.json (every seed of a name must agree)."""
+  found: dict[float, list[dict]] = {}
+  tree, leaf = field.split(".")
+  for name in names:
+    values, runs = set(), []
+    for folder in sorted((workdir / name.replace("+", "_")).glob("seed*")):
+      if not (folder / "summary.json").is_file():
+        continue
+      values.add(json.loads((folder / "config.json").read_text())[tree][leaf])
+      runs.append(json.loads((folder / "summary.json").read_text()))
+    if not runs:
+      raise FileNotFoundError(f"{workdir / name}: no finished run (seed*/summary.json)")
+    if len(values) != 1:
+      raise ValueError(f"{workdir / name}: its seeds' configs set {field} to {sorted(values)}")
+    value = float(values.pop())
+    if value in found:
+      raise ValueError(f"{workdir}: two runs named in --runs set {field} = {value:g}")
+    found[value] = sorted(runs, key=lambda s: s["seed"])
+  return dict(sorted(found.items()))
 
 
 def curves(by_value: dict[float, list[dict]], reference: list[dict], default: float) -> dict:
@@ -165,6 +191,9 @@ def define_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_float("default", None, "The method's default value of the field (a swept value).",
                      required=True, flag_values=flag_values)
   flags.DEFINE_string("reference", "ce", "The reference method's folder.", flag_values=flag_values)
+  flags.DEFINE_list("runs", None, "Run folders of separate runs that differ in --field (read from "
+                    "their config.json), in place of a sweep's members of --method.",
+                    flag_values=flag_values)
   flags.DEFINE_string("out", None, "Output folder (<name>/curves.md, .json, .png).",
                       required=True,
                       flag_values=flag_values)
@@ -174,10 +203,10 @@ def define_flags(flag_values: flags.FlagValues) -> None:
 
 
 def report(workdir: pathlib.Path, method: str, field: str, default: float, reference: str,
-           out: pathlib.Path, name: str | None = None) -> str:
+           out: pathlib.Path, name: str | None = None, runs: Sequence[str] | None = None) -> str:
   """Writes curves.md, .json and .png to `out`/`name` (default <tree>_<field>); returns the
-  Markdown."""
-  by_value = members(workdir, method, field)
+  Markdown. With `runs`, the values are those run folders' (`named_runs`), not a sweep's."""
+  by_value = named_runs(workdir, runs, field) if runs else members(workdir, method, field)
   reference_runs = run_tables.load_summaries(sorted((workdir / reference).glob("seed*")))
   table = curves(by_value, reference_runs, default)
   out = out / (name or field.replace(".", "_"))
@@ -191,7 +220,7 @@ def report(workdir: pathlib.Path, method: str, field: str, default: float, refer
 
 def setting_curves_command(args: flags.FlagValues) -> None:
   print(report(pathlib.Path(args.workdir), args.method, args.field, args.default, args.reference,
-               pathlib.Path(args.out), args.name))
+               pathlib.Path(args.out), args.name, args.runs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,3 +74,24 @@ def test_the_table_verdicts_and_figure(workdir, tmp_path):
 def test_a_default_that_was_not_swept_is_refused(workdir, tmp_path):
   with pytest.raises(KeyError, match="default 3"):
     setting_curves.report(workdir, "inverse_reweight", "reweight.alpha", 3.0, "ce", tmp_path / "o")
+
+
+def test_separate_runs_named_in_runs_read_their_value_from_their_config(workdir, tmp_path):
+  """A field no sweep traces (a start epoch): its runs are named, each value from config.json;
+  the same summaries give the same table as the sweep's members."""
+  for value in (0.0, 1.0, 10.0):
+    for seed in SEEDS:
+      folder = workdir / f"inverse_reweight-alpha{value:g}" / f"seed{seed}"
+      (folder / "config.json").write_text(json.dumps({"reweight": {"alpha": value}}))
+  names = [f"inverse_reweight-alpha{value:g}" for value in (10.0, 0.0, 1.0)]
+  found = setting_curves.named_runs(workdir, names, "reweight.alpha")
+  assert found == setting_curves.members(workdir, "inverse_reweight", "reweight.alpha")
+  setting_curves.report(workdir, "inverse_reweight", "reweight.alpha", 0.0, "ce", tmp_path / "a")
+  setting_curves.report(workdir, "inverse_reweight", "reweight.alpha", 0.0, "ce", tmp_path / "b",
+                        runs=names)
+  assert ((tmp_path / "a" / "reweight_alpha" / "curves.json").read_text() ==
+          (tmp_path / "b" / "reweight_alpha" / "curves.json").read_text())
+  (workdir / names[0] / "seed3" / "config.json").write_text(
+      json.dumps({"reweight": {"alpha": 2.0}}))
+  with pytest.raises(ValueError, match=r"set reweight.alpha to \[2.0, 10.0\]"):
+    setting_curves.named_runs(workdir, names, "reweight.alpha")
