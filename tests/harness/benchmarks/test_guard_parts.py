@@ -7,6 +7,7 @@ import pathlib
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from experiments.benchmarks import guard_parts
 from experiments.benchmarks.loss_scaling import benchmark_batch
@@ -14,6 +15,7 @@ from experiments.benchmarks.loss_scaling import benchmark_batch
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow  # ≈ 7 s: eight small compilations
 def test_every_variant_times_and_only_one_lacks_the_row_check():
   logits, features, labels = benchmark_batch(16, 8, 40)
   labels = np.asarray(labels).copy()
