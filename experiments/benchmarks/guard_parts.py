@@ -27,10 +27,12 @@ import numpy as np
 from absl import app
 from absl import flags
 
+import mr2_jax
 from experiments.benchmarks.loss_against import import_version
 from experiments.benchmarks.loss_scaling import benchmark_batch
 from experiments.benchmarks.machine import machine_info
 from experiments.common import xla_cpu
+from mr2_reweight_core import checks
 
 _AGAINST = flags.DEFINE_string("against", None, "Source tree of the earlier version (a git "
                                "worktree holding mr2_jax, reweight_jax, mr2_reweight_core).",
@@ -75,8 +77,6 @@ def variants(against: str, part: str, args) -> dict:
   """{name: loop}: the earlier version, this checkout twice, and this checkout with every row
   taken as finite, each compiled for `args` (logits, features, labels)."""
   num_classes = args[0].shape[1]
-  import mr2_jax  # pylint: disable=import-outside-toplevel
-  from mr2_reweight_core import checks  # pylint: disable=import-outside-toplevel
   earlier = import_version(against)["mr2_jax"]
   fns = {"earlier": looped(earlier, part, num_classes),
          "this checkout": looped(mr2_jax, part, num_classes),
