@@ -316,7 +316,7 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
     loss = jnp.where(jnp.asarray(lam) >= 0, loss, jnp.nan)
   # A real row with a label outside [0, K) or a non-finite logit or feature: the loss and its
   # gradient are NaN (the statistics and ℓ_s̄ left the row out, and the statistics counted it).
-  # The margin cross-entropy is NaN on a row with a non-finite logit (found in its own pass).
+  # The margin cross-entropy is NaN on a row with a non-finite logit (`label_log_softmax`'s flag).
   clean = rows.valid & jnp.isfinite(margin_ce)
   if checks.traced_checks_enabled():  # the checkify check that names the logits
     checks.check_finite_rows(logits, real, "logits")

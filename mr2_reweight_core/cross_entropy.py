@@ -35,17 +35,19 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
   exceeds the label's by ~88·T; then (a `lax.cond` on the [B] sums) c = max_k z_k, the usual
   two-pass form (max, then exp-sum).
 
-  `flag_non_finite`: a row that holds a non-finite logit anywhere gives NaN. The same pass adds
-  z_k − z_k to each term (0, and NaN for ±inf or NaN; e^{−inf} = 0 alone would hide a −inf), so
-  that `mr2_loss` finds such rows in its margin cross-entropy, with no pass of its own over the
-  [B, K] logits (not 0·z_k: XLA:CPU's YNNPACK fusions materialise the broadcast 0 as a [B, K]
-  array).
+  `flag_non_finite`: a row that holds a non-finite logit anywhere gives NaN (and so does its
+  gradient: log Σ is set to NaN, which the derivative reads), so that `mr2_loss` finds such rows in
+  its margin cross-entropy. A NaN or +inf logit already makes the sum NaN (e^{+inf − +inf}); only a
+  −inf would drop out (e^{−inf} = 0), so the rows whose minimum logit is −inf are flagged (a min
+  over [B, K]; adding z_k − z_k to each term of the exp-sum instead, an earlier form, made the whole
+  MR2 loss at B = 512, K = 1,000 several per cent slower: results/benchmarks/RESULTS.md, "What do
+  the guards cost?").
   """
   label_logit = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
   hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
 
   def summed(terms):
-    return jnp.sum(terms + (logits - logits) if flag_non_finite else terms, axis=-1)
+    return jnp.sum(terms, axis=-1)
 
   rest = summed(jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature))))
 
@@ -58,6 +60,8 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
     return top, jnp.log(summed(jnp.exp(_scaled(logits, top, temperature))))
 
   shift, log_norm = jax.lax.cond(jnp.any(rest == jnp.inf), by_max, by_label, None)
+  if flag_non_finite:
+    log_norm = jnp.where(jnp.min(logits, axis=-1) == -jnp.inf, jnp.nan, log_norm)
   label_term = label_logit - shift
   if temperature is not None:
     label_term = label_term / temperature

@@ -160,8 +160,8 @@ def test_non_finite_statistics_give_nan_margins_not_plain_cross_entropy():
 
 def test_a_non_finite_logit_anywhere_in_a_row_gives_nan_and_only_there():
   """A −inf logit would drop out of the softmax (e^{−inf} = 0); the margin cross-entropy is NaN on
-  every row that holds a non-finite logit, found in its one pass over the logits (`mr2_loss`
-  reads it there), with a NaN gradient on that row only; a row that overflows the label-shifted
+  every row that holds a non-finite logit (`mr2_loss` reads it there), with a NaN gradient on that
+  row only; a row that overflows the label-shifted
   sum (another branch of the same call) stays finite."""
   logits = jnp.array([[0.0, 1.0, -jnp.inf], [0.0, 1.0, 2.0], [jnp.nan, 0.0, 0.0],
                       [jnp.inf, 0.0, 0.0], [0.0, -jnp.inf, 0.0], [1000.0, 0.0, 0.0]])
