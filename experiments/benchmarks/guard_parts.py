@@ -34,14 +34,19 @@ from experiments.benchmarks.machine import machine_info
 from experiments.common import xla_cpu
 from mr2_reweight_core import checks
 
-_AGAINST = flags.DEFINE_string("against", None, "Source tree of the earlier version (a git "
-                               "worktree holding mr2_jax, reweight_jax, mr2_reweight_core).",
-                               required=True)
-_SIZE = flags.DEFINE_list("size", ["512", "512", "1000"], "B, d, K.")
-_ROUNDS = flags.DEFINE_integer("rounds", 40, "Rounds of one call per variant.")
-_TUNING = flags.DEFINE_bool("xla_cpu_tuning", True, "Add experiments.common.xla_cpu.TUNED_FLAGS to "
-                            "XLA_FLAGS (the trainer's); --noxla_cpu_tuning: XLA's defaults.")
-_OUT = flags.DEFINE_string("out", None, "Write the table as JSON here.")
+
+def define_flags() -> None:
+  """The command's flags (defined when it runs, not on import: the tests import this module
+  beside other benchmarks that define flags of the same names)."""
+  flags.DEFINE_string("against", None, "Source tree of the earlier version (a git worktree "
+                      "holding mr2_jax, reweight_jax, mr2_reweight_core).", required=True)
+  flags.DEFINE_list("size", ["512", "512", "1000"], "B, d, K.")
+  flags.DEFINE_integer("rounds", 40, "Rounds of one call per variant.")
+  flags.DEFINE_bool("xla_cpu_tuning", True, "Add experiments.common.xla_cpu.TUNED_FLAGS to "
+                    "XLA_FLAGS (the trainer's); --noxla_cpu_tuning: XLA's defaults.")
+  flags.DEFINE_string("out", None, "Write the table as JSON here.")
+
+
 LOOP = 20
 PARTS = ("update", "loss")
 
@@ -111,21 +116,22 @@ def time_part(against: str, part: str, size: tuple[int, int, int], rounds: int) 
 
 def main(argv):
   del argv
-  xla_cpu.configure(_TUNING.value)
-  size = tuple(int(x) for x in _SIZE.value)
+  args = flags.FLAGS
+  xla_cpu.configure(args.xla_cpu_tuning)
+  size = tuple(int(x) for x in args.size)
   result = {"command": "python -m experiments.benchmarks.guard_parts " + " ".join(sys.argv[1:]),
-            "size": {"B": size[0], "d": size[1], "K": size[2]}, "against": _AGAINST.value,
-            "rounds": _ROUNDS.value, "loop": LOOP, "machine": machine_info(),
-            "parts": {part: time_part(_AGAINST.value, part, size, _ROUNDS.value)
-                      for part in PARTS}}
+            "size": {"B": size[0], "d": size[1], "K": size[2]}, "against": args.against,
+            "rounds": args.rounds, "loop": LOOP, "machine": machine_info(),
+            "parts": {part: time_part(args.against, part, size, args.rounds) for part in PARTS}}
   for part, rows in result["parts"].items():
     for name, row in rows.items():
       print(f"{part:7s} {name:32s} {row['ms_per_iteration']:7.3f} ms  {row['ratio']:.3f}×")
-  if _OUT.value:
-    with open(_OUT.value, "w") as f:
+  if args.out:
+    with open(args.out, "w") as f:
       json.dump(result, f, indent=2)
       f.write("\n")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

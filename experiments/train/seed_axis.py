@@ -244,8 +244,7 @@ def start_seeds(runs: Sequence[loop.Plan], resume_from_previous: bool):
   managers = [manager for manager, _, _ in started]
   latest = [manager.latest_step() for manager in managers]
   seeds = [run.config.seed for run in runs]
-  # Each run by its folder (`<method>/seed<s>`: a sweep's members share their seeds).
-  by_run = {f"{run.workdir.parent.name}/{run.workdir.name}": step for run, step in zip(runs, latest)}
+  by_run = {f"{r.workdir.parent.name}/{r.workdir.name}": step for r, step in zip(runs, latest)}
   if len(set(latest)) == 1:
     steps = {int(state.step) for _, state, _ in started}
     if len(steps) != 1:
