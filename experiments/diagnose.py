@@ -98,8 +98,9 @@ def _diagnose_workdir(args: flags.FlagValues) -> tuple[dict[str, Any], pathlib.P
   workdir = pathlib.Path(args.workdir)
   data = features_from_workdir(workdir, ("train", "test"))
   train, test = data["train"], data["test"]
-  c_bar = args.c_bar if args.c_bar is not None else float(_mr2(train.config).c_bar)
-  l2 = _mr2(train.config).features == "l2"  # the run's MR2 read φ/‖φ‖₂
+  mr2 = _mr2(train.config)
+  c_bar = args.c_bar if args.c_bar is not None else float(mr2.c_bar)
+  l2 = mr2.features == "l2"  # the run's MR2 read φ/‖φ‖₂
   p = args.p if args.p is not None else _mr2_p(train.config)
   result = diagnose(train.features, train.labels, train.num_classes,
                     classifier=train.classifier, bias=train.bias, logits=train.logits,

@@ -46,10 +46,7 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
   label_logit = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
   hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
 
-  def summed(terms):
-    return jnp.sum(terms, axis=-1)
-
-  rest = summed(jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature))))
+  rest = jnp.sum(jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature))), axis=-1)
 
   def by_label(_):
     return label_logit, jnp.log1p(rest)
@@ -57,7 +54,7 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
   def by_max(_):
     # max_k z_k / T = (max_k z_k) / T for T > 0, so the [B, K] logits are read, not first divided.
     top = jnp.max(logits, axis=-1)
-    return top, jnp.log(summed(jnp.exp(_scaled(logits, top, temperature))))
+    return top, jnp.log(jnp.sum(jnp.exp(_scaled(logits, top, temperature)), axis=-1))
 
   shift, log_norm = jax.lax.cond(jnp.any(rest == jnp.inf), by_max, by_label, None)
   if flag_non_finite:
