@@ -80,6 +80,10 @@ def define_flags(flag_values: flags.FlagValues) -> None:
                             "for more. This checkout is timed after them.", flag_values=flag_values)
   flags.DEFINE_multi_string("against_size", [], "against: a size B,d,K to time (repeat for more); "
                             "default every size of the loss benchmark.", flag_values=flag_values)
+  flags.DEFINE_integer("against_rounds", None, "against: calls per version and loss (default 200; "
+                       "20 with --quick).", flag_values=flag_values)
+  flags.DEFINE_integer("against_loop_rounds", None, "against: compiled loops per version and loss "
+                       "(default 20; 5 with --quick; 0: calls only).", flag_values=flag_values)
 
 
 def benchmarks_command(args: flags.FlagValues) -> None:
@@ -113,7 +117,9 @@ def benchmarks_command(args: flags.FlagValues) -> None:
     versions = dict(v.split("=", 1) for v in args.against)
     versions["this checkout"] = str(REPO)
     sizes = [tuple(int(x) for x in size.split(",")) for size in args.against_size] or None
-    results["against"] = bench_against(versions, quick=args.quick, sizes=sizes)
+    results["against"] = bench_against(versions, quick=args.quick, sizes=sizes,
+                                       rounds=args.against_rounds,
+                                       loop_rounds=args.against_loop_rounds)
   if "cpu_gap" in sections:
     print("cpu_gap ...", flush=True)
     extra = dict(v.split("=", 1) for v in args.gap_variant)

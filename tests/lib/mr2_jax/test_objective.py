@@ -308,3 +308,37 @@ def test_a_non_finite_feature_row_is_left_out_of_both_terms_like_padding(value):
   assert int(new_stats.skipped_rows) == 1 and int(want_stats.skipped_rows) == 0
   loss, _, _ = jax.jit(lambda f: mr2_jax.mr2_loss(logits, f, labels, stats))(bad)
   assert np.isnan(loss)
+
+
+@pytest.mark.parametrize("form", ["paper", "released"])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_logit_makes_the_loss_and_its_gradient_nan(value, form):
+  """A real row with a non-finite logit (−inf too, which drops out of an exp-sum): `mr2_loss` is
+  NaN, and so is its gradient through the logits (every entry of that row's, hence of every
+  parameter that produces them: `optax.apply_if_finite` skips the step), eagerly and under `jit`,
+  though the row's features are finite; the same row as padding (`where` False) gives a finite
+  loss and a zero gradient on its logits."""
+  features, labels, logits = cases.make_case(1, 16, 3, 5, "random")
+  stats = mr2_jax.init_class_stats(3)
+  bad = np.array(logits, np.float32)
+  bad[6, (labels[6] + 1) % 3] = value
+
+  def loss_fn(head, lg, where):  # `head` scales the logits, as a model's last layer would
+    return mr2_jax.mr2_loss(lg * head, features, labels, stats, lam=0.5, form=form,
+                            where=where)[0]
+
+  def clean_logits_loss_fn(scale, lg, where):
+    return mr2_jax.mr2_loss(lg, features * scale, labels, stats, lam=0.5, form=form,
+                            where=where)[0]
+
+  padding = np.arange(16) != 6
+  for transform in (lambda f: f, jax.jit):
+    loss, (d_head, d_logits) = transform(jax.value_and_grad(loss_fn, argnums=(0, 1)))(
+        jnp.float32(1.0), bad, None)
+    assert np.isnan(loss) and np.isnan(d_head), (value, form)
+    assert np.all(np.isnan(d_logits[6])), (value, form)
+    loss, (d_scale, d_logits) = transform(jax.value_and_grad(clean_logits_loss_fn,
+                                                             argnums=(0, 1)))(
+        jnp.float32(1.0), bad, padding)
+    assert np.isfinite(loss) and np.isfinite(d_scale), (value, form)
+    assert np.all(np.isfinite(d_logits)) and np.all(d_logits[6] == 0), (value, form)
