@@ -262,10 +262,9 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
     temperature: τ (default 1 for 'paper', 10·d for 'released').
     axis_name: data-parallel axis name, or None.
     where: optional bool [B] mask of real (non-padding) examples. A real row with a label outside
-      [0, K) (possible only traced) or a non-finite feature makes the loss and its gradient NaN;
-      the statistics leave it out and count it in `new_stats.skipped_rows`. A non-finite logit
-      makes the loss NaN and its gradient NaN through the logits; the statistics, which read only
-      the features, keep the row (docs: "Failure modes").
+      [0, K) (possible only traced) or a non-finite logit or feature makes the loss and its
+      gradient NaN; the statistics leave it out and count it in `new_stats.skipped_rows`
+      (docs: "Failure modes").
 
   Returns:
     (loss, new_stats, aux): aux an `MR2Aux` (γ [K], s̄, and the two terms' global-batch means, the
@@ -317,15 +316,11 @@ def mr2_loss(logits: ArrayLike, features: ArrayLike, labels: ArrayLike, stats: C
     loss = jnp.where(jnp.asarray(lam) >= 0, loss, jnp.nan)
   # A real row with a label outside [0, K) or a non-finite logit or feature: the loss and its
   # gradient are NaN (the statistics and ℓ_s̄ left the row out, and the statistics counted it).
-  # A non-finite logit needs no mask here: the margin cross-entropy of its row is NaN and so is its
-  # derivative (`label_log_softmax`'s flag sets log Σ to NaN, which the derivative reads), and the
-  # sum keeps it. Poisoning by the features' and labels' mask alone, which the inputs give, lets
-  # the backward pass start before the forward margin cross-entropy ends (a mask that read it made
-  # the whole loss at B = 512, d = 2,048, K = 1,000 3 % slower: results/benchmarks/RESULTS.md,
-  # "What do the guards cost?").
+  # The margin cross-entropy is NaN on a row with a non-finite logit (`label_log_softmax`'s flag).
+  clean = rows.valid & jnp.isfinite(margin_ce)
   if checks.traced_checks_enabled():  # the checkify check that names the logits
     checks.check_finite_rows(logits, real, "logits")
-  loss = checks.poison_unless(loss, jnp.all(rows.valid | ~real))
+  loss = checks.poison_unless(loss, jnp.all(clean | ~real))
   return loss, new_stats, MR2Aux(
       gamma=aux.gamma, s_bar=aux.s_bar,
       margin_ce=jax.lax.stop_gradient(
