@@ -18,13 +18,13 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app
 from absl import flags
 
 from experiments.benchmarks.loss_scaling import _loss_fns
 from experiments.benchmarks.machine import machine_info
+from experiments.benchmarks.timing import call_floor
 from experiments.common import xla_cpu
 
 _SIZE = flags.DEFINE_list("size", ["128", "64", "10"], "B, d, K.")
@@ -51,8 +51,7 @@ def measure(batch: int, dim: int, classes: int, calls: int) -> dict:
     fn, args, looped = fns[name]
     compiled = fn.lower(*args).compile()
     shapes = jax.eval_shape(fn, *args)
-    floor = jax.jit(lambda *a, shapes=shapes: jax.tree.map(
-        lambda s: jnp.zeros(s.shape, s.dtype), shapes)).lower(*args).compile()
+    floor = call_floor(fn, args)
     loss_call = lambda compiled=compiled, args=args: compiled(*args)
     floor_call = lambda floor=floor, args=args: floor(*args)
     for f in (loss_call, floor_call, looped):

@@ -37,6 +37,7 @@ import numpy as np
 
 from experiments.benchmarks.loss_scaling import SIZES
 from experiments.benchmarks.loss_scaling import _loss_fns
+from experiments.benchmarks.timing import call_floor
 from experiments.benchmarks.timing import cpu_ticks
 from experiments.benchmarks.timing import steal_share
 from experiments.benchmarks.timing import summarize_times
@@ -120,17 +121,20 @@ def bench_against(versions: dict[str, str], *, quick: bool = False, sizes=None,
                               reweight_lib=lib["reweight_jax"])[0]
              for label, lib in libraries.items()}
     for name in built[labels[0]]:
-      calls, loops, values = [], [], []
+      calls, floors, loops, values = [], [], [], []
       for label in labels:
         fn, args, looped = built[label][name]
         compiled = fn.lower(*args).compile()
         calls.append(lambda compiled=compiled, args=args: compiled(*args))
+        floor = call_floor(fn, args)
+        floors.append(lambda floor=floor, args=args: floor(*args))
         loops.append(looped)
         value, _, grads = calls[-1]()
         values.append([float(value)] + [float(np.sum(np.abs(g))) for g in jax.tree.leaves(grads)])
-      warm_up(calls, 3)
+      warm_up(calls + floors, 3)
       ticks, load = cpu_ticks(), os.getloadavg()[0]
-      per_call = _alternated(calls, rounds)
+      timed = _alternated(calls + floors, rounds)
+      per_call, per_floor = timed[:len(labels)], timed[len(labels):]
       in_loop = []
       if loop_rounds:
         warm_up(loops, 2)
@@ -139,7 +143,8 @@ def bench_against(versions: dict[str, str], *, quick: bool = False, sizes=None,
              "steal_share": steal_share(ticks), "load_average": [load, os.getloadavg()[0]]}
       for i, label in enumerate(labels):
         row["versions"][label] = {
-            "per_call": _timed(per_call[i], per_call[0]), "values": values[i],
+            "per_call": _timed(per_call[i], per_call[0]),
+            "floor": _timed(per_floor[i], per_floor[0]), "values": values[i],
             "max_relative_difference": max(abs(a - b) / max(abs(b), 1e-30)
                                            for a, b in zip(values[i], values[0]))}
         if in_loop:

@@ -135,8 +135,35 @@ def _against_markdown(against: dict) -> list[str]:
                    + " | ".join(cells) + f" | {'–' if stolen is None else f'{100 * stolen:.0f} %'}"
                    + f" | {'–' if load is None else f'{load[0]:.1f}–{load[1]:.1f}'} |")
     lines.append("")
+  if "floor" in against["rows"][0]["versions"][labels[0]]:
+    lines += _floor_markdown(against, labels)
   worst = max(max(v["max_relative_difference"] for v in row["versions"].values())
               for row in against["rows"])
   lines += [f"Largest relative difference of a version's loss or gradient sums from the first "
             f"version's: {worst:.1e}.", ""]
   return lines
+
+
+def _floor_markdown(against: dict, labels: list[str]) -> list[str]:
+  """Each version's call floor (a compiled no-op of its signature, timed in the same rounds) and
+  its call's median above that floor: the loss's own work per call."""
+  lines = ["call floor (a compiled function of the same arrays in and out that computes nothing, "
+           "alternated with the calls) and the call's median above it, ms:", "",
+           "| loss | B | d | K | " + " | ".join(
+               f"{label} floor | {label} above" + (" | ×" if label != labels[0] else "")
+               for label in labels) + " |",
+           "|---|---|---|---|" + "---|" * (3 * len(labels) - 1)]
+  for row in against["rows"]:
+    cells = []
+    for label in labels:
+      version = row["versions"][label]
+      above = version["per_call"]["median_ms"] - version["floor"]["median_ms"]
+      cells += [f"{version['floor']['median_ms']:.3f}", f"{above:.3f}"]
+      if label != labels[0]:
+        first = row["versions"][labels[0]]
+        first_above = first["per_call"]["median_ms"] - first["floor"]["median_ms"]
+        cells.append(f"{above / first_above:.2f}" if first_above > 0 else "–")
+    lines.append(f"| {row['loss']} | {row['batch']} | {row['dim']} | {row['classes']} | "
+                 + " | ".join(cells) + " |")
+  return lines + [""]
+

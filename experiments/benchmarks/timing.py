@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -59,6 +60,16 @@ def interleaved(fns: dict[str, Callable[[], Any]], rounds: int, per_round: int,
     for name, fn in fns.items():
       times[name] += time_calls(fn, per_round, warmup=0, block=block)
   return times
+
+
+def call_floor(fn, args):
+  """A compiled function of `fn`'s signature that computes nothing: it returns zeros of `fn`'s
+  output shapes. Its call time is the dispatch and buffer handling a call of this signature costs
+  whatever it computes (`call_floor.py` times it beside the loss); a version whose state holds one
+  more array pays for that array here."""
+  shapes = jax.eval_shape(fn, *args)
+  return jax.jit(lambda *a: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)).lower(
+      *args).compile()
 
 
 def cpu_ticks(path: str = "/proc/stat") -> tuple[int, int] | None:

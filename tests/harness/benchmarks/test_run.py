@@ -165,6 +165,8 @@ def test_against_imports_each_tree_as_its_own_version_and_times_the_same_batch()
     assert row["versions"]["a"]["values"] == row["versions"]["b"]["values"]
     assert row["versions"]["b"]["per_call"]["n"] == 3 and row["versions"]["b"]["in_loop"]["n"] == 2
     assert row["versions"]["a"]["per_call"]["paired_ratio_median"] == 1.0
+    assert row["versions"]["b"]["floor"]["n"] == 3  # the no-op of the same signature, same rounds
   markdown = tables.to_markdown({"machine": {"cpu": "x", "cores": 2, "jax": "0", "flax": "0",
                                              "xla_flags": "", "date": "d"}, "against": result})
   assert "| mr2 | 8 | 4 | 3 |" in markdown and "Largest relative difference" in markdown
+  assert "call floor" in markdown and "b above" in markdown
