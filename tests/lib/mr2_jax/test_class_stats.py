@@ -221,6 +221,88 @@ def test_integral_p_uses_integer_powers_with_the_same_value():
     np.testing.assert_allclose(np.asarray(cs.lp_sq_norm(x, p)), expected, rtol=2e-6)
 
 
+def _labels_with_counts(counts, num_classes, seed):
+  """Labels with the given class counts, classes drawn from [0, K), rows shuffled."""
+  rng = np.random.default_rng(seed)
+  classes = rng.choice(num_classes, size=len(counts), replace=False)
+  return rng.permutation(np.repeat(classes, counts)).astype(np.int32)
+
+
+@pytest.mark.parametrize("counts, prefix", [  # every 7th row masked
+    ((1,) * 64, 8),                          # all singletons: the P/8 prefix, nothing summed
+    ((2,) * 4 + (1,) * 56, 8),               # pairs among singletons (4 rows with a partner): P/8
+    ((3,) * 3 + (2,) * 1 + (1,) * 51, 15),   # 10 of 62 rows: P/4 (P/8 = 7 rows)
+    ((2,) * 16 + (1,) * 32, 32),             # 20 of 64: P/2
+    ((5,) * 12 + (4,), 64),                  # every valid row has a partner: all P
+    ((64,), 64),                             # one class
+])
+@pytest.mark.parametrize("p", [2.0, 5.0])
+def test_sorted_moments_equal_the_slot_sums(counts, prefix, p):
+  """K > B on one device: the class-sorted moments (singletons without a sum, the rows with a
+  partner summed in the smallest prefix that holds them) are the slot sums' values, with masked
+  rows, a common offset of 1e4 and spreads from 1e-3 to 10: bit for bit for p = 2; for p = 5 to
+  within 2 ulp (the one-pass Σ|x|^p of `lp_sq_norm` is fused differently in the two programs, and
+  XLA may contract its multiply-adds differently: 1 ulp apart in 2 of 1,000 values here)."""
+  from mr2_jax import class_stats
+  from mr2_reweight_core import class_order
+  num_classes = 1000
+  labels = _labels_with_counts(counts, num_classes, seed=len(counts))
+  rng = np.random.default_rng(prefix)
+  batch = labels.shape[0]
+  spread = 10.0 ** rng.uniform(-3, 1, size=(num_classes, 1))[labels]
+  features = (1e4 + rng.normal(size=(num_classes, 6))[labels] + spread * rng.normal(size=(batch, 6))
+              ).astype(np.float32)
+  valid = jnp.asarray(np.arange(batch) % 7 != 3)
+  order, _ = class_order.class_order(jnp.asarray(labels), valid)
+
+  def per_class(slots, a, v):
+    state = class_stats.init_class_stats(num_classes)
+    present = slots.counts > 0
+    return [np.asarray(class_sums.scatter_to_classes(x, values, slots, present))
+            for x, values in ((state.sq_mean_norm, a), (state.mean_sq_deviation, v),
+                              (state.sq_mean_norm, slots.counts))]
+
+  sorted_moments = jax.jit(class_stats._sorted_moments, static_argnums=(3, 4))
+  slot_moments = jax.jit(class_stats._slot_moments, static_argnums=(3, 4, 5))
+  got = per_class(*sorted_moments(jnp.asarray(features), jnp.asarray(labels), valid, num_classes, p))
+  want = per_class(*slot_moments(jnp.asarray(features), jnp.asarray(labels), valid, num_classes, p,
+                                 None))
+  for g, w in zip(got, want):
+    if p == 2.0:
+      np.testing.assert_array_equal(g, w)
+    else:
+      np.testing.assert_allclose(g, w, rtol=2.5e-7, atol=0)
+  # The valid rows' classes are the present ones, and a collapsed-free class has v > 0.
+  np.testing.assert_array_equal(np.nonzero(want[2])[0], np.unique(labels[np.asarray(valid)]))
+  sizes = class_order.prefix_sizes(batch)
+  assert sizes[int(class_order.smallest_prefix(sizes, order.active))] == prefix
+  assert np.all(got[1][np.bincount(labels[np.asarray(valid)], minlength=num_classes) > 1] > 0)
+
+
+@pytest.mark.parametrize("labels, valid", [([3], [True]), ([3], [False]), ([3, 3], [True, True]),
+                                           ([3, 7], [True, True]), ([4, 4, 1], [True, False, True])])
+def test_sorted_moments_on_batches_of_one_to_three_rows(labels, valid):
+  """K > B for the smallest batches (one row: no prefix to sum at all): the slot sums' values."""
+  from mr2_jax import class_stats
+  features = jnp.asarray(np.random.default_rng(len(labels)).normal(size=(len(labels), 5)),
+                         jnp.float32)
+  labels, valid = jnp.asarray(labels, jnp.int32), jnp.asarray(valid)
+  state = class_stats.init_class_stats(10)
+
+  def per_class(slots, *values):
+    present = slots.counts > 0
+    return [np.asarray(class_sums.scatter_to_classes(state.sq_mean_norm, x, slots, present))
+            for x in (*values, slots.counts)]
+
+  for p in (2.0, 5.0):
+    got = per_class(*class_stats._sorted_moments(features, labels, valid, 10, p))
+    want = per_class(*class_stats._slot_moments(features, labels, valid, 10, p, None))
+    for g, w in zip(got, want):
+      np.testing.assert_array_equal(g, w)
+    stats = mr2_jax.update_class_stats(state, features, labels, where=valid, p=p)
+    np.testing.assert_array_equal(stats.seen, np.isin(np.arange(10), np.asarray(labels)[valid]))
+
+
 def test_lp_sq_norm_takes_where_as_a_keyword_only():
   x = np.array([[3.0, 4.0], [np.inf, 1.0]], np.float32)
   where = np.array([True, False])
