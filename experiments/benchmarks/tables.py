@@ -166,4 +166,3 @@ def _floor_markdown(against: dict, labels: list[str]) -> list[str]:
     lines.append(f"| {row['loss']} | {row['batch']} | {row['dim']} | {row['classes']} | "
                  + " | ".join(cells) + " |")
   return lines + [""]
-
