@@ -20,8 +20,8 @@ ratio to the first version is given of the medians, as the median of the calls' 
 (each call over the first version's call of the same round), and of the 10th percentiles. Each
 version's call floor (`timing.call_floor`: a compiled function of the same arrays in and out that
 computes nothing) is timed in the same rounds, so that a call's time above it, the loss's own work,
-can be told from dispatch. Each size also records the share of CPU time stolen and the load average while it was timed; a tree named
-twice measures the noise of the run.
+can be told from dispatch. Each size also records the share of CPU time stolen and the load
+average while it was timed; a tree named twice measures the noise of the run.
 """
 
 from __future__ import annotations
