@@ -17,11 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from mr2_reweight_core import class_order as class_order_lib
 from mr2_reweight_core import class_sums
 from mr2_reweight_core import checks
-from mr2_reweight_core import explicit_mesh
-from mr2_jax.lp_norm import lp_sq_norm
+from mr2_jax import class_moments
 
 
 class ClassStats(NamedTuple):
@@ -132,180 +130,38 @@ class BatchRows(NamedTuple):
   valid: jax.Array
 
 
+# The smallest B·d (this device's rows) at which the statistics look for non-finite feature rows
+# only when a class moment is not finite (`defer_finite_check`): 512 × 2,048. Below it the pass
+# over [B, d] costs less than the `lax.cond` that would skip it (results/benchmarks/RESULTS.md,
+# "What do the guards cost?").
+DEFER_MIN_ELEMENTS = 1 << 20
+
+
+def defer_finite_check(features: jax.Array) -> bool:
+  """Whether the statistics find the non-finite feature rows from their own moments
+  (`update_class_stats_rows`) rather than by a pass over [B, d] first: for `features` of at
+  least `DEFER_MIN_ELEMENTS` elements, except inside `traced_checks()`, whose checkify check
+  names the non-finite rows up front. Both give the same statistics and mask bit for bit."""
+  return features.size >= DEFER_MIN_ELEMENTS and not checks.traced_checks_enabled()
+
+
 def batch_rows(features: ArrayLike, labels: ArrayLike, num_classes: int,
-               where: ArrayLike | None) -> BatchRows:
+               where: ArrayLike | None, *, defer_finite: bool = False) -> BatchRows:
   """`check_stats_inputs` and the batch's row mask, computed once: a real row is valid when its
   label lies in [0, K) and its features are finite (one pass over [B, d]; inside
-  `traced_checks()` a checkify check names the non-finite rows)."""
+  `traced_checks()` a checkify check names the non-finite rows).
+
+  `defer_finite` (see `defer_finite_check`): `valid` is `labelled`, and the features' check is left
+  to `update_class_stats_rows(..., finite_checked=False)`, which returns the mask it used."""
   features, labels, labelled = check_stats_inputs(features, labels, num_classes, where)
   real = checks.check_where(where, labels.shape[0])
+  if defer_finite:
+    return BatchRows(features, labels, real, labelled, labelled)
   valid = labelled & checks.check_finite_rows(features, real, "features")
   return BatchRows(features, labels, real, labelled, valid)
 
 
-def _reference_rows(features: jax.Array, valid: ArrayLike, slots: class_sums.ClassSlots,
-                    axis_name: str | None) -> tuple[jax.Array, jax.Array]:
-  """The reference row of each slot [S, d] and of each local row's slot [B, d]: the class's first
-  valid row of the global batch (device order, then row order), the same on every device. Empty
-  slots get zeros.
-
-  On one device both are gathers from `features` (the per-row one straight from it, not through the
-  slots' rows: one pass over [B, d] fewer). Under `axis_name` the owner of each slot's row is found
-  with a `pmin` of global row positions (S int32) and the row is broadcast by a `psum` to which only
-  the owner adds a non-zero: x + 0 = x, so every device holds the owner's row bit for bit, the row a
-  single device would pick. Rows laid out over Explicit mesh axes (`jax.jit` of a sharded batch)
-  are read the same way: each slot's row is a slot sum of the rows with every row but the first
-  zeroed (an all-reduce of S·d floats, where a gather at the S positions would all-gather the
-  B·d rows).
-  """
-  batch, num_slots = features.shape[0], slots.classes.shape[0]
-  offset = 0 if axis_name is None else jax.lax.axis_index(axis_name) * batch
-  position = jnp.arange(batch, dtype=jnp.int32) + offset
-  unused = jnp.iinfo(jnp.int32).max
-  first = jax.ops.segment_min(jnp.where(valid, position, unused), slots.slot,
-                              num_segments=num_slots,
-                              **explicit_mesh.replicated_out(slots.slot))
-  if axis_name is None and explicit_mesh.rows_split(features):
-    is_first = valid & (position == explicit_mesh.take(first, slots.slot))
-    rows = class_sums.slot_sum(jnp.where(is_first[:, None], features, 0.0), slots)
-    return rows, class_sums.at_rows(rows, slots)
-  if axis_name is not None:
-    first = jax.lax.pmin(first, axis_name)
-  local = first - offset
-  mine = (first != unused) & (local >= 0) & (local < batch)
-  local = jnp.clip(local, 0, batch - 1)
-  rows = jnp.where(mine[:, None], features[local], 0.0)
-  if axis_name is None:
-    return rows, features[local[slots.slot]]
-  rows = jax.lax.psum(rows, axis_name)
-  return rows, rows[slots.slot]
-
-
-def batch_class_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int, *,
-                        p: float = 2.0, axis_name: str | None = None,
-                        sorted_by: jax.Array | None = None):
-  """Global-batch class moments, MR2's (a_k, v_k), per slot (see `class_sums`).
-
-  Two passes, both reduced as sums and counts, on rows shifted by a reference row r_k of their own
-  class (`_reference_rows`: the class's first row of the global batch, the same on every device):
-  u_i = φ_i − r_k, δ_k = Σ_i u_i / n_k, m_k = r_k + δ_k, a_k = ‖m_k‖_p², and
-  v_k = Σ_i ‖u_i − δ_k‖_p² / n_k (= Σ_i ‖φ_i − m_k‖_p² / n_k exactly).
-
-  The shift is what keeps v_k accurate: without it φ_i − m_k carries the rounding of m_k, ~ε·‖φ‖
-  per coordinate, so v_k is off by ~(ε·‖φ‖)² whatever the class's spread (the slow property run:
-  two collapsed classes at ‖φ‖ ≈ 9·10⁴ gave V = 8.5·10⁻⁶ and 1.9·10⁻⁴ instead of 0, s̄ = 9.8·10⁻⁵,
-  and the loss off by 1.8·10⁻⁵ through ℓ_s̄). With it the rounding is relative to ‖φ_i − r_k‖, the
-  class's own spread: a collapsed class has u = 0 and v_k = 0 exactly. Each slot's result depends
-  only on its own class's rows, so a non-finite row cannot change another class.
-
-  On one device with more classes than rows (K > B, ImageNet-size label sets) the same sums are
-  taken over the class-sorted batch instead (`_sorted_moments`): a class seen once has m_k = φ_i,
-  a_k = ‖φ_i‖_p² and v_k = 0 with no sum at all, and only the rows with a partner are summed.
-  Rows split over Explicit mesh axes (`jax.jit` of a sharded batch) take the slot sums whatever
-  K: the sort would all-gather the rows, where the sums cross devices as min(K, B)·d floats.
-
-  `sorted_by`: the mask the class sort reads (`class_order_lib.class_order`; default `valid`).
-
-  Returns:
-    (slots, a [S], v [S]); slots with no example have zeros.
-  """
-  if (axis_name is None and num_classes > labels.shape[0]
-      and not explicit_mesh.rows_split(features)):
-    return _sorted_moments(features, labels, valid, num_classes, p, sorted_by=sorted_by)
-  return _slot_moments(features, labels, valid, num_classes, p, axis_name)
-
-
-def _slot_moments(features, labels, valid, num_classes, p, axis_name):
-  """`batch_class_moments` by slot sums (`class_sums`), psum-reduced under `axis_name`."""
-  slots = class_sums.class_slots(labels, valid, num_classes, axis_name=axis_name)
-  reference, row_reference = _reference_rows(features, valid, slots, axis_name)
-  shifted = jnp.where(valid[:, None], features - row_reference, 0.0)
-  sums = class_sums.slot_sum(shifted, slots, axis_name=axis_name)
-  counts = jnp.maximum(slots.counts, 1.0)[:, None].astype(features.dtype)
-  offsets = sums / counts
-  class_means = reference + offsets
-  deviation = lp_sq_norm(shifted - class_sums.at_rows(offsets, slots), p, where=valid)
-  deviation = jnp.where(valid, deviation, 0.0)
-  dev_sums = class_sums.slot_sum(deviation, slots, axis_name=axis_name)
-  a = jnp.where(slots.counts > 0, lp_sq_norm(class_means, p, where=slots.counts > 0), 0.0)
-  return slots, a, dev_sums / counts[:, 0]
-
-
-def _prefix_moments(size: int, features: jax.Array, order: class_order_lib.ClassOrder, p: float
-                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(a, v, n) at each class's first sorted position among the first `size` sorted rows (0
-  elsewhere), padded to [B]: `batch_class_moments`' shifted sums over the classes with a partner,
-  which all lie in that prefix. Runs of `size` rows hold at most size / 2 such classes."""
-  batch = features.shape[0]
-  position = jnp.arange(size, dtype=jnp.int32)
-  # Rows without a partner are dropped by index (`run` = runs) and masked (`live`), not zeroed.
-  shifted, live = class_order_lib.centred_prefix(features, order, size, zero_unpaired=False)
-  starts = live & (order.first[:size] == position)
-  runs = size // 2
-  run = jnp.where(live, jnp.cumsum(starts, dtype=jnp.int32) - 1, runs)  # `runs`: dropped
-  sums = jax.ops.segment_sum(shifted, run, num_segments=runs, mode="drop")
-  counts = jax.ops.segment_sum(live.astype(features.dtype), run, num_segments=runs, mode="drop")
-  safe_counts = jnp.maximum(counts, 1.0)
-  offsets = sums / safe_counts[:, None]
-  own_run = jnp.minimum(run, runs - 1)
-  deviation = jnp.where(live, lp_sq_norm(shifted - offsets[own_run], p, where=live), 0.0)
-  v = jax.ops.segment_sum(deviation, run, num_segments=runs, mode="drop") / safe_counts
-  # Each run's reference row is its first row's: the row at the run's first sorted position.
-  run_start = jax.ops.segment_min(position, run, num_segments=runs, mode="drop")
-  run_reference = features[order.order[jnp.clip(run_start, 0, size - 1)]]
-  a = lp_sq_norm(run_reference + offsets, p, where=counts > 0)
-
-  def at_starts(per_run):
-    return jnp.pad(jnp.where(starts, per_run[own_run], 0.0), (0, batch - size))
-
-  return at_starts(a), at_starts(v), at_starts(counts)
-
-
-def _sorted_moments(features: jax.Array, labels: jax.Array, valid: jax.Array, num_classes: int,
-                    p: float, *, sorted_by: jax.Array | None = None
-                    ) -> tuple[class_sums.ClassSlots, jax.Array, jax.Array]:
-  """`batch_class_moments` on one device for K > B, over the class-sorted batch
-  (`mr2_reweight_core.class_order`): one slot per sorted position, holding its class when the position is
-  the class's first. A singleton class gets a_k = ‖φ_i‖_p², v_k = 0 (the shifted sums' values
-  exactly: u_i = 0, m_k = r_k = φ_i); the classes with a partner are summed by the branch of a
-  `lax.switch` that reads only the smallest prefix of P/8, P/4, P/2 or P sorted rows holding them
-  (each class's rows in batch order, as the slot sums add them)."""
-  order, _ = class_order_lib.class_order(labels, valid, sorted_by=sorted_by)
-  sizes = tuple(s for s in class_order_lib.prefix_sizes(labels.shape[0]) if s >= 2)
-  if sizes:
-    a, v, counts = jax.lax.switch(
-        class_order_lib.smallest_prefix(sizes, order.active),
-        [functools.partial(_prefix_moments, size, p=p) for size in sizes], features, order)
-  else:  # one row: no class has a partner
-    a = v = counts = jnp.zeros(labels.shape, features.dtype)
-  single = valid[order.order] & (order.key == class_order_lib.MASKED)
-  a = jnp.where(single, lp_sq_norm(features, p, where=valid)[order.order], a)
-  counts = jnp.where(single, 1.0, counts)
-  classes = jnp.where(counts > 0, labels[order.order], num_classes).astype(jnp.int32)
-  own = order.inverse
-  slot = jnp.where(order.key[own] != class_order_lib.MASKED, order.first[own], own)
-  return class_sums.ClassSlots(classes, counts, slot), a, v
-
-
 REDUCTIONS = ("exact", "per_device")
-
-
-def _per_device_moments(features, labels, valid, num_classes, p, axis_name):
-  """Count-weighted means over devices of each device's own (a_k, v_k), as dense [K] vectors.
-
-  Only 3·K scalars cross devices. Returns (slots over all K classes, a [K], v [K]).
-  """
-  local_slots, local_a, local_v = batch_class_moments(features, labels, valid, num_classes, p=p)
-  local_n = local_slots.counts
-  target = jnp.where(local_n > 0, local_slots.classes, num_classes)
-  moments = jnp.stack([local_n * local_a, local_n * local_v, local_n], axis=-1)
-  totals = jnp.zeros((num_classes, 3), moments.dtype).at[target].add(moments, mode="drop")
-  totals = jax.lax.psum(totals, axis_name)
-  counts = totals[:, 2]
-  safe = jnp.maximum(counts, 1.0)
-  slots = class_sums.ClassSlots(classes=jnp.arange(num_classes, dtype=jnp.int32), counts=counts,
-                                slot=jnp.zeros(labels.shape, jnp.int32))
-  return slots, totals[:, 0] / safe, totals[:, 1] / safe
 
 
 def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike, *,
@@ -342,9 +198,9 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
       statistics for this batch, its rows counted in `skipped_rows` too.
     reduction: with `axis_name`, 'exact' (default) reduces per-class feature sums, min(K, B_global)·d
       floats per step, twice (each class's reference row, then the sums of rows shifted by it; see
-      `batch_class_moments`), and equals one device on the global batch. 'per_device' computes a_k
-      and v_k on each device's shard and reduces only per-class scalars (n_k·a_k, n_k·v_k, n_k: 3·K
-      floats): a_k and v_k become count-weighted means of per-device values. For p = 2 their sum
+      `class_moments.batch_class_moments`), and equals one device on the global batch.
+      'per_device' computes a_k and v_k on each device's shard and reduces only per-class scalars
+      (n_k·a_k, n_k·v_k, n_k: 3·K floats): a_k and v_k become count-weighted means of per-device values. For p = 2 their sum
       A_k + V_k, and hence γ, is still exact (both sides equal the class's mean ‖φ‖²); V_k is biased
       low (it misses the spread between device means) and A_k high by the same amount, so s̄ drifts.
       See results/benchmarks/RESULTS.md for the measured drift and bytes.
@@ -377,8 +233,10 @@ def update_class_stats(stats: ClassStats, features: ArrayLike, labels: ArrayLike
   """
   check_class_stats(stats)
   decay_checked = _check_update_arguments(decay, p, reduction)
-  return _update(stats, batch_rows(features, labels, stats.num_classes, where), decay_checked, p,
-                 axis_name, reduction)
+  deferred = defer_finite_check(jnp.asarray(features))
+  rows = batch_rows(features, labels, stats.num_classes, where, defer_finite=deferred)
+  return _update(stats, rows, decay_checked, p, axis_name, reduction,
+                 finite_checked=not deferred)[0]
 
 
 def _check_update_arguments(decay: ArrayLike, p: float, reduction: str):
@@ -391,25 +249,30 @@ def _check_update_arguments(decay: ArrayLike, p: float, reduction: str):
 
 
 def update_class_stats_rows(stats: ClassStats, rows: BatchRows, *, decay: ArrayLike, p: float,
-                            axis_name: str | None, reduction: str) -> ClassStats:
+                            axis_name: str | None, reduction: str, finite_checked: bool = True
+                            ) -> tuple[ClassStats, jax.Array]:
   """`update_class_stats` of a batch checked and masked by `batch_rows` (`mr2_terms` computes the
-  one row mask for the statistics and ℓ_s̄)."""
+  one row mask for the statistics and ℓ_s̄), and that mask: `rows.valid`, or with
+  `finite_checked=False` (rows from `batch_rows(..., defer_finite=True)`) the labelled rows whose
+  features are finite, found as `class_moments.moments_of_finite_rows` finds them."""
   return _update(stats, rows, _check_update_arguments(decay, p, reduction), p, axis_name,
-                 reduction)
+                 reduction, finite_checked=finite_checked)
 
 
-def _update(stats, rows, decay_checked, p, axis_name, reduction):
-  (decay, decay_ok), labels, real, valid = decay_checked, rows.labels, rows.real, rows.valid
+def _update(stats, rows, decay_checked, p, axis_name, reduction, *, finite_checked=True):
+  (decay, decay_ok), labels, real = decay_checked, rows.labels, rows.real
   # Bad rows are masked, not zeroed: every sum, gather and norm below selects by `valid` (or by
   # index) before it adds, so a non-finite row reaches no statistic (no pass over [B, d] for it).
   features = jax.lax.stop_gradient(rows.features)
-  if reduction == "per_device" and axis_name is not None:
-    slots, batch_a, batch_v = _per_device_moments(features, labels, valid, stats.num_classes, p,
-                                                  axis_name)
+  moments = functools.partial(class_moments.moments, features, labels, sorted_by=rows.labelled,
+                              num_classes=stats.num_classes, p=p, axis_name=axis_name,
+                              reduction=reduction)
+  if finite_checked:
+    valid = rows.valid
+    slots, batch_a, batch_v = moments(valid)
   else:
-    slots, batch_a, batch_v = batch_class_moments(
-        features, labels, valid, stats.num_classes, p=p, axis_name=axis_name,
-        sorted_by=rows.labelled)
+    valid, slots, batch_a, batch_v = class_moments.moments_of_finite_rows(
+        features, rows.labelled, moments)
   # A class whose batch moments overflow (finite features of ~1e19 and more: ‖·‖² beyond float32)
   # is left out like a non-finite row, its rows counted (the slots' counts are already global).
   overflow = (slots.counts > 0) & ~(jnp.isfinite(batch_a) & jnp.isfinite(batch_v))
@@ -430,4 +293,4 @@ def _update(stats, rows, decay_checked, p, axis_name, reduction):
       mean_sq_deviation=ema(stats.mean_sq_deviation, batch_v),
       seen=class_sums.scatter_to_classes(stats.seen, present, slots, present),
       skipped_rows=stats.skipped_rows + checks.count_skipped(real, valid, axis_name)
-      + overflow_rows)
+      + overflow_rows), valid

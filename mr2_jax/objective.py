@@ -157,7 +157,15 @@ def _terms(logits, features, labels, stats, *, lam, c_bar, decay, p, temperature
   if stats.num_classes != num_classes:
     raise ValueError(
         f"stats: has {stats.num_classes} classes but logits have {num_classes} columns.")
-  rows = class_stats_lib.batch_rows(features, labels, num_classes, where)
+  features = checks.check_floating(features, 2, "features")
+  split = axis_name is not None or explicit_mesh.rows_split(features)
+  # One device or exact statistics of every row: the statistics find the non-finite feature rows
+  # from their own moments (`update_class_stats_rows`), and return the mask every term reads.
+  # Gathered rows (below) keep the up-front check: the mask of this device's rows is read locally.
+  with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
+  gather = split and stats_reduction == "exact" and with_representation_margin
+  deferred = not gather and class_stats_lib.defer_finite_check(features)
+  rows = class_stats_lib.batch_rows(features, labels, num_classes, where, defer_finite=deferred)
   features, labels = rows.features, rows.labels
   checks.check_batch_dim(logits, labels.shape[0], "logits")
 
@@ -165,21 +173,21 @@ def _terms(logits, features, labels, stats, *, lam, c_bar, decay, p, temperature
     raise ValueError(f"p: expected a norm order p >= 1, got {p}.")
   checks.check_hyperparameter(lam, "lam", 0.0, what="a weight λ")
   # λ = 0 (γ-only, linear probes): ℓ_s̄ is not computed at all, and nothing is gathered.
-  with_representation_margin = not (isinstance(lam, (int, float)) and lam == 0)
-  split = axis_name is not None or explicit_mesh.rows_split(features)
-  if split and stats_reduction == "exact" and with_representation_margin:
+  if gather:
     # ℓ_s̄ all-gathers the features anyway (under `axis_name`, or rows split over Explicit mesh
     # axes); the exact global statistics are then computed from the gathered rows on every device,
     # which saves the min(K, B_global)·d all-reduce (XLA merges the two identical gathers). The
     # result is the single-device computation on the global batch, the same on every device (typed
     # so under shard_map's check_vma: `replicated_batch`).
     gathered, _ = class_sums.replicated_batch(axis_name, *rows)
-    new_stats = class_stats_lib.update_class_stats_rows(
+    new_stats, _ = class_stats_lib.update_class_stats_rows(
         stats, class_stats_lib.BatchRows(*gathered), decay=decay, p=p, axis_name=None,
         reduction="exact")
   else:
-    new_stats = class_stats_lib.update_class_stats_rows(
-        stats, rows, decay=decay, p=p, axis_name=axis_name, reduction=stats_reduction)
+    new_stats, valid = class_stats_lib.update_class_stats_rows(
+        stats, rows, decay=decay, p=p, axis_name=axis_name, reduction=stats_reduction,
+        finite_checked=not deferred)
+    rows = rows._replace(valid=valid)
   gamma = margins.class_margins(new_stats, c_bar)
   if uniform_margin:
     gamma = jnp.full_like(gamma, c_bar)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from experiments.benchmarks.loss_scaling import AUTHORS_MS, AUTHORS_SOURCES, _loss_fns
 from experiments.benchmarks.timing import (cpu_ticks, interleaved, steal_share, summarize_times,
                                            warm_up)
-from mr2_jax import class_stats
+from mr2_jax import class_moments
 from mr2_jax import lp_norm
 from mr2_jax import margins
 from mr2_reweight_core import class_order
@@ -63,7 +63,7 @@ def released_form_variants(batch: int, dim: int, classes: int) -> dict:
   def slot_moments(features, labels, valid, num_classes, p, sorted_by=None):
     """The statistics by slot sums over every row, as for K ≤ B (and before 2026-12-01, 23:10)."""
     del sorted_by  # no sort
-    return class_stats._slot_moments(features, labels, valid, num_classes, p, None)  # pylint: disable=protected-access
+    return class_moments.slot_moments(features, labels, valid, num_classes, p, None)
 
   # Earlier code of the released form, each traced (and compiled) under its patch; once compiled
   # the patch is not needed to run it.
@@ -79,7 +79,7 @@ def released_form_variants(batch: int, dim: int, classes: int) -> dict:
           lambda: patched(cross_entropy, "_label_log_softmax_value", two_pass_value)),
       "mr2_released_slot_sums": (
           "released, p = 5, statistics by slot sums (before)",
-          lambda: patched(class_stats, "_sorted_moments", slot_moments)),
+          lambda: patched(class_moments, "sorted_moments", slot_moments)),
       "mr2_released_all_rows": (
           "released, p = 5, ℓ_s̄ and statistics on all rows, no prefix (before)",
           lambda: patched(class_order, "prefix_sizes", lambda rows: (rows,))),
