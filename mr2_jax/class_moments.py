@@ -7,9 +7,11 @@ and the rows whose features are finite, found from the moments themselves
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from mr2_reweight_core import class_order as class_order_lib
 from mr2_reweight_core import class_sums
@@ -188,7 +190,10 @@ def moments(features, labels, valid, sorted_by, num_classes, p, axis_name, reduc
                              sorted_by=sorted_by)
 
 
-def moments_of_finite_rows(features, labelled, moments):
+def moments_of_finite_rows(
+    features: jax.Array, labelled: jax.Array,
+    moments: Callable[[jax.Array], tuple[class_sums.ClassSlots, jax.Array, jax.Array]]
+) -> tuple[jax.Array, class_sums.ClassSlots, jax.Array, jax.Array]:
   """(valid, slots, a, v): the moments of the labelled rows whose features are finite, without a
   pass over [B, d] for them unless one is not.
 
