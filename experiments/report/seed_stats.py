@@ -207,10 +207,21 @@ def percent_cell(pair, digits: int = 1) -> str:
   return cell(mean, std, scale=100.0, fmt=f".{digits}f")
 
 
+def _bound_text(value: float, digits: int) -> str:
+  """An interval bound with `digits` decimals, or as many more (up to 3) as it takes for a bound
+  that is not 0 to print as not 0: whether an interval excludes 0 shows in its text ("+0.04",
+  never "+0.0", for a lower bound just above 0)."""
+  for more in range(4):
+    text = format(value, f"+.{digits + more}f")
+    if value == 0 or float(text) != 0:
+      return text
+  return text
+
+
 def interval_text(delta: PairedDelta, *, scale: float = 100.0, digits: int = 1) -> str:
-  """The 95 % t-interval of a paired Δ as "[−0.3, +3.5]" (scale 100: fractions → points)."""
-  fmt = f"+.{digits}f"
-  return f"[{format(scale * delta.low, fmt)}, {format(scale * delta.high, fmt)}]"
+  """The 95 % t-interval of a paired Δ as "[−0.3, +3.5]" (scale 100: fractions → points); a bound
+  that rounds to 0 without being 0 gets the decimals that show its sign (`_bound_text`)."""
+  return f"[{_bound_text(scale * delta.low, digits)}, {_bound_text(scale * delta.high, digits)}]"
 
 
 def delta_cell(delta, *, scale: float = 100.0, digits: int = 1) -> str:

@@ -274,7 +274,8 @@ def read_variables(workdir: str | pathlib.Path, model, image_shape) -> tuple[int
   wanted = jax.tree.map(lambda x: x.shape, {"params": expected["params"],
                                             "batch_stats": expected.get("batch_stats", {})})
   if shapes != wanted:
-    raise CheckpointError(f"{directory / str(step)}: its parameters do not fit the model of "
+    directory = pathlib.Path(workdir).resolve() / "checkpoints" / str(step)
+    raise CheckpointError(f"{directory}: its parameters do not fit the model of "
                           f"config.json")
   return int(step), variables
 

@@ -107,6 +107,20 @@ def test_cells_and_headers():
   assert "95 % t-interval" in seed_stats.PAIRED and "a tie is not ahead" in seed_stats.PAIRED
 
 
+
+def test_an_interval_bound_near_zero_prints_its_sign():
+  # Δs of 1.0 and 1.164 points: the 95 % t-interval's lower bound is +0.04 points (t_{0.975, 1}
+  # = 12.706), which one decimal would print "+0.0" beside "excludes 0".
+  delta = seed_stats.PairedDelta.of([0.01, 0.01164])
+  assert 0 < 100 * delta.low < 0.05
+  low, high = seed_stats.interval_text(delta)[1:-1].split(", ")
+  assert float(low) > 0 and low == f"{100 * delta.low:+.2f}"
+  assert high == f"{100 * delta.high:+.1f}"  # a bound away from 0 keeps its digits
+  below = seed_stats.PairedDelta.of([-0.01, -0.01164])
+  assert float(seed_stats.interval_text(below)[1:-1].split(", ")[1]) < 0
+  # A bound of exactly 0 stays "+0.0" (two equal Δs of 0).
+  assert seed_stats.interval_text(seed_stats.PairedDelta.of([0.0, 0.0])) == "[+0.0, +0.0]"
+
 def test_export_runs_is_the_inverse_of_link_runs(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
   from experiments.studies import regenerate_reports  # pylint: disable=g-import-not-at-top
