@@ -40,6 +40,20 @@ def simplex_floors(class_counts: Sequence[int]) -> tuple[float, float]:
   return nc2, nc3
 
 
+def _balanced_spread(table: dict[str, dict], recorded: Sequence[str]) -> str:
+  """Over how many seeds the class-balanced values are taken, and which seeds where some of a
+  method's runs did not record them (runs from before they were recorded)."""
+  counts = [len(table[m].get("neural_collapse_balanced_seeds", table[m]["seeds"])) for m in recorded]
+  text = seed_stats.spread(counts)
+  partial = [m for m in recorded if "neural_collapse_balanced_seeds" in table[m]
+             and len(table[m]["neural_collapse_balanced_seeds"]) < len(table[m]["seeds"])]
+  if partial:
+    seeds = sorted({s for m in partial for s in table[m]["neural_collapse_balanced_seeds"]})
+    text += (f"; only the runs of seed{'s' if len(seeds) > 1 else ''} "
+             f"{', '.join(str(s) for s in seeds)} recorded them")
+  return text
+
+
 def centring_markdown(table: dict[str, dict], class_counts: Sequence[int]) -> str:
   """The report's note on the centrings (with the sample one's floors at `class_counts`), and the
   class-balanced NC1–NC3 of the methods whose runs recorded them; "" at equal class counts."""
@@ -54,7 +68,7 @@ def centring_markdown(table: dict[str, dict], class_counts: Sequence[int]) -> st
            f"{nc3_floor:.3f} under it (an exact simplex ETF of the class means, a classifier "
            "aligned with it): the convention's floor. Centred on the mean of the class means "
            "(class-balanced), that floor is 0 at any counts"
-           + (f"; those values ({seed_stats.spread([len(table[m]['seeds']) for m in recorded])}):"
+           + (f"; those values ({_balanced_spread(table, recorded)}):"
               if recorded else "; these runs did not record them.")]
   if recorded:
     lines.append("")

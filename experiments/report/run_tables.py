@@ -83,9 +83,16 @@ def method_table(methods: dict[str, list[dict]], reference: str | None,
       per_seed = np.array([perclass_metrics.group_accuracy(acc, groups) for acc in per_class])
       row["easy_medium_hard"] = {g: mean_std(per_seed[:, i])
                                  for i, g in enumerate(perclass_metrics.GROUP_NAMES)}
-    for nc in ("neural_collapse", "neural_collapse_balanced"):
-      if all(nc in s for s in summaries):
-        row[nc] = {k: mean_std([s[nc][k] for s in summaries]) for k in summaries[0][nc]}
+    if all("neural_collapse" in s for s in summaries):
+      row["neural_collapse"] = {k: mean_std([s["neural_collapse"][k] for s in summaries])
+                                for k in summaries[0]["neural_collapse"]}
+    # The class-balanced centring over the seeds whose runs recorded it (runs before it was
+    # recorded have the sample centring alone); `nc_centring` says which seeds.
+    if balanced := [s for s in summaries if "neural_collapse_balanced" in s]:
+      row["neural_collapse_balanced"] = {
+          k: mean_std([s["neural_collapse_balanced"][k] for s in balanced])
+          for k in balanced[0]["neural_collapse_balanced"]}
+      row["neural_collapse_balanced_seeds"] = [s.get("seed") for s in balanced]
     table[name] = row
   if groups is not None:
     table["_groups"] = groups.tolist()

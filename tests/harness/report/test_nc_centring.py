@@ -42,6 +42,32 @@ def test_cifar10_lt_floors_and_no_note_at_equal_counts():
   assert "NC2 = 0.648 and NC3 = 0.151" in note and "did not record them" in note
 
 
+
+def test_a_study_whose_older_runs_lack_the_balanced_centring_says_which_seeds_have_it():
+  # Seed 0 ran before the class-balanced centring was recorded, seed 1 after (the 200-epoch study).
+  def summary(seed, balanced):
+    s = {"seed": seed, "overall_accuracy": 0.6, "worst_class_accuracy": 0.3,
+         "class_accuracy_std": 0.2, "per_class_accuracy": [0.5] * 10,
+         "neural_collapse": {"nc1": 0.25, "nc2": 0.77, "nc3": 0.4}}
+    if balanced:
+      s["neural_collapse_balanced"] = {"nc1": 0.27, "nc2": 0.71, "nc3": 0.31}
+    return s
+  table = run_tables.method_table({"ce": [summary(0, False), summary(1, True)]}, None)
+  assert table["ce"]["seeds"] == [0, 1] and table["ce"]["neural_collapse_balanced_seeds"] == [1]
+  assert table["ce"]["neural_collapse"]["nc2"][0] == pytest.approx(0.77)
+  note = nc_centring.centring_markdown(table, CIFAR10_LT_COUNTS)
+  assert "did not record them" not in note
+  assert "those values (one seed; only the runs of seed 1 recorded them)" in note
+  assert "| ce | 0.27 | 0.71 | 0.31 |" in note
+  # Every seed recorded: no seeds named.
+  table = run_tables.method_table({"ce": [summary(0, True), summary(1, True)]}, None)
+  note = nc_centring.centring_markdown(table, CIFAR10_LT_COUNTS)
+  assert "over 2 seeds)" in note and "only the runs" not in note
+  # None recorded: said so.
+  table = run_tables.method_table({"ce": [summary(0, False), summary(1, False)]}, None)
+  assert "neural_collapse_balanced" not in table["ce"]
+  assert "these runs did not record them" in nc_centring.centring_markdown(table, CIFAR10_LT_COUNTS)
+
 def test_a_run_records_both_centrings_and_the_report_shows_them(tmp_path):
   config = digits_lt.get_config()
   config.num_epochs, config.batch_size, config.max_train_per_class = 2, 32, 40
