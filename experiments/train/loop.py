@@ -198,11 +198,11 @@ def train(run: Plan, manager, state, input_state):
   config = run.config
   runner = runners.make_runner(config.parallel, registry.make_loss_fn(config), run.task,
                                run.learning_rate_fn)
+  step = int(state.step)  # before placing: under pmap the placed state has a device axis
   state = runner.place_state(state)
   # With the split in device memory the images are cut on the devices (same pixels).
   place_batch = (device_input.DeviceCrops(config.parallel, run.train.images, runner.place_batch)
                  if config.input_on_device else runner.place_batch)
-  step = int(state.step)
   events = loop_events.Events(run, runner, manager, step)
   with contextlib.closing(train_input(run, input_state).batches(step, place_batch)) as batches:
     state, step = run_steps(batches, state, step, run.total_steps, runner.step, events.after_step)

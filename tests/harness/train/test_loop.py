@@ -524,3 +524,19 @@ def test_trainer_milelr_schedule_is_the_library_one():
   trainer = train_state.create_learning_rate_fn(config, spe, np.asarray(counts))
   for k in (0, 5 * spe, 160 * spe, 180 * spe):
     assert float(trainer(k)) == float(schedule(k))
+
+
+def test_the_loop_starts_and_resumes_under_pmap(tmp_path):
+  # Under pmap the placed state carries a device axis, so the loop reads its start step before
+  # placing it (reading it after raised "Only scalar arrays can be converted", on a fresh start
+  # and on a resume alike; only the slow multi-process test ran the loop under pmap).
+  assert jax.local_device_count() == NUM_DEVICES
+  config = tiny_config("mr2+inverse_reweight")
+  config.parallel = "pmap"
+  config.batch_size = 8 * NUM_DEVICES
+  config.checkpoint_every_steps = 2
+  config.nc_metrics = False
+  summary = loop.train_and_evaluate(config, tmp_path / "run", max_steps=2)
+  assert summary["steps"] == 2
+  summary = loop.train_and_evaluate(config, tmp_path / "run", max_steps=3)
+  assert summary["steps"] == 3 and np.isfinite(summary["overall_accuracy"])
