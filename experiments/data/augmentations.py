@@ -89,9 +89,11 @@ def _inception(images, view, key, process_index, process_count):
   """'inception': Inception's random-resized crop (area U(0.08, 1), aspect exp U(log 3/4, log 4/3),
   back to H × W bilinear) + flip, for ImageNet-scale training. The crop is taken from the image as
   the pipeline decoded it (ImageNet-LT: the 224² centre crop of the shorter side resized to 256),
-  not from the full-resolution file."""
-  rng = _batch_rng(key, view, 3, process_index, process_count)
-  return random_flip(random_resized_crop(images, rng, scale=(0.08, 1.0)), rng)
+  not from the full-resolution file. Drawn for the global batch (with the generator a single
+  process uses), so an example gets the same crop and flip whatever the number of processes."""
+  rng = _batch_rng(key, view, 3, 0, 1)
+  split = dict(process_index=process_index, process_count=process_count)
+  return random_flip(random_resized_crop(images, rng, scale=(0.08, 1.0), **split), rng, **split)
 
 
 # The training augmentations, one entry each: fn(images, view, key, process_index, process_count).
@@ -105,9 +107,10 @@ def augment_view(images: np.ndarray, augmentation: str, view: int, key: list[int
   """View `view` of a batch of uint8 images under `augmentation` (an `AUGMENTATION_FNS` entry, whose
   docstring says what it draws), a pure function of `key` ([seed, epoch, batch]) and the process.
 
-  The AutoAugment / Cutout / SimCLR / Inception draws are made per process batch ([*key, view, tag,
+  The AutoAugment / Cutout / SimCLR draws are made per process batch ([*key, view, tag,
   process index, process count]), vectorised over it (≈ 5× the throughput of per-example
-  generators), so unlike crop + flip they depend on how the global batch is split over processes.
+  generators), so unlike crop + flip and 'inception' they depend on how the global batch is split
+  over processes.
   """
   if augmentation not in AUGMENTATION_FNS:
     raise DataError(f"augmentation: unknown {augmentation!r}; expected one of {AUGMENTATIONS}")

@@ -49,10 +49,13 @@ def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
   return padded[np.arange(batch)[:, None, None], rows[:, :, None], cols[:, None, :]]
 
 
-def random_flip(images: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.ndarray:
-  """torchvision `RandomHorizontalFlip(p)`: each image mirrored left-right iff rng.random() < p."""
+def random_flip(images: np.ndarray, rng: np.random.Generator, p: float = 0.5, *,
+                process_index: int = 0, process_count: int = 1) -> np.ndarray:
+  """torchvision `RandomHorizontalFlip(p)`: each image mirrored left-right iff rng.random() < p,
+  the coins drawn for the global batch (this process's rows × `process_count`) and this process
+  taking positions process_index, process_index + P, ... (as `crop_flip_draws`)."""
   images = check_images(images)
-  flip = rng.random(len(images)) < p
+  flip = (rng.random(len(images) * process_count) < p)[process_index::process_count]
   out = images.copy()
   out[flip] = images[flip, :, ::-1]
   return out

@@ -80,17 +80,22 @@ def resized_crop(images: np.ndarray, top, left, height, width,
 
 def random_resized_crop(images: np.ndarray, rng: np.random.Generator,
                         scale: tuple[float, float] = (0.2, 1.0),
-                        ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> np.ndarray:
+                        ratio: tuple[float, float] = (3 / 4, 4 / 3), *, process_index: int = 0,
+                        process_count: int = 1) -> np.ndarray:
   """torchvision `RandomResizedCrop(H, scale, ratio)`: per image up to 10 attempts of area
   H·W·U(scale) and aspect exp(U(log ratio)), w = round(√(area·aspect)), h = round(√(area/aspect));
   the first that fits gives the box, top-left uniform; if none fits, the centred crop of the
   whole image clamped to `ratio`. Then `resized_crop` back to H × W (Pillow bilinear).
 
   Draws, in this order: areas rng.uniform(*scale, (B, 10)), log-aspects rng.uniform(log r0,
-  log r1, (B, 10)), tops rng.integers(0, H − h + 1), lefts rng.integers(0, W − w + 1).
+  log r1, (B, 10)), tops rng.integers(0, H − h + 1), lefts rng.integers(0, W − w + 1), for
+  B = the global batch (this process's rows × `process_count`), this process taking positions
+  process_index, process_index + P, ... (as `crop_flip.crop_flip_draws`): an example gets the same
+  box whatever the number of processes, and one process draws as before.
   """
   images = check_images(images)
-  batch, height, width, _ = images.shape
+  local, height, width, _ = images.shape
+  batch = local * process_count
   area = height * width * rng.uniform(scale[0], scale[1], (batch, 10))
   aspect = np.exp(rng.uniform(math.log(ratio[0]), math.log(ratio[1]), (batch, 10)))
   crop_w = np.round(np.sqrt(area * aspect)).astype(np.int64)
@@ -111,4 +116,5 @@ def random_resized_crop(images: np.ndarray, rng: np.random.Generator,
   left = rng.integers(0, width - crop_w + 1)
   top = np.where(found, top, (height - crop_h) // 2)
   left = np.where(found, left, (width - crop_w) // 2)
-  return resized_crop(images, top, left, crop_h, crop_w)
+  mine = slice(process_index, None, process_count)
+  return resized_crop(images, top[mine], left[mine], crop_h[mine], crop_w[mine])

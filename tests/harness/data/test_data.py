@@ -23,6 +23,7 @@ from experiments.data import in_memory_sources
 from experiments.data import loading
 from experiments.data import long_tail
 from experiments.data import normalization
+from experiments.data import resized_crop
 from experiments.data import threaded_map
 from experiments.data.split import Split
 
@@ -561,3 +562,22 @@ def test_inception_augmentation_crops_at_random_scales():
   assert 0 < rising.sum() < len(rising)
   constant = np.full((4, 16, 16, 3), 77, np.uint8)
   np.testing.assert_array_equal(augmentations.augment_view(constant, "inception", 0, [5]), constant)
+
+
+def test_inception_augmentation_is_the_same_whatever_the_process_split():
+  """Each example of the global batch gets the same 'inception' crop and flip on 1, 2 or 4
+  processes (process p holds rows p, p + P, ...), and one process draws as before the split was
+  drawn globally (the generator [*key, view, 3, 0, 1], crop then flip)."""
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (16, 20, 24, 3), dtype=np.uint8)
+  key = [3, 1, 4]
+  whole = augmentations.augment_view(images, "inception", 1, key)
+  for count in (2, 4):
+    for index in range(count):
+      part = augmentations.augment_view(images[index::count], "inception", 1, key,
+                                        process_index=index, process_count=count)
+      np.testing.assert_array_equal(part, whole[index::count])
+  before = np.random.default_rng([*key, 1, 3, 0, 1])
+  expected = crop_flip_lib.random_flip(
+      resized_crop.random_resized_crop(images, before, scale=(0.08, 1.0)), before)
+  np.testing.assert_array_equal(whole, expected)
