@@ -63,7 +63,8 @@ import pytest  # noqa: E402
 
 # Parametrisations moved to the slow run to keep the default run under 10 minutes on 2 cores (the
 # README's test command); each has a sibling in the default run that exercises the same code path
-# (named here). Node-id substrings.
+# (named here). Node-id substrings. (A product of parameters keeps its covering subset in the default
+# run instead, every value of every axis once: tests/covering.py.)
 SHARDED_KEPT = "test_registry_entry_sharded of ce, mr2, inverse_reweight, group_dro, fairdro"
 MOVED_TO_SLOW = {
     # representation margin's tiled form: the default run keeps the exact and the one-class tiles

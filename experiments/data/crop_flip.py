@@ -13,6 +13,14 @@ from experiments.data.pillow_ops import check_images
 CROP_PADDING = 4
 
 
+def process_rows(global_draws: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
+  """This process's rows of draws made for the whole global batch (leading axis): positions
+  process_index, process_index + P, ... (P = `process_count`), its examples' positions in the
+  global batch. Drawn so, every example gets the same draw whatever the number of processes, and
+  one process keeps every row."""
+  return global_draws[process_index::process_count]
+
+
 def crop_flip_draws(rng: np.random.Generator, batch: int, padding: int = CROP_PADDING,
                     process_index: int = 0, process_count: int = 1) -> np.ndarray:
   """The draws of `random_crop_flip` for this process's `batch` rows: int32 [batch, 3] of (top,
@@ -26,10 +34,11 @@ def crop_flip_draws(rng: np.random.Generator, batch: int, padding: int = CROP_PA
   device too (`experiments.data.device_crop_flip`), so the two make the same crops.
   """
   global_batch = batch * process_count
-  top = rng.integers(0, 2 * padding + 1, size=global_batch)[process_index::process_count]
-  left = rng.integers(0, 2 * padding + 1, size=global_batch)[process_index::process_count]
-  flip = (rng.random(global_batch) < 0.5)[process_index::process_count]
-  return np.stack([top, left, flip], axis=1).astype(np.int32)
+  top = rng.integers(0, 2 * padding + 1, size=global_batch)
+  left = rng.integers(0, 2 * padding + 1, size=global_batch)
+  flip = rng.random(global_batch) < 0.5
+  draws = np.stack([top, left, flip], axis=1).astype(np.int32)
+  return process_rows(draws, process_index, process_count)
 
 
 def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
@@ -52,10 +61,10 @@ def random_crop_flip(images: np.ndarray, rng: np.random.Generator,
 def random_flip(images: np.ndarray, rng: np.random.Generator, p: float = 0.5, *,
                 process_index: int = 0, process_count: int = 1) -> np.ndarray:
   """torchvision `RandomHorizontalFlip(p)`: each image mirrored left-right iff rng.random() < p,
-  the coins drawn for the global batch (this process's rows × `process_count`) and this process
-  taking positions process_index, process_index + P, ... (as `crop_flip_draws`)."""
+  the coins drawn for the global batch (this process's rows × `process_count`), this process
+  keeping its rows (`process_rows`)."""
   images = check_images(images)
-  flip = (rng.random(len(images) * process_count) < p)[process_index::process_count]
+  flip = process_rows(rng.random(len(images) * process_count) < p, process_index, process_count)
   out = images.copy()
   out[flip] = images[flip, :, ::-1]
   return out

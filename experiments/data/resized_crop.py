@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from experiments.data.crop_flip import process_rows
 from experiments.data.pillow_ops import check_images, per_image
 
 _PRECISION_BITS = 22  # Pillow's 8-bit resampling: coefficients in 32 − 8 − 2 bits of fixed point.
@@ -89,9 +90,9 @@ def random_resized_crop(images: np.ndarray, rng: np.random.Generator,
 
   Draws, in this order: areas rng.uniform(*scale, (B, 10)), log-aspects rng.uniform(log r0,
   log r1, (B, 10)), tops rng.integers(0, H − h + 1), lefts rng.integers(0, W − w + 1), for
-  B = the global batch (this process's rows × `process_count`), this process taking positions
-  process_index, process_index + P, ... (as `crop_flip.crop_flip_draws`): an example gets the same
-  box whatever the number of processes, and one process draws as before.
+  B = the global batch (this process's rows × `process_count`), this process keeping its rows
+  (`crop_flip.process_rows`): an example gets the same box whatever the number of processes, and
+  one process draws as before.
   """
   images = check_images(images)
   local, height, width, _ = images.shape
@@ -116,5 +117,5 @@ def random_resized_crop(images: np.ndarray, rng: np.random.Generator,
   left = rng.integers(0, width - crop_w + 1)
   top = np.where(found, top, (height - crop_h) // 2)
   left = np.where(found, left, (width - crop_w) // 2)
-  mine = slice(process_index, None, process_count)
-  return resized_crop(images, top[mine], left[mine], crop_h[mine], crop_w[mine])
+  boxes = (process_rows(v, process_index, process_count) for v in (top, left, crop_h, crop_w))
+  return resized_crop(images, *boxes)

@@ -39,6 +39,7 @@ from jax.sharding import PartitionSpec as P
 import mr2_jax
 import reweight_jax as rw
 from tests import strategies as S
+from tests.covering import covering
 from tests.reference import numpy_comparisons as ref_comparisons
 from tests.reference import numpy_jtt_lff as ref_lff
 from tests.reference import numpy_mixed_labels as ref_mixed
@@ -414,9 +415,10 @@ def test_skipped_rows_accumulate_over_steps():
   chex.assert_tree_all_finite((stats.sq_mean_norm, stats.mean_sq_deviation))
 
 
-@pytest.mark.parametrize("name, kind", [
+# Every function and every fault in the default run; the rest of the product in the slow run.
+@pytest.mark.parametrize("name, kind", covering([
     (name, kind) for name, spec in FUNCTIONS.items()
-    for kind in ("nan", "label_high", "other_nan", "label_b_high") if kind in spec.kinds])
+    for kind in ("nan", "label_high", "other_nan", "label_b_high") if kind in spec.kinds]))
 def test_checkify_flags_every_fault(name, kind):
   spec = FUNCTIONS[name]
   batch = make_batch(6, [(5, kind)], [], spec.value_shape, spec.other_shape)

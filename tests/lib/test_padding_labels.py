@@ -17,6 +17,7 @@ from jax.experimental import checkify
 
 import reweight_jax
 from tests import batch_calls
+from tests.covering import covering
 
 K = 5
 BAD_LABELS = (-1, K, 2**31 - 1)
@@ -38,8 +39,9 @@ def _assert_same(got, want):
                                atol=1e-7)
 
 
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("bad", BAD_LABELS)
+# Every function and every bad label in the default run (under `jit` below, every function with
+# every label); the rest of the product in the slow run.
+@pytest.mark.parametrize("name, bad", covering((name, bad) for bad in BAD_LABELS for name in NAMES))
 def test_padding_labels_are_ignored_eagerly(name, bad):
   call = batch_calls.CALLS[name]
   batch = _batch()
@@ -58,12 +60,13 @@ def test_padding_labels_are_ignored_under_jit_and_checkify_flags_nothing(name):
   step = _jitted(name, batch)
   clean = batch.with_padding_labels(0)
   want = step(jnp.asarray(clean.labels), jnp.asarray(clean.labels_b))
+  # Traced (and compiled) once, inside `traced_checks()`, then called with each bad label.
+  checked = jax.jit(checkify.checkify(_jitted(name, batch), errors=checkify.user_checks))
   for bad in BAD_LABELS:
     padded = batch.with_padding_labels(bad)
     labels, labels_b = jnp.asarray(padded.labels), jnp.asarray(padded.labels_b)
     _assert_same(step(labels, labels_b), want)
     with reweight_jax.traced_checks():
-      err, got = checkify.checkify(_jitted(name, batch), errors=checkify.user_checks)(
-          labels, labels_b)
+      err, got = checked(labels, labels_b)
     assert err.get() is None, (name, bad, err.get())
     _assert_same(got, want)

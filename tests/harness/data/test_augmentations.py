@@ -16,6 +16,7 @@ from PIL import Image, ImageEnhance, ImageOps
 from experiments.data import augmentations
 from experiments.data import autoaugment
 from experiments.data import color_jitter
+from experiments.data import crop_flip
 from experiments.data import pillow_ops
 from experiments.data import resized_crop
 from experiments.data.crop_flip import random_crop_flip
@@ -348,3 +349,26 @@ def test_views_run_on_a_batch_of_256_and_are_deterministic():
 def test_images_that_are_not_uint8_rgb_batches_are_refused(bad):
   with pytest.raises(ValueError, match="images: expected uint8"):
     autoaugment.autoaugment(bad, np.random.default_rng(0))
+
+
+def test_process_rows_are_the_processes_positions_in_the_global_batch():
+  np.testing.assert_array_equal(crop_flip.process_rows(np.arange(6), 1, 3), [1, 4])
+  np.testing.assert_array_equal(crop_flip.process_rows(np.arange(6), 0, 1), np.arange(6))
+
+
+@pytest.mark.parametrize("augment", [
+    lambda x, rng, i, p: crop_flip.random_crop_flip(x, rng, process_index=i, process_count=p),
+    lambda x, rng, i, p: crop_flip.random_flip(x, rng, process_index=i, process_count=p),
+    lambda x, rng, i, p: resized_crop.random_resized_crop(x, rng, process_index=i,
+                                                          process_count=p)],
+    ids=["random_crop_flip", "random_flip", "random_resized_crop"])
+@pytest.mark.parametrize("processes", [2, 3])
+def test_each_process_gets_its_rows_of_the_one_process_augmentation(augment, processes):
+  """P processes, each augmenting its rows (positions i, i + P, ... of the global batch) with the
+  same generator state, together give the one-process augmentation of the global batch."""
+  images = np.random.default_rng(1).integers(0, 256, (6, 16, 12, 3), np.uint8)
+  whole = augment(images, np.random.default_rng(3), 0, 1)
+  for i in range(processes):
+    rows = crop_flip.process_rows(images, i, processes)
+    np.testing.assert_array_equal(augment(rows, np.random.default_rng(3), i, processes),
+                                  whole[i::processes])

@@ -23,6 +23,7 @@ from experiments.common.errors import ConfigError
 from experiments.configs import default
 from experiments.configs import schema
 from experiments.train import recipes
+from tests.covering import covering
 from tests.reference import numpy_comparisons as ref_cmp
 from tests.reference import numpy_etf_dr as ref_etf
 from tests.reference import numpy_fairdro as ref_fairdro
@@ -237,8 +238,7 @@ def test_every_loss_has_a_reference_here():
                                       init_state(config)))
 
 
-@pytest.mark.parametrize("jit", [False, True])
-@pytest.mark.parametrize("name", LOSSES)
+@pytest.mark.parametrize("name, jit", covering([(n, j) for j in (False, True) for n in LOSSES]))
 def test_entry_before_and_after_its_start(name, jit):
   entry = registry.get(name)
   before_epoch, after_epoch = START - 1, START
@@ -517,7 +517,7 @@ def test_every_method_declares_its_traceable_fields_as_numbers_of_its_trees():
       assert isinstance(defaults[field], float), (key, field)
 
 
-@pytest.mark.parametrize("name, field", TRACEABLE)
+@pytest.mark.parametrize("name, field", covering(TRACEABLE))
 def test_a_traced_value_of_a_traceable_field_gives_the_static_values_loss(name, field):
   """`StepInfo.swept` under `vmap` (a sweep's step): each member's loss, state and gradient equal
   the loss built with that value in the config, after the start epoch (where a deferred entry's

@@ -361,14 +361,17 @@ def finished_run(tmp_path_factory):
   return root / "run"
 
 
+# One case of each kind in the default run (a config error, missing and corrupt data, a config that
+# differs from the checkpoint's); the other config errors in the slow run.
 @pytest.mark.parametrize("overrides, message", [
-    (("--config.loss=nope",), "config.loss: unknown loss 'nope'"),
-    (("--config.dataset=imagenet9",), "imagenet9"),
-    (("--config.imbalance_factor=0.5",), "imbalance_factor"),
+    pytest.param(("--config.loss=nope",), "config.loss: unknown loss 'nope'",
+                 marks=pytest.mark.slow),
+    pytest.param(("--config.dataset=imagenet9",), "imagenet9", marks=pytest.mark.slow),
+    pytest.param(("--config.imbalance_factor=0.5",), "imbalance_factor", marks=pytest.mark.slow),
     (("--config.dataset=mnist", "--config.data_dir=/nonexistent/mnist"), "/nonexistent/mnist"),
     (("--config.dataset=cifar10_jpeg", "--config.data_dir={corrupt}"), "index 0"),
     (("--config.lerning_rate=0.1",), "lerning_rate"),
-    (("--config.mr2.decay=1.0",), "config.mr2.decay"),
+    pytest.param(("--config.mr2.decay=1.0",), "config.mr2.decay", marks=pytest.mark.slow),
     (("--config.loss=mr2",), "different config (fields loss ('ce' there, 'mr2' here), mr2."),
 ])
 def test_bad_config_or_data_is_one_line_and_keeps_checkpoints(tmp_path, finished_run, overrides,

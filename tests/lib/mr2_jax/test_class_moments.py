@@ -15,6 +15,7 @@ from mr2_jax import class_stats
 from mr2_reweight_core import checks
 from mr2_reweight_core import class_order
 from mr2_reweight_core import class_sums
+from tests.covering import covering
 
 
 def _labels_with_counts(counts, num_classes, seed):
@@ -119,9 +120,11 @@ def _bad_batch(kind, batch=24, dim=5, num_classes=4, bad_rows=(0, 7)):
   return jnp.asarray(features), jnp.asarray(labels)
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("kind", ["nan", "+inf", "-inf", "huge", "clean"])
-@pytest.mark.parametrize("num_classes, p", [(4, 2.0), (4, 5.0), (40, 2.0)])  # K > B: the class sort
+# K > B (40): the class sort. Every kind, size and mode in the default run; their product slow.
+@pytest.mark.parametrize("kind, jit, num_classes, p", covering(
+    (kind, jit, num_classes, p) for jit in (False, True) for num_classes, p in ((4, 2.0), (4, 5.0),
+                                                                                (40, 2.0))
+    for kind in ("nan", "+inf", "-inf", "huge", "clean")))
 def test_moments_of_finite_rows_equal_those_of_an_up_front_check(kind, jit, num_classes, p):
   """The mask is `labelled & finite_rows(features)` and the moments are those of that mask, bit for
   bit: with non-finite rows (NaN, ±inf), finite rows whose moments overflow (3e19² > float32's
@@ -201,9 +204,10 @@ def test_the_check_is_deferred_from_a_million_feature_values(batch, dim, passes)
   assert class_stats.DEFER_MIN_ELEMENTS == 512 * 2048
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("kind", ["nan", "+inf", "-inf", "huge", "clean"])
-@pytest.mark.parametrize("form, num_classes", [("paper", 4), ("released", 4), ("paper", 40)])
+@pytest.mark.parametrize("kind, jit, form, num_classes", covering(
+    (kind, jit, form, num_classes) for jit in (False, True)
+    for form, num_classes in (("paper", 4), ("released", 4), ("paper", 40))
+    for kind in ("nan", "+inf", "-inf", "huge", "clean")))
 def test_mr2_loss_is_the_same_with_the_check_deferred_or_up_front(kind, jit, form, num_classes):
   """`mr2_loss` with the check deferred (from any B·d) and up front (never deferred): the loss,
   its gradients, the statistics and aux bit for bit, with padding rows, on batches with

@@ -11,6 +11,7 @@ from absl.testing import parameterized
 
 import mr2_jax
 from tests import cases
+from tests.covering import covering
 from tests.reference import numpy_mr2 as ref
 
 RTOL = 1e-5
@@ -310,8 +311,8 @@ def test_a_non_finite_feature_row_is_left_out_of_both_terms_like_padding(value):
   assert np.isnan(loss)
 
 
-@pytest.mark.parametrize("form", ["paper", "released"])
-@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("value, form", covering(
+    (value, form) for form in ("paper", "released") for value in (np.nan, np.inf, -np.inf)))
 def test_a_non_finite_logit_makes_the_loss_and_its_gradient_nan(value, form):
   """A real row with a non-finite logit (−inf too, which drops out of an exp-sum): `mr2_loss` is
   NaN, and so is its gradient through the logits (every entry of that row's, hence of every
