@@ -335,6 +335,7 @@ def test_slim_copy_refuses_its_own_source_and_a_slim_source_and_runs_check_it(tm
 
 
 # Decodes the 50,000 training images a few times (about 15 s).
+@pytest.mark.slow  # ≈ 20 s over the real CIFAR-10; test_slim_data_keeps_every_selected_image in the default run
 @pytest.mark.skipif(not SHARED_CIFAR.is_dir(), reason="needs ../shared/data/cifar10_jpeg")
 def test_slim_copy_of_the_shared_cifar10_gives_every_config_the_same_data(tmp_path, monkeypatch):
   monkeypatch.setenv("MR2_JAX_CACHE", str(tmp_path / "cache"))

@@ -88,12 +88,15 @@ def test_sorted_moments_on_batches_of_one_to_three_rows(labels, valid):
     return [np.asarray(class_sums.scatter_to_classes(state.sq_mean_norm, x, slots, present))
             for x in (*values, slots.counts)]
 
+  sorted_moments = jax.jit(class_moments.sorted_moments, static_argnums=(3, 4))
+  slot_moments = jax.jit(class_moments.slot_moments, static_argnums=(3, 4, 5))
+  update = jax.jit(mr2_jax.update_class_stats, static_argnames="p")
   for p in (2.0, 5.0):
-    got = per_class(*class_moments.sorted_moments(features, labels, valid, 10, p))
-    want = per_class(*class_moments.slot_moments(features, labels, valid, 10, p, None))
+    got = per_class(*sorted_moments(features, labels, valid, 10, p))
+    want = per_class(*slot_moments(features, labels, valid, 10, p, None))
     for g, w in zip(got, want):
       np.testing.assert_array_equal(g, w)
-    stats = mr2_jax.update_class_stats(state, features, labels, where=valid, p=p)
+    stats = update(state, features, labels, where=valid, p=p)
     np.testing.assert_array_equal(stats.seen, np.isin(np.arange(10), np.asarray(labels)[valid]))
 
 
