@@ -35,9 +35,11 @@ def member_config(loss: str, seed: int, **fields):
   return config
 
 
+# The reweighting's sweep in the slow run: its traced α is checked against the static loss in the
+# default run (tests/harness/methods/test_registry.py), and mr2's sweep takes this path here.
 @pytest.mark.parametrize("loss, field, values", [
     ("mr2", "mr2__lam", (0.01, 0.1, 0.3)),
-    ("inverse_reweight", "reweight__alpha", (0.0, 0.5, 3.0)),
+    pytest.param("inverse_reweight", "reweight__alpha", (0.0, 0.5, 3.0), marks=pytest.mark.slow),
 ])
 def test_a_sweep_of_three_values_equals_the_three_solo_runs(loss, field, values, tmp_path):
   configs = [member_config(loss, 0, **{field: v}) for v in values]
