@@ -23,7 +23,7 @@ import numpy as np
 
 from experiments.common.errors import DataError
 from experiments.data.augmentations import AUGMENTATIONS, augment_view, crop_flip_view_draws
-from experiments.data.crop_flip import CROP_PADDING
+from experiments.data.crop_flip import CROP_PADDING, process_rows
 from experiments.data.normalization import normalize
 from experiments.data.split import Split
 
@@ -120,7 +120,7 @@ def train_batches(split: Split, batch_size: int, *, seed: int, epoch: int, augme
   order = epoch_order(len(sample), steps * batch_size * process_count, seed=seed, epoch=epoch)
   for b in range(start_batch, steps):
     rows = sample[global_batch_positions(order, b, batch_size * process_count)]
-    yield train_batch(split, rows[process_index::process_count], key=[seed, epoch, b],
+    yield train_batch(split, process_rows(rows, process_index, process_count), key=[seed, epoch, b],
                       augment=augment, process_index=process_index, process_count=process_count,
                       views=views, augmentation=augmentation, pair=pair, normalized=normalized,
                       global_indices=rows, crops_on_device=crops_on_device)
@@ -175,7 +175,7 @@ def train_batch(split: Split, indices: np.ndarray, *, key: list[int], augment: b
       raise DataError("a paired batch needs the global batch's positions (global_indices)")
     drawn = pair(np.random.default_rng([*key, 1000]), np.asarray(global_indices),
                  *split.images.shape[1:3])
-    partners = np.asarray(drawn.rows)[process_index::process_count]
+    partners = process_rows(np.asarray(drawn.rows), process_index, process_count)
     batch.update({f"{image_field}_b": images(partners, [*key, 1001])},
                  label_b=split.labels[partners], index_b=partners.astype(np.int32),
                  lam=np.full(batch_size, drawn.lam, np.float32),
