@@ -135,6 +135,22 @@ def class_slots(labels: jax.Array, valid: jax.Array, num_classes: int, *,
                     explicit_mesh.laid_out_like(slot, masked_labels))
 
 
+def skipped_rows(real: jax.Array, slots: ClassSlots, *, axis_name: str | None = None
+                 ) -> jax.Array:
+  """int32 scalar: the real rows (`real`, inside `where`) of the global batch that `slots.counts`
+  leave out (an out-of-range label or a non-finite value), the same on every device.
+
+  `checks.count_skipped(real, counted, axis_name)` from the counts the statistics take anyway: the
+  real rows less the counts' sum (exact: float32 sums of whole numbers below 2²⁴), without another
+  pass over the rows' masks (with no `where`, `real` is all True and its sum a constant of the
+  compiled program).
+  """
+  real_rows = jnp.sum(real, dtype=jnp.int32)
+  if axis_name is not None:
+    real_rows = jax.lax.psum(real_rows, axis_name)
+  return real_rows - jnp.sum(slots.counts).astype(jnp.int32)
+
+
 def example_class_counts(labels: jax.Array, valid: jax.Array, num_classes: int, *,
                          axis_name: str | None = None) -> jax.Array:
   """n_{y_i} [B]: the number of valid examples of each local example's class in the (global) batch.

@@ -44,7 +44,6 @@ from mr2_reweight_core.checks import check_hyperparameter
 from mr2_reweight_core.checks import is_concrete
 from mr2_reweight_core.checks import check_labels
 from mr2_reweight_core.checks import check_where
-from mr2_reweight_core.checks import count_skipped
 from mr2_reweight_core.checks import poison_unless
 from reweight_jax.inverse_weights import check_alpha
 from reweight_jax.inverse_weights import closed_form_weights
@@ -284,18 +283,20 @@ def inverse_reweighted_loss(
                                  counted=valid)
   slot_losses, slot_present = slot_class_losses(per_example_loss, valid, slots,
                                                 axis_name=axis_name)
+  skipped = class_sums.skipped_rows(real, slots, axis_name=axis_name)
   weights = slot_class_weights(slot_losses, slot_present, slots, state, prior, alpha=alpha,
                               gamma=gamma, max_weight=max_weight, macro=macro,
                               stop_gradient=stop_gradient, refresh_macro=refresh_macro, eps=eps,
-                              skipped=count_skipped(real, valid, axis_name))
+                              skipped=skipped)
   slot_weights = weights.weights
 
   example_weights = jnp.where(valid, class_sums.at_rows(slot_weights, slots), 0)
   weighted_sum = jnp.sum(example_weights * jnp.where(valid, per_example_loss, 0))
   global_valid = jnp.sum(slots.counts).astype(dtype)
   loss = class_sums.num_devices(axis_name) * weighted_sum / jnp.maximum(global_valid, 1)
-  # A bad real row makes the loss and its gradient NaN; a padding row counts nowhere.
-  loss = poison_unless(loss, jnp.all(valid | ~real))
+  # A bad real row of the global batch makes the loss and its gradient NaN; a padding row counts
+  # nowhere.
+  loss = poison_unless(loss, skipped == 0)
 
   def to_classes(default, slot_values):
     return class_sums.scatter_to_classes(default, slot_values, slots, slot_present)

@@ -19,8 +19,10 @@ compiled loop (`_loss_fns`; inputs not hoisted). A version's time is the median 
 ratio to the first version is given of the medians, as the median of the calls' paired ratios
 (each call over the first version's call of the same round), and of the 10th percentiles. Each
 version's call floor (`timing.call_floor`: a compiled function of the same arrays in and out that
-computes nothing) is timed in the same rounds, so that a call's time above it, the loss's own work,
-can be told from dispatch. Each size also records the share of CPU time stolen and the load
+computes nothing) is timed in rounds of its own, right after the calls, so that a call's time above
+it, the loss's own work, can be told from dispatch. (Until 2026-12-06 the floors were alternated in
+the same rounds as the calls; the last version, called next to them, then followed a call that
+computes nothing and read up to 1.3× slower on calls of 0.1 ms than the same code placed elsewhere.) Each size also records the share of CPU time stolen and the load
 average while it was timed; a tree named twice measures the noise of the run.
 """
 
@@ -135,8 +137,11 @@ def bench_against(versions: dict[str, str], *, quick: bool = False, sizes=None,
         values.append([float(value)] + [float(np.sum(np.abs(g))) for g in jax.tree.leaves(grads)])
       warm_up(calls + floors, 3)
       ticks, load = cpu_ticks(), os.getloadavg()[0]
-      timed = _alternated(calls + floors, rounds)
-      per_call, per_floor = timed[:len(labels)], timed[len(labels):]
+      # The floors are alternated apart from the calls: in one list the version next to them
+      # followed a call that computes nothing (its worker threads asleep) and read up to 1.3×
+      # slower on calls of 0.1 ms than the same code elsewhere in the list.
+      per_call = _alternated(calls, rounds)
+      per_floor = _alternated(floors, rounds)
       in_loop = []
       if loop_rounds:
         warm_up(loops, 2)
