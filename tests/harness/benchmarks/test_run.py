@@ -170,3 +170,21 @@ def test_against_imports_each_tree_as_its_own_version_and_times_the_same_batch()
                                              "xla_flags": "", "date": "d"}, "against": result})
   assert "| mr2 | 8 | 4 | 3 |" in markdown and "Largest relative difference" in markdown
   assert "call floor" in markdown and "b above" in markdown
+
+
+def test_against_times_the_floors_apart_from_the_calls(monkeypatch):
+  # In one alternation with the calls, the version called next to the floors followed a call that
+  # computes nothing and read slower than the same code elsewhere: every alternation holds one
+  # callable per version, calls and floors never mixed.
+  from experiments.benchmarks import loss_against
+  lengths = []
+  alternated = loss_against._alternated
+
+  def recording(calls, rounds):
+    lengths.append(len(calls))
+    return alternated(calls, rounds)
+
+  monkeypatch.setattr(loss_against, "_alternated", recording)
+  result = loss_against.bench_against({"a": str(timing.REPO), "b": str(timing.REPO)},
+                                      sizes=[(8, 4, 3)], rounds=2, loop_rounds=0)
+  assert len(result["rows"]) == 3 and lengths == [2] * 6  # calls, then floors, per loss
