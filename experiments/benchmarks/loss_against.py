@@ -22,8 +22,9 @@ version's call floor (`timing.call_floor`: a compiled function of the same array
 computes nothing) is timed in rounds of its own, right after the calls, so that a call's time above
 it, the loss's own work, can be told from dispatch. (Until 2026-12-06 the floors were alternated in
 the same rounds as the calls; the last version, called next to them, then followed a call that
-computes nothing and read up to 1.3× slower on calls of 0.1 ms than the same code placed elsewhere.) Each size also records the share of CPU time stolen and the load
-average while it was timed; a tree named twice measures the noise of the run.
+computes nothing and read up to 1.2× slower on calls of 0.1 ms than the same code placed
+elsewhere.) Each size also records the share of CPU time stolen and the load average while it was
+timed; a tree named twice measures the noise of the run.
 """
 
 from __future__ import annotations
@@ -138,8 +139,8 @@ def bench_against(versions: dict[str, str], *, quick: bool = False, sizes=None,
       warm_up(calls + floors, 3)
       ticks, load = cpu_ticks(), os.getloadavg()[0]
       # The floors are alternated apart from the calls: in one list the version next to them
-      # followed a call that computes nothing (its worker threads asleep) and read up to 1.3×
-      # slower on calls of 0.1 ms than the same code elsewhere in the list.
+      # followed a call that computes nothing and read up to 1.2× slower on calls of 0.1 ms than
+      # the same code elsewhere in the list.
       per_call = _alternated(calls, rounds)
       per_floor = _alternated(floors, rounds)
       in_loop = []
