@@ -340,3 +340,28 @@ class PmapTest(chex.TestCase):
       np.testing.assert_allclose(p_weights[device], weights, rtol=RTOL)
       np.testing.assert_allclose(p_grads[device], grads, rtol=1e-4, atol=1e-7)
     self.assertGreater(float(jnp.max(jnp.abs(grads))), 1e-3)
+
+
+def test_a_bad_row_on_one_device_poisons_every_share_and_is_counted_once():
+  """Under pmap the skipped count is the global batch's (the same on every device) and a bad real
+  row on one device makes every device's loss share NaN, as `lax.pmean` of the shares would be; a
+  NaN loss on a padding row counts nowhere."""
+  rng = np.random.default_rng(0)
+  losses = rng.uniform(0.1, 2.0, size=(8, 4)).astype(np.float32)
+  labels = rng.integers(0, 3, size=(8, 4)).astype(np.int32)
+  where = np.ones((8, 4), bool)
+  losses[5, 1], where[5, 1] = np.nan, False  # padding: ignored
+  state = rw.init_reweight_state(3)
+
+  def step(losses, labels, where):
+    loss, new_state, _ = rw.inverse_reweighted_loss(
+        losses, labels, state, alpha=0.1, prior=jnp.full((3,), 1 / 3), gamma=1.0,
+        axis_name="batch", where=where)
+    return loss, new_state.skipped_rows
+
+  stepped = jax.pmap(step, axis_name="batch")
+  loss, skipped = stepped(losses, labels, where)
+  assert np.all(np.isfinite(loss)) and np.all(np.asarray(skipped) == 0)
+  losses[2, 3] = np.inf  # a real row on device 2
+  loss, skipped = stepped(losses, labels, where)
+  assert np.all(np.isnan(loss)) and np.all(np.asarray(skipped) == 1)
