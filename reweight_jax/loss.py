@@ -218,8 +218,9 @@ def inverse_reweighted_loss(
   Bad rows (docs: "Failure modes"): a row inside `where` with a label outside [0, K) (possible only
   under tracing, where `check_labels` cannot raise) or a non-finite loss is left out of every class
   statistic, the weights and the counts B_c, and counted in `new_state.skipped_rows`; the loss of
-  such a batch and its gradient are NaN (under `axis_name`, every device's share). A padding row (`where` False) counts nowhere whatever its
-  label or loss (as in `mr2_loss` and `cross_entropy_loss`).
+  such a batch and its gradient are NaN (under `axis_name`, every device's share). A padding row
+  (`where` False) counts nowhere whatever its label or loss (as in `mr2_loss` and
+  `cross_entropy_loss`).
 
   B = 0 (or every row padding): loss 0 and the counts unchanged (no class present). K = 1: ŵ = (1,),
   the loss is the mean loss of the real rows.
