@@ -51,10 +51,24 @@ def runs(key: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _valid_first(order: jax.Array, valid: jax.Array) -> jax.Array:
   """`order` with its `valid` entries first, each part in its order (a stable partition by running
   counts and a scatter)."""
-  kept = jnp.sum(valid, dtype=jnp.int32)
-  destination = jnp.where(valid, jnp.cumsum(valid, dtype=jnp.int32) - 1,
-                          kept + jnp.cumsum(~valid, dtype=jnp.int32) - 1)
+  destination, _ = _partition(valid)
   return jnp.zeros_like(order).at[destination].set(order, unique_indices=True)
+
+
+def _partition(first: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(int32 [B], int32 scalar): each row's place in a stable partition of the rows, the `first`
+  ones first, and how many rows are `first`.
+
+  From one running count c of `first`: a `first` row goes to c − 1, another to
+  n_first + (its position − c) (the other rows before it), with n_first the count's last entry.
+  One running count where there were two and a sum: XLA:CPU lowers each running count of B = 512
+  entries to several kernels (`mr2_loss` at B = 512, d = 64, K = 100: 126 compiled kernels against
+  142 with the two counts)."""
+  rows = first.shape[0]
+  running = jnp.cumsum(first, dtype=jnp.int32)
+  count = running[-1] if rows else jnp.int32(0)
+  position = jnp.arange(rows, dtype=jnp.int32)
+  return jnp.where(first, running - 1, count + position - running), count
 
 
 def class_order(labels: jax.Array, valid: jax.Array, *, sorted_by: jax.Array | None = None
@@ -83,9 +97,7 @@ def class_order(labels: jax.Array, valid: jax.Array, *, sorted_by: jax.Array | N
   # A stable partition of the label-sorted rows (each class stays contiguous and in batch order):
   # the paired rows to 0 … active − 1 and the others after them, by running counts (a scatter,
   # not a second sort: XLA:CPU sorts 512 keys in ~0.1 ms).
-  active = jnp.sum(paired, dtype=jnp.int32)
-  destination = jnp.where(paired, jnp.cumsum(paired, dtype=jnp.int32) - 1,
-                          active + jnp.cumsum(~paired, dtype=jnp.int32) - 1)
+  destination, active = _partition(paired)
   regroup = jnp.zeros((rows,), jnp.int32).at[destination].set(position, unique_indices=True)
   order = by_label[regroup]
   key = jnp.where(paired, label_key, MASKED)[regroup]

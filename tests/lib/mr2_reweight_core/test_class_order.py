@@ -22,15 +22,21 @@ def test_runs():
     lambda rows: st.lists(st.integers(0, 9), min_size=rows, max_size=rows)), st.data())
 def test_class_order_against_numpy(labels, data):
   """Stable; rows with a partner first by class, then singletons and masked rows in label order;
-  `first`, `active`, `inverse` and the largest count as written from their definitions."""
+  `first`, `active`, `inverse` and the largest count as written from their definitions; the same
+  when the sort reads a wider mask `sorted_by` (the valid rows and others, e.g. rows with a label
+  but a non-finite feature), whose extra rows are then moved after the valid ones."""
   labels = np.asarray(labels, np.int32)
-  valid = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(labels),
-                                        max_size=len(labels))))
-  order, largest = class_order.class_order(jnp.asarray(labels), jnp.asarray(valid))
+  valid, extra = (np.asarray(data.draw(st.lists(st.booleans(), min_size=len(labels),
+                                                max_size=len(labels)))) for _ in range(2))
+  sorted_by = valid | extra if data.draw(st.booleans()) else valid
+  order, largest = class_order.class_order(
+      jnp.asarray(labels), jnp.asarray(valid),
+      sorted_by=None if sorted_by is valid else jnp.asarray(sorted_by))
   counts = np.bincount(labels[valid], minlength=10)
   paired = valid & (counts[labels] > 1)
-  key = np.where(valid, labels, np.iinfo(np.int32).max)
-  expected = sorted(range(len(labels)), key=lambda i: (not paired[i], key[i], i))
+  # The rows without a partner: the valid ones by label, then the others by the sort's key.
+  key = np.where(sorted_by, labels, np.iinfo(np.int32).max)
+  expected = sorted(range(len(labels)), key=lambda i: (not paired[i], not valid[i], key[i], i))
   np.testing.assert_array_equal(order.order, expected)
   np.testing.assert_array_equal(np.asarray(order.inverse)[expected], np.arange(len(labels)))
   sorted_key = np.where(paired, labels, class_order.MASKED)[expected]
