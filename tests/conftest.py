@@ -9,10 +9,10 @@ os.environ["XLA_FLAGS"] = (
 # the generated code is much of a cold run's time. Level 0 takes 14–19 % off a cold run of a test
 # file (tests/lib/test_bad_rows.py 95 → 78 s, tests/harness/train/test_seed_axis_sweep.py
 # 112 → 97 s, one process, 2 cores) and the default command's first run from 54 to 43 CPU-minutes
-# (36 to 25 minutes on 2 cores; 2026-12-07, AMD EPYC). XLA's HLO passes, which decide the arithmetic, run as before
-# (the optimised HLO of the benchmark's mr2_loss and reweighting steps at B = 512, d = 64, K = 100
-# is the same text at both levels). MR2_JAX_TEST_OPTIMIZE=1 (CI's built-wheel job) compiles as a
-# user's program does.
+# (36 to 25 minutes on 2 cores; 2026-12-07, AMD EPYC). XLA's HLO passes, which decide the
+# arithmetic, run as before (the optimised HLO of the benchmark's mr2_loss and reweighting steps at
+# B = 512, d = 64, K = 100 is the same text at both levels). MR2_JAX_TEST_OPTIMIZE=1 (CI's
+# built-wheel job) compiles as a user's program does.
 if (os.environ.get("MR2_JAX_TEST_OPTIMIZE") != "1"
     and "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]):
   os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"

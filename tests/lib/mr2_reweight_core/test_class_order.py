@@ -21,7 +21,7 @@ def test_runs():
 @given(st.sampled_from([1, 2, 3, 5, 8, 17, 40]).flatmap(
     lambda rows: st.lists(st.integers(0, 9), min_size=rows, max_size=rows)), st.data())
 def test_class_order_against_numpy(labels, data):
-  """Stable; rows with a partner first by class, then singletons and masked rows in label order;
+  """Stable; rows with a partner first by class, then the valid singletons by label, then the rest;
   `first`, `active`, `inverse` and the largest count as written from their definitions; the same
   when the sort reads a wider mask `sorted_by` (the valid rows and others, e.g. rows with a label
   but a non-finite feature), whose extra rows are then moved after the valid ones."""
