@@ -49,8 +49,8 @@ def runs(key: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _valid_first(order: jax.Array, valid: jax.Array) -> jax.Array:
-  """`order` with its `valid` entries first, each part in its order (a stable partition by running
-  counts and a scatter)."""
+  """`order` with its `valid` entries first, each part in its order (a stable partition by one
+  running count, `_partition`, and a scatter)."""
   destination, _ = _partition(valid)
   return jnp.zeros_like(order).at[destination].set(order, unique_indices=True)
 
@@ -95,7 +95,7 @@ def class_order(labels: jax.Array, valid: jax.Array, *, sorted_by: jax.Array | N
   largest = jnp.max(jnp.where(in_class, count, 0), initial=0)
   paired = in_class & (count > 1)
   # A stable partition of the label-sorted rows (each class stays contiguous and in batch order):
-  # the paired rows to 0 … active − 1 and the others after them, by running counts (a scatter,
+  # the paired rows to 0 … active − 1 and the others after them, by one running count (a scatter,
   # not a second sort: XLA:CPU sorts 512 keys in ~0.1 ms).
   destination, active = _partition(paired)
   regroup = jnp.zeros((rows,), jnp.int32).at[destination].set(position, unique_indices=True)
