@@ -166,9 +166,12 @@ MOVED_TO_SLOW = {
 
 def pytest_collection_modifyitems(config, items):
   del config
+  from tests import extended  # pylint: disable=g-import-not-at-top
   for item in items:
     if any(key in item.nodeid for key in MOVED_TO_SLOW):
       item.add_marker(pytest.mark.slow)
+    elif item.get_closest_marker("slow") is None and item.nodeid.startswith(extended.NODE_IDS):
+      item.add_marker(pytest.mark.extended)
 
 # XLA:CPU keeps ~200 memory mappings per compiled executable; a test worker that compiles hundreds
 # of functions passes the kernel's vm.max_map_count (65,530 here) and the next compile segfaults
