@@ -39,3 +39,45 @@ def test_no_entry_is_listed_twice_or_also_moved_to_the_slow_run():
   assert len(set(extended.EXTENDED)) == len(extended.EXTENDED)
   for entry in extended.EXTENDED:
     assert not any(key in entry or entry in key for key in conftest.MOVED_TO_SLOW), entry
+
+
+LOG = """\
+============================= slowest durations ==============================
+26.19s setup    tests/harness/data/test_input_pipeline.py::test_refused
+3.10s call     tests/harness/data/test_input_pipeline.py::test_refused
+2.50s call     tests/harness/models/test_zoo.py::test_output_shapes[small_cnn-shape1-128-cosine]
+0.60s setup    tests/harness/models/test_zoo.py::test_output_shapes[small_cnn-shape1-128-cosine]
+9.00s call     tests/lib/mr2_jax/test_objective.py::Mr2LossTest::test_matches_reference_random__with_jit
+4.00s call     tests/lib/mr2_jax/test_objective.py::Mr2LossTest::test_matches_reference_absent__with_pmap
+3.00s call     tests/tools/test_standard_size.py::test_park
+62.00s setup    tests/harness/test_harness_runs.py::test_run_trains_as_recorded_within_the_cross_cpu_tolerance[ce]
+2.99s call     tests/harness/train/test_loop.py::test_short
+(3693 durations < 0.005s hidden.  Use -vv to show these durations.)
+"""
+
+
+def test_durations_add_each_tests_setup_call_and_teardown():
+  found = extended.durations(LOG)
+  assert found["harness/data/test_input_pipeline.py::test_refused"] == pytest.approx(29.29)
+  assert found["harness/models/test_zoo.py::test_output_shapes[small_cnn-shape1-128-cosine]"] == (
+      pytest.approx(3.1))
+  assert len(found) == 7
+
+
+def test_candidates_follow_the_rule_longest_first():
+  # harness and tools tests and library twins of 3 s or more; not a jitted library test, not a
+  # kept one, not one under 3 s.
+  assert extended.candidates(LOG) == [
+      "harness/data/test_input_pipeline.py::test_refused",
+      "lib/mr2_jax/test_objective.py::Mr2LossTest::test_matches_reference_absent__with_pmap",
+      "harness/models/test_zoo.py::test_output_shapes[small_cnn-shape1-128-cosine]",
+      "tools/test_standard_size.py::test_park",
+  ]
+  assert extended.candidates(LOG, seconds=5.0) == [
+      "harness/data/test_input_pipeline.py::test_refused"]
+
+
+def test_a_listed_test_is_no_candidate_and_no_kept_test_is_listed():
+  listed = extended.EXTENDED[0]
+  assert extended.candidates(f"40.00s call     tests/{listed}\n") == []
+  assert not any(entry.startswith(extended.KEPT) for entry in extended.EXTENDED)
