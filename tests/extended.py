@@ -218,5 +218,6 @@ if __name__ == "__main__":
   import sys  # pylint: disable=g-import-not-at-top
   with open(sys.argv[1]) as log_file:
     text = log_file.read()
+  seconds_of = durations(text)
   for node in candidates(text):
-    print(f"{durations(text)[node]:6.1f} s  {node}")
+    print(f"{seconds_of[node]:6.1f} s  {node}")
