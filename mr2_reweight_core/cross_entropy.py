@@ -38,15 +38,19 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
   `flag_non_finite`: a row that holds a non-finite logit anywhere gives NaN (and so does its
   gradient: log Σ is set to NaN, which the derivative reads), so that `mr2_loss` finds such rows in
   its margin cross-entropy. A NaN or +inf logit already makes the sum NaN (e^{+inf − +inf}); only a
-  −inf would drop out (e^{−inf} = 0), so the rows whose minimum logit is −inf are flagged (a min
-  over [B, K]; adding z_k − z_k to each term of the exp-sum instead, an earlier form, made the whole
-  MR2 loss at B = 512, K = 1,000 several per cent slower: results/benchmarks/RESULTS.md, "What do
-  the guards cost?").
+  −inf would drop out (e^{−inf} = 0), so a −inf logit's term is selected to NaN in the same pass
+  over [B, K] (the row's sum is then NaN, whichever shift the `lax.cond` takes). A separate min over
+  [B, K], an earlier form, cost the whole MR2 loss at B = 512, d = 512, K = 1,000 about 5 % per call
+  (results/benchmarks/RESULTS.md, "What do the guards cost?"); adding z_k − z_k to each term,
+  another, several per cent.
   """
   label_logit = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
   hit = jnp.arange(logits.shape[1])[None, :] == labels.astype(jnp.int32)[:, None]
 
-  rest = jnp.sum(jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature))), axis=-1)
+  terms = jnp.where(hit, 0.0, jnp.exp(_scaled(logits, label_logit, temperature)))
+  if flag_non_finite:  # the label's own −inf too (its other terms would only overflow to +inf)
+    terms = jnp.where(logits == -jnp.inf, jnp.nan, terms)
+  rest = jnp.sum(terms, axis=-1)
 
   def by_label(_):
     return label_logit, jnp.log1p(rest)
@@ -58,7 +62,7 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
 
   shift, log_norm = jax.lax.cond(jnp.any(rest == jnp.inf), by_max, by_label, None)
   if flag_non_finite:
-    log_norm = jnp.where(jnp.min(logits, axis=-1) == -jnp.inf, jnp.nan, log_norm)
+    log_norm = jnp.where(jnp.isnan(rest), jnp.nan, log_norm)
   label_term = label_logit - shift
   if temperature is not None:
     label_term = label_term / temperature

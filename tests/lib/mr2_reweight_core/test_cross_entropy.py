@@ -97,6 +97,42 @@ def test_a_row_that_would_overflow_takes_the_max_shift(jit):
   np.testing.assert_allclose(grad, expected_grad, rtol=0, atol=1e-5 / temperature.min())
 
 
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("overflow", [False, True])
+def test_flag_non_finite_makes_the_row_and_its_gradient_nan_wherever_the_logit_lies(overflow, jit):
+  """`flag_non_finite=True`: NaN, +inf or −inf at the label's column or another makes that row's
+  value and every entry of its gradient NaN, whichever shift the batch takes (`overflow`: another
+  row's logit ~100·T above its label's sends the batch to the max shift); the other rows keep the
+  value and gradient of `flag_non_finite=False`, bit for bit."""
+  logits, labels, temperature = draw(9, batch=12, classes=7)
+  if overflow:
+    logits[0, (labels[0] + 1) % 7] = logits[0, labels[0]] + 100.0 * temperature[0]
+  bad = np.zeros(12, bool)
+  for i, value in enumerate((np.nan, np.inf, -np.inf)):
+    for row, column in ((1 + 2 * i, labels[1 + 2 * i]), (2 + 2 * i, (labels[2 + 2 * i] + 3) % 7)):
+      logits[row, column] = value  # at the label's column, then at another
+      bad[row] = True
+
+  def value_and_grads(flag):
+    f = lambda z: label_log_softmax(z, labels, temperature, flag_non_finite=flag)
+    row_grad = lambda z, r: jax.grad(lambda z: f(z)[r])(z)
+    good_grad = jax.grad(lambda z: jnp.sum(jnp.where(bad, 0.0, f(z))))
+    if jit:
+      f, row_grad, good_grad = jax.jit(f), jax.jit(row_grad), jax.jit(good_grad)
+    z = jnp.asarray(logits)
+    return (np.asarray(f(z)), [np.asarray(row_grad(z, r))[r] for r in np.flatnonzero(bad)],
+            np.asarray(good_grad(z)))
+
+  value, bad_row_grads, good_grad = value_and_grads(True)
+  plain_value, _, plain_good_grad = value_and_grads(False)
+  assert np.all(np.isnan(value[bad])), value
+  for row, grad in zip(np.flatnonzero(bad), bad_row_grads):
+    assert np.all(np.isnan(grad)), (row, grad)
+  assert np.all(np.isfinite(value[~bad])) and np.all(np.isfinite(good_grad[~bad]))
+  np.testing.assert_array_equal(value[~bad], plain_value[~bad])
+  np.testing.assert_array_equal(good_grad[~bad], plain_good_grad[~bad])
+
+
 def test_confident_rows_keep_their_small_losses():
   """A label logit 30 above the rest: −log softmax_y ≈ Σ_{k≠y} e^{−30} ≈ 5e-11, which log(1 + ·) in
   float32 rounds to 0; the label-shifted form's log1p keeps it to float32 precision."""
