@@ -37,11 +37,12 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
 
   `flag_non_finite`: a row that holds a non-finite logit anywhere gives NaN (and so does its
   gradient: log Σ is set to NaN, which the derivative reads), so that `mr2_loss` finds such rows in
-  its margin cross-entropy. A NaN or +inf logit already makes the sum NaN (e^{+inf − +inf}); only a
-  −inf would drop out (e^{−inf} = 0), so a −inf logit's term is selected to NaN in the same pass
-  over [B, K] (the row's sum is then NaN, whichever shift the `lax.cond` takes), and a +inf label
-  logit, which leaves the sum 0, is flagged from the [B] label logits. A separate min over [B, K],
-  an earlier form, cost the whole MR2 loss at B = 512, d = 512, K = 1,000 5–11 % (per call and per
+  its margin cross-entropy. A NaN logit already makes the sum NaN, and a +inf one at another column
+  sends the batch to the max shift, where its term is e^{+inf − +inf} = NaN; only a −inf would drop
+  out (e^{−inf} = 0), so a −inf logit's term is selected to NaN in the same pass over [B, K] (the
+  row's sum is then NaN, whichever shift the `lax.cond` takes), and a +inf label logit, which
+  leaves the sum 0, is flagged from the [B] label logits. A separate min over [B, K], an earlier
+  form, cost the whole MR2 loss at B = 512, d = 512, K = 1,000 5–11 % (per call and per
   iteration of a compiled loop, both forms: results/benchmarks/RESULTS.md, "What do the guards
   cost?"); adding z_k − z_k to each term, another, several per cent.
   """
@@ -62,7 +63,8 @@ def _label_log_softmax_value(logits: jax.Array, labels: jax.Array,
     return top, jnp.log(jnp.sum(jnp.exp(_scaled(logits, top, temperature)), axis=-1))
 
   shift, log_norm = jax.lax.cond(jnp.any(rest == jnp.inf), by_max, by_label, None)
-  if flag_non_finite:  # a +inf label logit leaves `rest` 0: the row's value is NaN, not all its gradient
+  if flag_non_finite:
+    # A +inf label logit leaves `rest` 0: its value is NaN, but not all of its gradient row.
     log_norm = jnp.where(jnp.isnan(rest) | (label_logit == jnp.inf), jnp.nan, log_norm)
   label_term = label_logit - shift
   if temperature is not None:
