@@ -81,3 +81,16 @@ def test_a_listed_test_is_no_candidate_and_no_kept_test_is_listed():
   listed = extended.EXTENDED[0]
   assert extended.candidates(f"40.00s call     tests/{listed}\n") == []
   assert not any(entry.startswith(extended.KEPT) for entry in extended.EXTENDED)
+
+
+def test_twins_are_the_eager_and_pmap_variants_of_a_collected_jitted_library_test():
+  lib = "tests/lib/mr2_jax/test_objective.py::Mr2LossTest::test_matches_reference_"
+  ids = [lib + "random__with_jit", lib + "random__without_jit", lib + "random__with_pmap",
+         lib + "absent__with_pmap",                       # no jitted twin collected: stays
+         lib + "k[4]__with_jit", lib + "k[4]__without_jit",  # not the same name before "["
+         "tests/lib/test_a.py::test_b__with_jit[x]", "tests/lib/test_a.py::test_b__without_jit[x]",
+         "tests/lib/test_a.py::test_b__without_jit[y]",   # another parameter: stays
+         "tests/harness/test_c.py::test_d__with_jit", "tests/harness/test_c.py::test_d__with_pmap"]
+  assert extended.twins(ids) == {lib + "random__without_jit", lib + "random__with_pmap",
+                                 "tests/lib/test_a.py::test_b__without_jit[x]"}
+
