@@ -40,8 +40,8 @@ def _jaxlib_knows(flag: str) -> bool:
 # 2.5-2.6 s; 2026-12-07, AMD EPYC, level 0, no cache). With the LLVM IR emitters, and every program
 # in the persistent cache (below), the default command's cold run took 9 min 50 s, from 12 min 28 s
 # (the tests' CPU-seconds 1,443 → 1,133; the same machine and day). The emitters generate the
-# elementwise code, so the last bits of a transcendental function may differ; every test holds under
-# both, and MR2_JAX_TEST_OPTIMIZE=1 (CI's built-wheel job) compiles with XLA's defaults, the
+# elementwise code, so the last bits of a transcendental function may differ; the default and
+# extended runs pass under both, and MR2_JAX_TEST_OPTIMIZE=1 (CI's built-wheel job) compiles with XLA's defaults, the
 # emitters included.
 _EMITTERS = "--xla_cpu_use_fusion_emitters"
 if (os.environ.get("MR2_JAX_TEST_OPTIMIZE") != "1" and _EMITTERS not in os.environ["XLA_FLAGS"]

@@ -9,7 +9,7 @@ there (from 24 min 32 s; part of their compiling moves to the tests that stay), 
 11 min 10 s. Later the same day XLA:CPU's LLVM IR emitters in place of its MLIR fusion emitters,
 and every program in the persistent cache (tests/conftest.py), took the cold default run from
 12 min 28 s to 9 min 50 s; on slower hours it read 10 min 19 s and 10 min 00 s (the same tests
-took 10 % longer), so more moved here: every eager and `pmap` twin of a jitted library test
+took 7 % and 10 % longer), so more moved here: every eager and `pmap` twin of a jitted library test
 (`twins`, 96 tests), the nine recorded digits runs, two harness tests whose module fixtures train
 runs (a grain run's refused resume, the best-epoch report) and mr2_loss's `pmap` tests at K > B:
 the 2,464 left took 10 min 29 s cold on an hour when the tests they share with the 9 min 50 s run
