@@ -17,36 +17,6 @@ if (os.environ.get("MR2_JAX_TEST_OPTIMIZE") != "1"
     and "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]):
   os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
-
-def _jaxlib_knows(flag: str) -> bool:
-  """Whether the installed jaxlib's XLA defines `flag` (XLA aborts on an XLA_FLAGS flag it does not
-  know, and a later jaxlib may drop one): its name in the shared library's flag table."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  import mmap  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.find_spec("jaxlib")
-  for folder in (spec.submodule_search_locations or []) if spec else []:
-    path = os.path.join(folder, "libjax_common.so")
-    if os.path.exists(path):
-      with open(path, "rb") as library, mmap.mmap(library.fileno(), 0,
-                                                  access=mmap.ACCESS_READ) as data:
-        return data.find(flag.encode()) >= 0
-  return False
-
-
-# Every program's compile also has a fixed cost, most of a small one's, and the tests compile
-# thousands of them (an eager test compiles each primitive it calls): XLA:CPU's MLIR fusion emitters
-# take about twice as long per program as its LLVM IR emitters (40 eager primitives and 20 jitted
-# value-and-gradients at 40 and 20 shapes: 10.6-11.1 s against 5.9-6.6 s, and 4.5-4.7 s against
-# 2.5-2.6 s; 2026-12-07, AMD EPYC, level 0, no cache). With the LLVM IR emitters, and every program
-# in the persistent cache (below), the default command's cold run took 9 min 50 s, from 12 min 28 s
-# (the tests' CPU-seconds 1,443 → 1,133; the same machine and day). The emitters generate the
-# elementwise code, so the last bits of a transcendental function may differ; the default and
-# extended runs pass under both, and MR2_JAX_TEST_OPTIMIZE=1 (CI's built-wheel job) compiles with XLA's defaults, the
-# emitters included.
-_EMITTERS = "--xla_cpu_use_fusion_emitters"
-if (os.environ.get("MR2_JAX_TEST_OPTIMIZE") != "1" and _EMITTERS not in os.environ["XLA_FLAGS"]
-    and _jaxlib_knows(_EMITTERS)):
-  os.environ["XLA_FLAGS"] += f" {_EMITTERS}=false"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import tempfile  # noqa: E402
@@ -62,7 +32,11 @@ chex.set_n_cpu_devices(8)
 # default run measured on tests/harness/methods/test_registry.py + tests/lib/mr2_jax/test_representation_margin.py.
 # Every program is kept, however short its compile: the eager tests' primitives and the small
 # programs recur across tests and workers (tests/lib/mr2_jax + test_bad_rows.py, 2 workers, cold:
-# 158 → 153 s, 166 → 2,633 entries, 20 MB).
+# 158 → 153 s, 166 → 2,633 entries, 20 MB). Tried and not kept: XLA:CPU's LLVM IR emitters in place
+# of its MLIR fusion emitters (--xla_cpu_use_fusion_emitters=false) halve a small program's compile
+# and took the default command's cold run to 7 min 01 s (2026-12-07), but three bit-exact resume
+# checks of the extended run then fail (a grain run resumed against the NumPy run, a deferred run
+# from its switch checkpoint, the seeds stacked with the input on the device).
 jax.config.update("jax_compilation_cache_dir", os.environ.get(
     "MR2_JAX_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "mr2_jax_test_xla_cache")))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)

@@ -6,9 +6,9 @@ every program, and its time is a long tail: on one 2-core AMD EPYC (2026-12-07, 
 tests' LLVM at level 0) the 2,551 default tests took 2,857 CPU-seconds, 1,266 of them in the 139
 listed here, each of which took 3 s or more. Without them a cold default run took 13 min 53 s
 there (from 24 min 32 s; part of their compiling moves to the tests that stay), and the 139 took
-11 min 10 s. Later the same day XLA:CPU's LLVM IR emitters in place of its MLIR fusion emitters,
-and every program in the persistent cache (tests/conftest.py), took the cold default run from
-12 min 28 s to 9 min 50 s; on slower hours it read 10 min 19 s and 10 min 00 s (the same tests
+11 min 10 s. Later the same day a cold default run took 12 min 28 s, and 9 min 50 s with every
+program in the persistent cache (tests/conftest.py; part of that is the host's speed, which moved by
+tens of percent over the day); on slower hours it read 10 min 19 s and 10 min 00 s (the same tests
 took 7 % and 10 % longer), so more moved here: every eager and `pmap` twin of a jitted library test
 (`twins`, 96 tests), the nine recorded digits runs, two harness tests whose module fixtures train
 runs (a grain run's refused resume, the best-epoch report) and mr2_loss's `pmap` tests at K > B:
@@ -17,7 +17,8 @@ took 22 % longer (1,199 against 983 CPU-seconds), about 8 min 36 s at that run's
 They are of four kinds, each with the path it exercises still in the default run:
 
 - `_HARNESS`: end-to-end trainer runs (the nine recorded digits runs of
-  tests/harness/test_harness_runs.py among them), input pipelines, studies and the larger property
+  tests/harness/test_harness_runs.py among them: most trainer hooks then train end to end only in
+  the extended run), input pipelines, studies and the larger property
   examples of the harness. The default run keeps the trainer's CE run under jit, pmap and
   shard_map, the single-run summary test, the recorded runs' tolerance and comparison checks, and
   every harness test that took under 3 s.
