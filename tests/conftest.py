@@ -16,7 +16,6 @@ os.environ["XLA_FLAGS"] = (
 if (os.environ.get("MR2_JAX_TEST_OPTIMIZE") != "1"
     and "--xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]):
   os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
-
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import tempfile  # noqa: E402

@@ -13,7 +13,9 @@ took 7 % and 10 % longer), so more moved here: every eager and `pmap` twin of a 
 (`twins`, 96 tests), the nine recorded digits runs, two harness tests whose module fixtures train
 runs (a grain run's refused resume, the best-epoch report) and mr2_loss's `pmap` tests at K > B:
 the 2,464 left took 10 min 29 s cold on an hour when the tests they share with the 9 min 50 s run
-took 22 % longer (1,199 against 983 CPU-seconds), about 8 min 36 s at that run's speed.
+took 22 % longer (1,199 against 983 CPU-seconds), about 8 min 36 s at that run's speed. (2,434 once
+the per-entry checks of the `_TWINS` entries that `twins` covers went; on a faster hour of the same
+host a fresh checkout's cold default run took 6 min 43 s and 6 min 47 s.)
 They are of four kinds, each with the path it exercises still in the default run:
 
 - `_HARNESS`: end-to-end trainer runs (the nine recorded digits runs of

@@ -93,4 +93,3 @@ def test_twins_are_the_eager_and_pmap_variants_of_a_collected_jitted_library_tes
          "tests/harness/test_c.py::test_d__with_jit", "tests/harness/test_c.py::test_d__with_pmap"]
   assert extended.twins(ids) == {lib + "random__without_jit", lib + "random__with_pmap",
                                  "tests/lib/test_a.py::test_b__without_jit[x]"}
-
